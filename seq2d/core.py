@@ -1,0 +1,632 @@
+"""``Sequential2D``: a block matrix of functions iterated over a list of slots.
+
+This file is the single source of truth for the semantics (see also
+``docs/concepts.md``). Every fast path (the fused-linear backends, and later
+execution plans) must equal :func:`seq2d.reference.reference_forward`, which is
+the docstring loop below written out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from .activations import activation_name, is_identity, make_activation
+from .blocks import ContextModule, Identity, LinearBlock
+from .fused import FusedLinear, get_backend
+
+__all__ = ["Sequential2D", "block_kind"]
+
+State = list[Tensor | None]
+
+
+def block_kind(block: nn.Module | None) -> str:
+    """'absent', 'identity', 'linear' or 'module'."""
+    if block is None:
+        return "absent"
+    if isinstance(block, Identity):
+        return "identity"
+    if isinstance(block, LinearBlock):
+        return "linear"
+    return "module"
+
+
+def _is_pos_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+def _module_features(block: nn.Module) -> tuple[int | None, int | None]:
+    """(in_features, out_features) when a module declares them, else None."""
+    if isinstance(block, Sequential2D):
+        return block.in_features, block.out_features
+    fin = getattr(block, "in_features", None)
+    fout = getattr(block, "out_features", None)
+    return (fin if _is_pos_int(fin) else None, fout if _is_pos_int(fout) else None)
+
+
+class Sequential2D(nn.Module):
+    r"""A Sequential2D block network (Hershey et al., arXiv 2404.00880).
+
+    The state is a list of ``n`` slots; slot ``i`` holds a tensor of shape
+    ``(*batch, sizes[i])`` (or ``None``, meaning zero). The block matrix ``F`` is
+    indexed **rows = outputs, columns = inputs**: ``F[i][j]`` maps slot ``j`` to
+    slot ``i``. One step is a Jacobi update (every block reads the old state)::
+
+        x_i <- act_i(b_i + sum_j F_ij(x_j))
+
+    A slot whose row of ``F`` is empty is *held*: it keeps its value (input slots
+    are held). ``forward`` runs ``steps`` such updates, equivalent to the following::
+
+        def forward(x, steps):               # x: list of n tensors or None
+            for _ in range(steps):
+                new = list(x)                # held slots keep their value
+                for i in range(n):
+                    if row i of F is empty:
+                        continue
+                    acc = b[i] if slot i has a bias else 0
+                    for j in range(n):
+                        if F[i][j] is not None and x[j] is not None:
+                            acc = acc + F[i][j](x[j])   # None slots are skipped
+                    new[i] = act[i](acc)     # acc broadcast to (*batch, sizes[i])
+                x = new
+            return x
+
+    where:
+        n = number of slots, ``sizes[i]`` = size of slot ``i``,
+        ``F[i][j]`` = absent (``None``), identity, a :class:`~seq2d.LinearBlock`
+        (``W = frozen + weight * mask``) or any ``nn.Module``,
+        ``b[i]`` = optional per-slot bias (one per slot, shared across its blocks),
+        ``act[i]`` = per-slot activation, applied once after the sum.
+
+    All linear blocks of one step are evaluated together by one fused operator
+    (``backend``, see :mod:`seq2d.fused`); the result equals the loop above.
+
+    Calling conventions:
+        * ``model(state_list, steps=None, **ctx)`` returns the new state list.
+        * ``model(x, steps=None, **ctx)`` with a tensor ``x`` of shape
+          ``(*batch, sum of input slot sizes)`` fills the input slots (others
+          ``None``), runs ``steps`` and returns the output slots concatenated.
+          This is also how a Sequential2D behaves as a block of another one.
+        * ``model.sequence(xs, state=None)`` is sequence mode (RNNs): the input
+          slots are refilled with ``xs[t]`` and the outputs are read, aligned with
+          the inputs (see :meth:`sequence`).
+
+    Keyword arguments ``**ctx`` are passed to blocks deriving from
+    :class:`~seq2d.ContextModule` (e.g. attention masks) and to nested Sequential2Ds.
+
+    Args:
+        sizes: positive slot sizes ``s_0 .. s_{n-1}``.
+        blocks: the grid, as an ``n x n`` nested list or a dict ``{(i, j): block}``.
+            A block is ``None``, ``"identity"``, a ``LinearBlock`` or an ``nn.Module``.
+            The same ``LinearBlock`` object may appear at several positions (tied).
+        bias: ``True`` (a bias on every non-held slot), ``False``, or a per-slot list
+            of ``bool``/tensor/``nn.Parameter`` (one Parameter may be shared by slots).
+        activations: one name/module for every non-held slot, or a per-slot list
+            (names: identity, relu, tanh, sigmoid, gelu, gelu_tanh, layernorm).
+        inputs: slots filled from the caller (default: the held slots).
+        outputs: slots read by the tensor call and sequence mode (default: the last).
+        steps: default number of steps (default: the depth when the graph is acyclic).
+        backend: fused-linear backend name (see :func:`seq2d.fused.available_backends`).
+    """
+
+    def __init__(
+        self,
+        sizes: Sequence[int],
+        blocks: Sequence[Sequence] | Mapping[tuple[int, int], object],
+        *,
+        bias: bool | Sequence = False,
+        activations=None,
+        inputs: Sequence[int] | None = None,
+        outputs: Sequence[int] | None = None,
+        steps: int | None = None,
+        backend: str = "dense",
+        device=None,
+        dtype=None,
+    ) -> None:
+        factory_kwargs = {"device": device, "dtype": dtype}
+        super().__init__()
+        self.sizes = self._check_sizes(sizes)
+        n = len(self.sizes)
+        grid = self._normalize_grid(blocks, n)
+        self.blocks = nn.ModuleDict()
+        for (i, j), blk in sorted(grid.items()):
+            self._check_block_fits(i, j, blk)
+            self.blocks[f"{i}_{j}"] = blk
+        self._positions = sorted(grid)  # (i, j) of every non-absent block
+        self._rows: dict[int, list[int]] = {}
+        for i, j in self._positions:
+            self._rows.setdefault(i, []).append(j)
+        held = [i for i in range(n) if i not in self._rows]
+
+        self.inputs = self._check_slot_list("inputs", held if inputs is None else inputs, n)
+        self.outputs = self._check_slot_list("outputs", [n - 1] if outputs is None else outputs, n)
+        self.acts = self._build_activations(activations, held, factory_kwargs)
+        self.biases = self._build_biases(bias, held, factory_kwargs)
+        self.backend = backend
+        get_backend(backend)  # reject unknown names now, not at the first forward
+        self._fused = FusedLinear(
+            self.sizes, [(i, j, self.blocks[f"{i}_{j}"]) for i, j in self._positions if block_kind(self.blocks[f"{i}_{j}"]) == "linear"]
+        )
+        self.depth = self._compute_depth()
+        if steps is None:
+            steps = self.depth
+        self.steps = None if steps is None else self._check_steps(steps)
+        self.reset_bias_parameters()
+
+    # ------------------------------------------------------------------ construction checks
+    @staticmethod
+    def _check_sizes(sizes) -> tuple[int, ...]:
+        if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence):
+            raise TypeError(f"sizes must be a sequence of positive ints, got {type(sizes).__name__}")
+        if len(sizes) == 0:
+            raise ValueError("sizes must name at least one slot, got an empty sequence")
+        for k, s in enumerate(sizes):
+            if not _is_pos_int(s):
+                raise ValueError(f"sizes[{k}] must be a positive int, got {s!r}")
+        return tuple(int(s) for s in sizes)
+
+    @staticmethod
+    def _normalize_grid(blocks, n: int) -> dict[tuple[int, int], nn.Module]:
+        items: list[tuple[tuple[int, int], object]] = []
+        if isinstance(blocks, Mapping):
+            for key, blk in blocks.items():
+                if not (isinstance(key, tuple) and len(key) == 2 and all(isinstance(k, int) for k in key)):
+                    raise TypeError(f"block keys must be (row, col) int pairs, got {key!r}")
+                i, j = key
+                if not (-n <= i < n and -n <= j < n):
+                    raise IndexError(f"block position {key} is outside the {n} x {n} grid")
+                items.append(((i % n, j % n), blk))
+        elif isinstance(blocks, Sequence) and not isinstance(blocks, (str, bytes)):
+            if len(blocks) != n:
+                raise ValueError(f"blocks must be an {n} x {n} grid (one row per slot), got {len(blocks)} rows")
+            for i, row in enumerate(blocks):
+                if not isinstance(row, Sequence) or isinstance(row, (str, bytes)) or len(row) != n:
+                    got = len(row) if isinstance(row, Sequence) else type(row).__name__
+                    raise ValueError(f"blocks row {i} must hold {n} entries (one per slot), got {got}")
+                for j, blk in enumerate(row):
+                    items.append(((i, j), blk))
+        else:
+            raise TypeError(f"blocks must be an n x n nested list or a dict {{(i, j): block}}, got {type(blocks).__name__}")
+        grid: dict[tuple[int, int], nn.Module] = {}
+        shared_identity = None
+        for (i, j), blk in items:
+            if blk is None:
+                continue
+            if isinstance(blk, str):
+                if blk.lower() != "identity":
+                    raise ValueError(f"block F[{i}][{j}]: unknown block name {blk!r}. Select from 'identity', or pass a module")
+                shared_identity = shared_identity or Identity()
+                blk = shared_identity
+            if not isinstance(blk, nn.Module):
+                raise TypeError(f"block F[{i}][{j}] must be None, 'identity' or an nn.Module, got {type(blk).__name__}")
+            if (i, j) in grid:
+                raise ValueError(f"block F[{i}][{j}] is given twice")
+            grid[(i, j)] = blk
+        return grid
+
+    def _check_block_fits(self, i: int, j: int, blk: nn.Module) -> None:
+        si, sj = self.sizes[i], self.sizes[j]
+        kind = block_kind(blk)
+        if kind == "identity" and si != sj:
+            raise ValueError(f"block F[{i}][{j}] is an identity, but slot {j} has size {sj} and slot {i} has size {si}")
+        if kind == "linear":
+            fin, fout = blk.in_features, blk.out_features
+        elif kind == "module":
+            fin, fout = _module_features(blk)
+        else:
+            return
+        if fin is not None and fin != sj:
+            raise ValueError(f"block F[{i}][{j}] takes {fin} input features, but slot {j} has size {sj}")
+        if fout is not None and fout != si:
+            raise ValueError(f"block F[{i}][{j}] gives {fout} output features, but slot {i} has size {si}")
+
+    @staticmethod
+    def _check_slot_list(name: str, slots, n: int) -> tuple[int, ...]:
+        if isinstance(slots, int):
+            slots = [slots]
+        out = []
+        for s in slots:
+            if isinstance(s, bool) or not isinstance(s, int):
+                raise TypeError(f"{name} must hold slot indices (ints), got {s!r}")
+            if not -n <= s < n:
+                raise IndexError(f"{name}: slot {s} does not exist (the model has {n} slots)")
+            out.append(s % n)
+        if len(set(out)) != len(out):
+            raise ValueError(f"{name} lists a slot twice: {list(slots)}")
+        return tuple(out)
+
+    @staticmethod
+    def _check_steps(steps) -> int:
+        if isinstance(steps, bool) or not isinstance(steps, int):
+            raise TypeError(f"steps must be a non-negative int, got {type(steps).__name__} {steps!r}")
+        if steps < 0:
+            raise ValueError(f"steps must be a non-negative int, got {steps}")
+        return steps
+
+    def _build_activations(self, activations, held, factory_kwargs) -> nn.ModuleList:
+        n = len(self.sizes)
+        per_slot = isinstance(activations, Sequence) and not isinstance(activations, str)
+        if per_slot and len(activations) != n:
+            raise ValueError(f"activations must be one spec or a list of {n} (one per slot), got {len(activations)}")
+        acts = []
+        for i in range(n):
+            spec = activations[i] if per_slot else activations
+            if i in held:
+                if per_slot and spec is not None and not (isinstance(spec, str) and spec.lower() in ("identity", "none", "linear")) and not (isinstance(spec, nn.Module) and is_identity(spec)):
+                    raise ValueError(f"slot {i} has no incoming blocks (it is held), so its activation {spec!r} would never be applied")
+                spec = None
+            acts.append(make_activation(spec, self.sizes[i], slot=i, **factory_kwargs))
+        return nn.ModuleList(acts)
+
+    def _build_biases(self, bias, held, factory_kwargs) -> nn.ParameterDict:
+        n = len(self.sizes)
+        if isinstance(bias, bool):
+            per = [bias and i not in held for i in range(n)]
+        elif isinstance(bias, Sequence) and not isinstance(bias, str):
+            if len(bias) != n:
+                raise ValueError(f"bias must be a bool or a list of {n} entries (one per slot), got {len(bias)}")
+            per = list(bias)
+        else:
+            raise TypeError(f"bias must be a bool or a per-slot list, got {type(bias).__name__}")
+        params = nn.ParameterDict()
+        self._fresh_bias: set[int] = set()
+        for i, b in enumerate(per):
+            if b is None or b is False:
+                continue
+            if i in held:
+                raise ValueError(f"slot {i} has no incoming blocks (it is held), so it cannot have a bias")
+            if b is True:
+                params[str(i)] = nn.Parameter(torch.empty(self.sizes[i], **factory_kwargs))
+                self._fresh_bias.add(i)
+            elif isinstance(b, Tensor):
+                if tuple(b.shape) != (self.sizes[i],):
+                    raise ValueError(f"bias of slot {i} must have shape ({self.sizes[i]},), got {tuple(b.shape)}")
+                params[str(i)] = b if isinstance(b, nn.Parameter) else nn.Parameter(b.detach().clone())
+            else:
+                raise TypeError(f"bias of slot {i} must be a bool, a tensor or None, got {type(b).__name__}")
+        return params
+
+    @torch.no_grad()
+    def reset_bias_parameters(self) -> None:
+        """Biases created here start U(-1/sqrt(f), 1/sqrt(f)), f = the row's input width
+        (sum of the sizes of the slots its blocks read), as ``nn.Linear`` does."""
+        for i in self._fresh_bias:
+            fan_in = sum(self.sizes[j] for j in self._rows.get(i, []))
+            bound = 1.0 / math.sqrt(max(fan_in, 1))
+            self.biases[str(i)].uniform_(-bound, bound)
+
+    def _compute_depth(self) -> int | None:
+        """Longest path (in blocks) from the held slots, or None when the graph has a cycle."""
+        n = len(self.sizes)
+        indeg = [0] * n
+        succ: list[list[int]] = [[] for _ in range(n)]
+        for i, j in self._positions:
+            succ[j].append(i)
+            indeg[i] += 1
+        depth = [0] * n
+        queue = deque(k for k in range(n) if indeg[k] == 0)
+        seen = 0
+        while queue:
+            j = queue.popleft()
+            seen += 1
+            for i in succ[j]:
+                depth[i] = max(depth[i], depth[j] + 1)
+                indeg[i] -= 1
+                if indeg[i] == 0:
+                    queue.append(i)
+        if seen < n:
+            return None
+        return max(depth) if n else 0
+
+    # ------------------------------------------------------------------ introspection
+    @property
+    def n(self) -> int:
+        return len(self.sizes)
+
+    @property
+    def in_features(self) -> int:
+        return sum(self.sizes[i] for i in self.inputs)
+
+    @property
+    def out_features(self) -> int:
+        return sum(self.sizes[i] for i in self.outputs)
+
+    @property
+    def offsets(self) -> tuple[int, ...]:
+        return self._fused.offsets
+
+    def block(self, i: int, j: int) -> nn.Module | None:
+        """The block at F[i][j], or None."""
+        key = f"{i % self.n}_{j % self.n}"
+        return self.blocks[key] if key in self.blocks else None
+
+    def positions(self) -> Iterator[tuple[int, int, str, nn.Module]]:
+        """Yield ``(i, j, kind, block)`` for every non-absent block, rows then columns."""
+        for i, j in self._positions:
+            blk = self.blocks[f"{i}_{j}"]
+            yield i, j, block_kind(blk), blk
+
+    def held(self) -> tuple[int, ...]:
+        """Slots with an empty row (they keep their value)."""
+        return tuple(i for i in range(self.n) if i not in self._rows)
+
+    def bias(self, i: int) -> Tensor | None:
+        return self.biases[str(i)] if str(i) in self.biases else None
+
+    def linear_weight(self) -> Tensor:
+        """The N x N effective weight of all linear blocks over the concatenated state
+        (dense; for inspection and tests, never used by the forward pass)."""
+        ref = next(self.parameters(), None)
+        N = self.offsets[-1]
+        if not self._fused.entries:
+            return torch.zeros(N, N, dtype=ref.dtype if ref is not None else None)
+        return self._fused.dense_weight(range(self.n), range(self.n))
+
+    def num_parameters(self) -> int:
+        """Trainable entries: masked and frozen entries excluded, tied weights counted once."""
+        seen: set[int] = set()
+        total = 0
+        for m in self.modules():
+            if isinstance(m, LinearBlock) and id(m.weight) not in seen:
+                seen.add(id(m.weight))
+                total += m.num_trainable()
+        for p in self.parameters():
+            if id(p) not in seen:
+                seen.add(id(p))
+                if p.requires_grad:
+                    total += p.numel()
+        return total
+
+    def grid(self) -> str:
+        """The block grid as text. Legend: ``.`` absent, ``I`` identity, ``W`` dense linear,
+        ``w`` masked linear, ``F`` linear with frozen values, ``M`` module; a digit after the
+        letter names the tied-weight group when one LinearBlock sits at several positions."""
+        n = self.n
+        groups: dict[int, int] = {}
+        counts: dict[int, int] = {}
+        for _, _, kind, blk in self.positions():
+            if kind == "linear":
+                counts[id(blk)] = counts.get(id(blk), 0) + 1
+        for _, _, kind, blk in self.positions():
+            if kind == "linear" and counts[id(blk)] > 1 and id(blk) not in groups:
+                groups[id(blk)] = len(groups)
+        cells = [["." for _ in range(n)] for _ in range(n)]
+        for i, j, kind, blk in self.positions():
+            if kind == "identity":
+                c = "I"
+            elif kind == "module":
+                c = "M"
+            else:
+                c = "F" if blk.frozen is not None else ("w" if blk.mask is not None else "W")
+                if id(blk) in groups:
+                    c += str(groups[id(blk)])
+            cells[i][j] = c
+        w = max(3, max(len(c) for row in cells for c in row) + 1, len(str(n - 1)) + 1)
+        head = " " * 12 + "".join(f"{j:>{w}}" for j in range(n))
+        lines = [head]
+        for i in range(n):
+            role = "in" if i in self.inputs else ("out" if i in self.outputs else "")
+            name = activation_name(self.acts[i]) or type(self.acts[i]).__name__
+            label = f"{i:>2} {self.sizes[i]:>5} {role:>3}"
+            lines.append(f"{label:<12}" + "".join(f"{c:>{w}}" for c in cells[i]) + f"   {name}" + (" +b" if self.bias(i) is not None else ""))
+        return "\n".join(lines)
+
+    def summary(self) -> str:
+        """Grid, slot table and parameter count as text."""
+        return (
+            f"Sequential2D: {self.n} slots, N = {self.offsets[-1]}, steps = {self.steps}, "
+            f"depth = {self.depth if self.depth is not None else 'cyclic'}, "
+            f"trainable parameters = {self.num_parameters():,}\n"
+            "rows = outputs, columns = inputs; slot size role | activation\n" + self.grid()
+        )
+
+    def extra_repr(self) -> str:
+        s = f"sizes={list(self.sizes)}, steps={self.steps}"
+        if self.inputs != self.held():
+            s += f", inputs={list(self.inputs)}"
+        if self.outputs != (self.n - 1,):
+            s += f", outputs={list(self.outputs)}"
+        if self.backend != "dense":
+            s += f", backend={self.backend!r}"
+        return s
+
+    # ------------------------------------------------------------------ forward
+    def _param_ref(self) -> Tensor | None:
+        for p in self.parameters():
+            if p.is_floating_point():
+                return p
+        return None
+
+    def check_state(self, state) -> State:
+        """Validate a state list and return it as a list (typed errors name the slot)."""
+        if isinstance(state, Tensor) or not isinstance(state, Sequence) or isinstance(state, (str, bytes)):
+            raise TypeError(f"state must be a list of {self.n} tensors (or None), got {type(state).__name__}")
+        if len(state) != self.n:
+            raise ValueError(f"state must have {self.n} slots (sizes {list(self.sizes)}), got {len(state)}")
+        batch = dtype = device = None
+        first = None
+        for i, x in enumerate(state):
+            if x is None:
+                continue
+            if not isinstance(x, Tensor):
+                raise TypeError(f"slot {i} of the state must be a tensor or None, got {type(x).__name__}")
+            if x.dim() == 0 or x.shape[-1] != self.sizes[i]:
+                raise RuntimeError(f"slot {i} expects shape (*batch, {self.sizes[i]}), got {tuple(x.shape)}")
+            if first is None:
+                first, batch, dtype, device = i, x.shape[:-1], x.dtype, x.device
+                continue
+            if x.shape[:-1] != batch:
+                raise RuntimeError(
+                    f"slot {i} has batch dims {tuple(x.shape[:-1])} but slot {first} has {tuple(batch)}; all slots must share them"
+                )
+            if x.dtype != dtype:
+                raise TypeError(f"slot {i} has dtype {x.dtype} but slot {first} has {dtype}; all slots must share one dtype")
+            if x.device != device:
+                raise RuntimeError(f"slot {i} is on {x.device} but slot {first} is on {device}; all slots must be on one device")
+        ref = self._param_ref()
+        if first is not None and ref is not None:
+            if dtype != ref.dtype:
+                raise TypeError(f"the state has dtype {dtype} but the model's parameters are {ref.dtype}; convert one with .to()")
+            if device != ref.device:
+                raise RuntimeError(f"the state is on {device} but the model's parameters are on {ref.device}; move one with .to()")
+        return list(state)
+
+    def _resolve_steps(self, steps) -> int:
+        if steps is None:
+            if self.steps is None:
+                raise ValueError("steps is not set: this model has a cycle, so give steps= to the constructor or to forward")
+            return self.steps
+        return self._check_steps(steps)
+
+    def _batch_like(self, state: State) -> Tensor:
+        for x in state:
+            if x is not None:
+                return x
+        raise ValueError("every slot of the state is None: give at least one slot so the batch shape is known")
+
+    def _step(self, state: State, active=None, context=None) -> State:
+        context = context or {}
+        lin = self._fused(state, self.backend) if self._fused.entries else [None] * self.n
+        like = self._batch_like(state)
+        batch = like.shape[:-1]
+        new = list(state)
+        for i, cols in self._rows.items():
+            if active is not None and i not in active:
+                continue
+            acc = lin[i]
+            for j in cols:
+                x = state[j]
+                if x is None:
+                    continue
+                blk = self.blocks[f"{i}_{j}"]
+                if isinstance(blk, LinearBlock):
+                    continue  # already in lin[i]
+                if isinstance(blk, Identity):
+                    y = x
+                elif isinstance(blk, (ContextModule, Sequential2D)):
+                    y = blk(x, **context)
+                else:
+                    y = blk(x)
+                acc = y if acc is None else acc + y
+            key = str(i)
+            if key in self.biases:
+                acc = self.biases[key] if acc is None else acc + self.biases[key]
+            shape = (*batch, self.sizes[i])
+            if acc is None:
+                acc = like.new_zeros(shape)
+            elif acc.shape != shape:
+                acc = acc.expand(shape)
+            new[i] = self.acts[i](acc)
+        return new
+
+    def step(self, state, **context) -> State:
+        """One Jacobi update of every non-held slot."""
+        return self._step(self.check_state(state), context=context)
+
+    def forward(self, state, steps: int | None = None, **context):
+        if isinstance(state, Tensor):
+            return self._forward_tensor(state, steps, context)
+        state = self.check_state(state)
+        for _ in range(self._resolve_steps(steps)):
+            state = self._step(state, context=context)
+        return state
+
+    def split_inputs(self, x: Tensor) -> State:
+        """A state with ``x`` (*batch, in_features) split over the input slots, others None."""
+        if x.dim() == 0 or x.shape[-1] != self.in_features:
+            raise RuntimeError(
+                f"expected input of shape (*batch, {self.in_features}) (input slots {list(self.inputs)} "
+                f"of sizes {[self.sizes[i] for i in self.inputs]}), got {tuple(x.shape)}"
+            )
+        state: State = [None] * self.n
+        parts = x.split([self.sizes[i] for i in self.inputs], dim=-1) if len(self.inputs) > 1 else (x,)
+        for i, p in zip(self.inputs, parts):
+            state[i] = p
+        return state
+
+    def join_outputs(self, state: State) -> Tensor:
+        like = self._batch_like(state)
+        outs = [state[i] if state[i] is not None else like.new_zeros((*like.shape[:-1], self.sizes[i])) for i in self.outputs]
+        return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
+
+    def _forward_tensor(self, x: Tensor, steps, context) -> Tensor:
+        state = self.forward(self.split_inputs(x), steps, **context)
+        return self.join_outputs(state)
+
+    # ------------------------------------------------------------------ sequence mode
+    def delays(self) -> tuple[int, ...]:
+        """Pipeline delay of every slot: (shortest number of blocks from an input slot) - 1,
+        0 for input slots and for slots no input reaches."""
+        n = self.n
+        dist = [None] * n
+        succ: list[list[int]] = [[] for _ in range(n)]
+        for i, j in self._positions:
+            succ[j].append(i)
+        queue = deque()
+        for i in self.inputs:
+            dist[i] = 0
+            queue.append(i)
+        while queue:
+            j = queue.popleft()
+            for i in succ[j]:
+                if dist[i] is None:
+                    dist[i] = dist[j] + 1
+                    queue.append(i)
+        return tuple(0 if (d is None or i in self.inputs) else d - 1 for i, d in enumerate(dist))
+
+    def sequence(self, xs: Tensor, state=None, *, pipeline: bool = True, **context) -> tuple[Tensor, State]:
+        r"""Sequence mode: refill the input slots with ``xs[t]`` before each step; read the outputs.
+
+        Args:
+            xs: ``(T, *batch, in_features)``, time first.
+            state: optional initial state (list of n; input slots are ignored, missing = zero).
+            pipeline: align outputs with inputs across depth (default). A slot at
+                delay ``d`` (see :meth:`delays`) sees the wave of input ``t`` at step ``t + d``,
+                so it is updated only in steps ``d <= s < T + d`` and held otherwise.
+                With ``pipeline=False`` every slot is updated every step and outputs are
+                read after each of the T steps (delay 0 everywhere).
+
+        Returns:
+            ``(ys, state)``: ys ``(T, *batch, out_features)`` with ``ys[t]`` the output for
+            input ``t``, and the final state (each slot after its last update).
+
+        Equivalent to the following (``d`` = delays, all zero when ``pipeline=False``)::
+
+            D = max(d[i] for non-held slots i)
+            for s in range(T + D):
+                if s < T:
+                    x[inputs] = xs[s]
+                x = step(x, only slots i with d[i] <= s < T + d[i])
+                for o in outputs:
+                    if d[o] <= s < T + d[o]:
+                        ys[s - d[o]][o] = x[o]
+        """
+        if not isinstance(xs, Tensor):
+            raise TypeError(f"xs must be a tensor of shape (T, *batch, {self.in_features}), got {type(xs).__name__}")
+        if xs.dim() < 2 or xs.shape[-1] != self.in_features:
+            raise RuntimeError(f"xs must have shape (T, *batch, {self.in_features}), got {tuple(xs.shape)}")
+        T = xs.shape[0]
+        if state is None:
+            state = [None] * self.n
+        state = self.check_state(list(state))
+        d = self.delays() if pipeline else (0,) * self.n
+        D = max((d[i] for i in self._rows), default=0)
+        ys: list[list[Tensor | None]] = [[None] * len(self.outputs) for _ in range(T)]
+        for s in range(T + D):
+            if s < T:
+                parts = self.split_inputs(xs[s])
+                for i in self.inputs:
+                    state[i] = parts[i]
+                if s == 0:
+                    state = self.check_state(state)
+            active = {i for i in self._rows if d[i] <= s < T + d[i]}
+            state = self._step(state, active=active, context=context)
+            for k, o in enumerate(self.outputs):
+                if d[o] <= s < T + d[o]:
+                    ys[s - d[o]][k] = state[o]
+        rows = [r[0] if len(r) == 1 else torch.cat(r, dim=-1) for r in ys]
+        return torch.stack(rows, dim=0), state

@@ -1,0 +1,202 @@
+"""Recurrent interfaces over a Sequential2D: ``RNN`` (called like ``nn.RNN``) and
+``TruncatedRNN`` (the feed-forward model that sees only the last k inputs)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from .blocks import LinearBlock
+from .core import Sequential2D
+
+__all__ = ["RNN", "TruncatedRNN", "truncated_rnn"]
+
+
+class RNN(nn.Module):
+    r"""An Elman RNN whose cell is a Sequential2D ``core`` (slots ``[x, h_1, ..., h_L]``).
+
+    Called exactly like ``nn.RNN``: ``output, h_n = rnn(input, hx=None)`` with
+    ``input`` of shape ``(L, N, H_in)`` (``(N, L, H_in)`` when ``batch_first``) or
+    unbatched ``(L, H_in)``, ``hx`` of shape ``(num_layers, N, H)`` or ``(num_layers, H)``.
+    ``output`` holds the last layer's state for every time step, ``h_n`` every layer's
+    final state. Internally this is :meth:`Sequential2D.sequence` with pipelining.
+    """
+
+    def __init__(self, core: Sequential2D, *, batch_first: bool = False, nonlinearity: str = "tanh") -> None:
+        super().__init__()
+        if not isinstance(core, Sequential2D):
+            raise TypeError(f"core must be a Sequential2D, got {type(core).__name__}")
+        self.core = core
+        self.batch_first = batch_first
+        self.nonlinearity = nonlinearity
+        self.input_size = core.sizes[core.inputs[0]]
+        self.hidden_size = core.sizes[core.outputs[0]]
+        self.num_layers = core.n - 1
+
+    def layer_blocks(self, layer: int) -> tuple[LinearBlock, LinearBlock]:
+        """(W_ih, W_hh) blocks of layer ``layer`` (1-based, as the slot index)."""
+        return self.core.block(layer, layer - 1), self.core.block(layer, layer)
+
+    def num_parameters(self) -> int:
+        return self.core.num_parameters()
+
+    def extra_repr(self) -> str:
+        s = f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}"
+        if self.nonlinearity != "tanh":
+            s += f", nonlinearity={self.nonlinearity!r}"
+        if self.batch_first:
+            s += ", batch_first=True"
+        return s
+
+    def forward(self, input: Tensor, hx: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        if not isinstance(input, Tensor):
+            raise TypeError(f"input must be a tensor, got {type(input).__name__}")
+        if input.dim() not in (2, 3):
+            raise RuntimeError(f"RNN: expected input of 2 (unbatched) or 3 dims, got shape {tuple(input.shape)}")
+        unbatched = input.dim() == 2
+        x = input.unsqueeze(1) if unbatched else (input.transpose(0, 1) if self.batch_first else input)  # (T, B, in)
+        L, B = self.num_layers, x.shape[1]
+        state: list[Tensor | None] = [None] * self.core.n
+        if hx is not None:
+            h = hx.unsqueeze(1) if unbatched else hx
+            if h.dim() != 3 or tuple(h.shape) != (L, B, self.hidden_size):
+                raise RuntimeError(
+                    f"RNN: expected hx of shape {(L, self.hidden_size) if unbatched else (L, B, self.hidden_size)}, "
+                    f"got {tuple(hx.shape)}"
+                )
+            for l in range(L):
+                state[l + 1] = h[l]
+        ys, state = self.core.sequence(x, state)  # ys: (T, B, H)
+        like = ys.new_zeros(B, self.hidden_size)
+        h_n = torch.stack([state[l + 1] if state[l + 1] is not None else like for l in range(L)], dim=0)
+        if unbatched:
+            return ys.squeeze(1), h_n.squeeze(1)
+        return (ys.transpose(0, 1) if self.batch_first else ys), h_n
+
+
+def _rnn_params(rnn) -> tuple[list[tuple[Tensor, Tensor, Tensor | None]], int, int, str, bool]:
+    """Per layer (W_ih, W_hh, bias) from an ``nn.RNN`` or a seq2d ``RNN``."""
+    if isinstance(rnn, RNN):
+        layers = []
+        for l in range(1, rnn.num_layers + 1):
+            wih, whh = rnn.layer_blocks(l)
+            layers.append((wih.effective_weight(), whh.effective_weight(), rnn.core.bias(l)))
+        return layers, rnn.input_size, rnn.hidden_size, rnn.nonlinearity, rnn.batch_first
+    if isinstance(rnn, nn.RNN):
+        if rnn.bidirectional:
+            raise ValueError("truncated_rnn: bidirectional RNNs are not supported")
+        layers = []
+        for l in range(rnn.num_layers):
+            b = None
+            if rnn.bias:
+                b = getattr(rnn, f"bias_ih_l{l}") + getattr(rnn, f"bias_hh_l{l}")
+            layers.append((getattr(rnn, f"weight_ih_l{l}"), getattr(rnn, f"weight_hh_l{l}"), b))
+        return layers, rnn.input_size, rnn.hidden_size, rnn.nonlinearity, rnn.batch_first
+    raise TypeError(f"truncated_rnn expects an nn.RNN or a seq2d.RNN, got {type(rnn).__name__}")
+
+
+def _truncated_core(blocks_ih, blocks_hh, biases, input_size, H, m, nonlinearity) -> Sequential2D:
+    """The depth ``m`` unrolled core with the given (tied) blocks and bias Parameters."""
+    L = len(blocks_ih)
+    sizes = [input_size] * m + [H] * (L * m)
+    hid = lambda l, t: m + l * m + t  # slot of layer l (0-based), position t (0-based)
+    grid = {}
+    for l in range(L):
+        for t in range(m):
+            src = t if l == 0 else hid(l - 1, t)
+            grid[(hid(l, t), src)] = blocks_ih[l]
+            if t > 0:
+                grid[(hid(l, t), hid(l, t - 1))] = blocks_hh[l]
+    bias = [None] * m + [biases[l] for l in range(L) for _ in range(m)]
+    acts = [None] * m + [nonlinearity] * (L * m)
+    return Sequential2D(sizes, grid, bias=bias, activations=acts, inputs=list(range(m)), outputs=[hid(L - 1, m - 1)])
+
+
+class TruncatedRNN(nn.Module):
+    r"""The k-truncation of an RNN: a feed-forward, acyclic, weight-tied Sequential2D.
+
+    ``core`` has input slots ``x_1 .. x_k`` (oldest first) and, per layer, hidden slots
+    ``h_1 .. h_k``; ``F[h_t][x_t] = W_ih`` and ``F[h_t][h_{t-1}] = W_hh`` are the *same*
+    LinearBlock objects at every position (tied), with one shared bias per layer. There is
+    no ``W_hh`` into ``h_1``: the window starts from a zero state. ``core(window)`` with a
+    window ``(*batch, k * input_size)`` gives ``h_k`` after ``depth = k + L - 1`` steps.
+
+    ``forward(input)`` applies it at every position of a sequence (``nn.RNN`` layout):
+    ``output[t]`` is the RNN run from a zero state over ``x_{max(0, t-k+1)} .. x_t``
+    (positions ``t < k - 1`` use the shorter unrolling, with the same tied blocks).
+    """
+
+    def __init__(self, blocks_ih, blocks_hh, biases, input_size: int, hidden_size: int, k: int,
+                 nonlinearity: str = "tanh", batch_first: bool = False) -> None:
+        super().__init__()
+        self.k = k
+        self.input_size = input_size
+        self.hidden_size = hidden_size
+        self.num_layers = len(blocks_ih)
+        self.nonlinearity = nonlinearity
+        self.batch_first = batch_first
+        self.core = _truncated_core(blocks_ih, blocks_hh, biases, input_size, hidden_size, k, nonlinearity)
+        # Shorter unrollings for the first k-1 positions share every block and bias of
+        # `core`; kept out of the module tree so parameters are registered once.
+        self._prefix: dict[int, Sequential2D] = {}
+
+    def _prefix_core(self, m: int) -> Sequential2D:
+        if m == self.k:
+            return self.core
+        if m not in self._prefix:
+            L = self.num_layers
+            hid = lambda l, t: self.k + l * self.k + t
+            ih = [self.core.block(hid(l, 0), 0 if l == 0 else hid(l - 1, 0)) for l in range(L)]
+            hh = [self.core.block(hid(l, 1), hid(l, 0)) if self.k > 1 else None for l in range(L)]
+            b = [self.core.bias(hid(l, 0)) for l in range(L)]
+            self._prefix[m] = _truncated_core(ih, hh, b, self.input_size, self.hidden_size, m, self.nonlinearity)
+        return self._prefix[m]
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_prefix"] = {}  # rebuilt on demand; keeps pickles small and ties intact
+        return state
+
+    def num_parameters(self) -> int:
+        return self.core.num_parameters()
+
+    def extra_repr(self) -> str:
+        return f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}, k={self.k}"
+
+    def forward(self, input: Tensor) -> Tensor:
+        if not isinstance(input, Tensor) or input.dim() not in (2, 3):
+            raise RuntimeError(f"TruncatedRNN: expected input of 2 (unbatched) or 3 dims, got {getattr(input, 'shape', type(input))}")
+        unbatched = input.dim() == 2
+        x = input.unsqueeze(1) if unbatched else (input.transpose(0, 1) if self.batch_first else input)  # (T, B, in)
+        T, k = x.shape[0], self.k
+        outs = []
+        for t in range(min(k - 1, T)):  # short prefixes, each its own (shallower) unrolling
+            win = x[: t + 1].permute(1, 0, 2).reshape(x.shape[1], -1)  # (B, (t+1)*in), oldest first
+            outs.append(self._prefix_core(t + 1)(win).unsqueeze(0))
+        if T >= k:
+            win = x.unfold(0, k, 1)  # (T-k+1, B, in, k)
+            win = win.permute(0, 1, 3, 2).reshape(T - k + 1, x.shape[1], k * self.input_size)
+            outs.append(self.core(win))  # every full window in one batch
+        y = torch.cat(outs, dim=0)  # (T, B, H)
+        if unbatched:
+            return y.squeeze(1)
+        return y.transpose(0, 1) if self.batch_first else y
+
+
+def truncated_rnn(rnn, k: int) -> TruncatedRNN:
+    """The k-truncated, feed-forward, weight-tied Sequential2D of ``rnn`` (``nn.RNN`` or
+    ``seq2d.RNN``), with weights copied. See :class:`TruncatedRNN`."""
+    if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
+        raise ValueError(f"truncated_rnn: k must be a positive int, got {k!r}")
+    layers, input_size, H, nonlinearity, batch_first = _rnn_params(rnn)
+    blocks_ih, blocks_hh, biases = [], [], []
+    with torch.no_grad():
+        for wih, whh, b in layers:
+            bih = LinearBlock(wih.shape[1], H, device=wih.device, dtype=wih.dtype)
+            bih.weight.copy_(wih)
+            bhh = LinearBlock(H, H, device=whh.device, dtype=whh.dtype)
+            bhh.weight.copy_(whh)
+            blocks_ih.append(bih)
+            blocks_hh.append(bhh)
+            biases.append(None if b is None else nn.Parameter(b.detach().clone()))
+    return TruncatedRNN(blocks_ih, blocks_hh, biases, input_size, H, k, nonlinearity, batch_first)
