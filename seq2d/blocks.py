@@ -92,8 +92,6 @@ class LinearBlock(nn.Module):
             if mask.dtype != torch.bool:
                 raise TypeError(f"{what}: mask must have dtype torch.bool, got {mask.dtype}")
             mask = mask.to(device=device)
-            if bool(mask.all()):
-                mask = None  # all trainable: store nothing
         if frozen is not None:
             _check_matrix("frozen", frozen, shape, what)
             if mask is None:
@@ -104,6 +102,8 @@ class LinearBlock(nn.Module):
             frozen = frozen.to(**{k: v for k, v in factory_kwargs.items() if v is not None})
             if bool((frozen[mask] != 0).any()):
                 raise ValueError(f"{what}: frozen must be zero wherever mask is True (those entries are trainable)")
+        if mask is not None and bool(mask.all()):
+            mask = frozen = None  # all trainable (frozen is then all zero): store nothing
         self.weight = nn.Parameter(torch.empty(shape, **factory_kwargs))
         self.register_buffer("mask", mask)
         self.register_buffer("frozen", None if frozen is None else frozen.to(self.weight.dtype))
