@@ -36,9 +36,9 @@ def main(argv=None) -> int:
         rows.append(row)
     print(f"max abs error vs torch.nn (outputs and gradients), worst of {seeds} seed(s); "
           f"torch {torch.__version__}, {platform.processor() or platform.machine()}")
-    print(f"{'case':<36}{'float32':>12}{'float64':>12}")
+    print(f"{'case':<46}{'float32':>12}{'float64':>12}")
     for r in rows:
-        print(f"{r['case']:<36}{r['f32']:>12.2e}{r['f64']:>12.2e}")
+        print(f"{r['case']:<46}{r['f32']:>12.2e}{r['f64']:>12.2e}")
     print(f"tolerance: float32 {TOLERANCE[torch.float32]:.0e}, float64 {TOLERANCE[torch.float64]:.0e}: {'all within' if ok else 'EXCEEDED'}")
     if args.json:
         with open(args.json, "w") as f:

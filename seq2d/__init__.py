@@ -12,11 +12,22 @@ from .core import Sequential2D, block_kind
 from .fused import available_backends, register_backend
 from .recurrent import RNN, TruncatedRNN, truncated_rnn
 from .registry import create_model, list_models, register_model
+from .spec import from_spec, load_spec, save_spec, to_spec
+from .transformer import AttentionCore, TransformerEncoder, TransformerEncoderLayer, transformer_encoder, transformer_layer
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ACTIVATIONS",
+    "AttentionCore",
+    "TransformerEncoder",
+    "TransformerEncoderLayer",
+    "from_spec",
+    "load_spec",
+    "save_spec",
+    "to_spec",
+    "transformer_encoder",
+    "transformer_layer",
     "ContextModule",
     "Identity",
     "LinearBlock",

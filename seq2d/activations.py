@@ -68,7 +68,8 @@ def activation_name(module: nn.Module) -> str | None:
         return "gelu" if module.approximate == "none" else "gelu_tanh"
     if isinstance(module, nn.LayerNorm):
         # Only the default LayerNorm over the last dim round-trips through a name.
-        if len(module.normalized_shape) == 1 and module.elementwise_affine and abs(module.eps - 1e-5) < 1e-12:
+        if (len(module.normalized_shape) == 1 and module.elementwise_affine and module.bias is not None
+                and abs(module.eps - 1e-5) < 1e-12):
             return "layernorm"
         return None
     for cls, name in _NAMES:

@@ -91,7 +91,7 @@ class LinearBlock(nn.Module):
             _check_matrix("mask", mask, shape, what)
             if mask.dtype != torch.bool:
                 raise TypeError(f"{what}: mask must have dtype torch.bool, got {mask.dtype}")
-            mask = mask.to(device=device)
+            mask = mask.to(device=device).clone()  # own copy: later edits to the caller's tensor can't leak in
         if frozen is not None:
             _check_matrix("frozen", frozen, shape, what)
             if mask is None:
@@ -99,7 +99,7 @@ class LinearBlock(nn.Module):
                     f"{what}: frozen values need a mask saying which entries are trainable "
                     "(frozen entries are those where mask is False)"
                 )
-            frozen = frozen.to(**{k: v for k, v in factory_kwargs.items() if v is not None})
+            frozen = frozen.to(**{k: v for k, v in factory_kwargs.items() if v is not None}).clone()
             if bool((frozen[mask] != 0).any()):
                 raise ValueError(f"{what}: frozen must be zero wherever mask is True (those entries are trainable)")
         if mask is not None and bool(mask.all()):
@@ -109,9 +109,9 @@ class LinearBlock(nn.Module):
         self.register_buffer("frozen", None if frozen is None else frozen.to(self.weight.dtype))
         self.reset_parameters()
 
-    def reset_parameters(self) -> None:
+    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
         """``nn.Linear``'s default init (U(-1/sqrt(in), 1/sqrt(in))), then masked entries zeroed."""
-        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5), generator=generator)
         self.apply_mask_()
 
     @torch.no_grad()

@@ -47,14 +47,14 @@ def _cmd_equivalence(args) -> int:
     import torch
 
     worst_all = True
-    print(f"{'case':<36}{'float32':>12}{'float64':>12}")
+    print(f"{'case':<46}{'float32':>12}{'float64':>12}")
     for case in CASES:
         errs = []
         for dtype in (torch.float32, torch.float64):
             e = max(max(compare(case, dtype, s).values()) for s in range(args.seeds))
             worst_all &= e <= TOLERANCE[dtype]
             errs.append(e)
-        print(f"{case.name:<36}{errs[0]:>12.2e}{errs[1]:>12.2e}")
+        print(f"{case.name:<46}{errs[0]:>12.2e}{errs[1]:>12.2e}")
     return 0 if worst_all else 1
 
 

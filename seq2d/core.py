@@ -174,7 +174,8 @@ class Sequential2D(nn.Module):
         items: list[tuple[tuple[int, int], object]] = []
         if isinstance(blocks, Mapping):
             for key, blk in blocks.items():
-                if not (isinstance(key, tuple) and len(key) == 2 and all(isinstance(k, int) for k in key)):
+                if not (isinstance(key, tuple) and len(key) == 2
+                        and all(isinstance(k, int) and not isinstance(k, bool) for k in key)):
                     raise TypeError(f"block keys must be (row, col) int pairs, got {key!r}")
                 i, j = key
                 if not (-n <= i < n and -n <= j < n):
@@ -291,13 +292,30 @@ class Sequential2D(nn.Module):
         return params
 
     @torch.no_grad()
-    def reset_bias_parameters(self) -> None:
+    def reset_bias_parameters(self, generator: torch.Generator | None = None) -> None:
         """Biases created here start U(-1/sqrt(f), 1/sqrt(f)), f = the row's input width
         (sum of the sizes of the slots its blocks read), as ``nn.Linear`` does."""
-        for i in self._fresh_bias:
+        for i in sorted(self._fresh_bias):
             fan_in = sum(self.sizes[j] for j in self._rows.get(i, []))
             bound = 1.0 / math.sqrt(max(fan_in, 1))
-            self.biases[str(i)].uniform_(-bound, bound)
+            self.biases[str(i)].uniform_(-bound, bound, generator=generator)
+
+    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
+        """The one entry point for (re)initialisation: every LinearBlock (``nn.Linear``'s
+        default, masked), every bias this model created, and every activation or module
+        block that has its own ``reset_parameters`` (LayerNorm: ones/zeros)."""
+        seen: set[int] = set()
+        for m in self.modules():
+            if m is self or id(m) in seen:
+                continue
+            seen.add(id(m))
+            if isinstance(m, LinearBlock):
+                m.reset_parameters(generator=generator)
+            elif isinstance(m, Sequential2D):
+                m.reset_parameters(generator=generator)
+            elif hasattr(m, "reset_parameters"):
+                m.reset_parameters()
+        self.reset_bias_parameters(generator=generator)
 
     def _compute_depth(self) -> int | None:
         """Longest path (in blocks) from the held slots, or None when the graph has a cycle."""
@@ -380,6 +398,12 @@ class Sequential2D(nn.Module):
                 if p.requires_grad:
                     total += p.numel()
         return total
+
+    def to_spec(self, *, weights: bool = False) -> dict:
+        """The declarative spec of this (linear-block) model; see :func:`seq2d.spec.to_spec`."""
+        from .spec import to_spec
+
+        return to_spec(self, weights=weights)
 
     def grid(self) -> str:
         """The block grid as text. Legend: ``.`` absent, ``I`` identity, ``W`` dense linear,

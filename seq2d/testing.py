@@ -243,6 +243,36 @@ class _MaskedDenseIteration(nn.Module):
         return state[..., self.off[self.n - 1] :]
 
 
+def _transformer_case(norm_first: bool, activation: str, masked: bool, layers: int = 1, final_norm: bool = False):
+    def build(dtype, seed):
+        d, h, dff, T, B = 8, 2, 16, 5, 3
+        layer = nn.TransformerEncoderLayer(d, h, dff, dropout=0.0, activation=activation, batch_first=True,
+                                           norm_first=norm_first, dtype=dtype)
+        if layers == 1:
+            ref = layer
+        else:
+            norm = nn.LayerNorm(d, dtype=dtype) if final_norm else None
+            ref = nn.TransformerEncoder(layer, layers, norm=norm, enable_nested_tensor=False)
+        with torch.no_grad():  # move LayerNorms off ones/zeros so their gradients are tested
+            for name, p in ref.named_parameters():
+                if "norm" in name:
+                    p.add_(0.1 * torch.randn_like(p))
+        ref.eval()
+        ours = from_torch(ref)
+        named = ours.torch_named_parameters()
+        pairs = [(named[n], p) for n, p in ref.named_parameters()]
+        kw = {}
+        if masked:
+            mask = nn.Transformer.generate_square_subsequent_mask(T, dtype=dtype)
+            kw = {"src_mask" if layers == 1 else "mask": mask}
+        return Built(ours, ref, pairs, [torch.randn(B, T, d, dtype=dtype)], kw)
+
+    parts = ([] if layers == 1 else [f"L={layers}"] + (["norm"] if final_norm else []))
+    parts += ["pre-norm" if norm_first else "post-norm", activation] + (["causal"] if masked else [])
+    name = "transformer_layer" if layers == 1 else "transformer_encoder"
+    return EquivCase(f"{name}[{','.join(parts)}]", build)
+
+
 CASES: list[EquivCase] = [
     _mlp_case("relu", True),
     _mlp_case("tanh", False),
@@ -258,6 +288,11 @@ CASES: list[EquivCase] = [
     _truncated_case(2, 3),
     EquivCase("from_mask[block]", lambda dtype, seed: _from_mask_build(False, dtype, seed)),
     EquivCase("from_mask[element]", lambda dtype, seed: _from_mask_build(True, dtype, seed)),
+    _transformer_case(False, "relu", False),
+    _transformer_case(True, "gelu", True),
+    _transformer_case(False, "gelu", True),
+    _transformer_case(True, "relu", False, layers=2, final_norm=True),
+    _transformer_case(False, "relu", True, layers=3),
 ]
 
 

@@ -1,0 +1,641 @@
+r"""The transformer encoder as one Sequential2D, equal to ``nn.TransformerEncoderLayer``.
+
+A post-norm layer (``norm_first=False``) is the 6-slot grid below (rows = outputs,
+columns = inputs; ``W`` a :class:`~seq2d.LinearBlock`, ``I`` an identity block,
+``M`` the :class:`AttentionCore`, the only module block)::
+
+    slot  size      0    1    2    3    4    activation     bias
+     0 x  d         .    .    .    .    .    (held input)
+     1 qkv 3d       W    .    .    .    .    identity       in_proj_bias
+     2 attn d       .    M    .    .    .    identity       -
+     3 h  d         I    .    W    .    .    LayerNorm1     out_proj.bias
+     4 f  dff       .    .    .    W    .    relu / gelu    linear1.bias
+     5 y  d         .    .    .    I    W    LayerNorm2     linear2.bias
+
+i.e. ``h = LN1(x + W_o attn + b_o)``, ``f = act(W_1 h + b_1)``, ``y = LN2(h + W_2 f + b_2)``.
+A pre-norm layer (``norm_first=True``) has 8 slots: ``x, n1 = LN1(x), qkv = W_in n1 + b_in,
+attn, h = x + W_o attn + b_o, n2 = LN2(h), f = act(W_1 n2 + b_1), y = h + W_2 f + b_2``
+(``n1``/``n2`` are an identity block with a LayerNorm slot activation and no bias).
+
+The graph is acyclic, so ``steps`` = depth (5 or 7) Jacobi steps give the exact
+output. An encoder of ``L`` layers is ONE Sequential2D with the layers' slots stacked
+(layer ``l``'s output slot is layer ``l+1``'s input slot), iterated ``L * depth``
+steps (+1 for the optional final LayerNorm slot). The masks are call-time context
+(``**context`` of ``Sequential2D.forward``) given to every :class:`AttentionCore`.
+
+Dropout is not modelled: the wrappers equal the torch modules in eval mode (or with
+``dropout=0``). Inputs are batch first: ``(*batch, T, d_model)``.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .blocks import ContextModule, LinearBlock
+from .core import Sequential2D
+from .registry import register_model
+
+__all__ = [
+    "AttentionCore",
+    "TransformerEncoderLayer",
+    "TransformerEncoder",
+    "transformer_layer",
+    "transformer_encoder",
+    "layer_from_torch",
+    "encoder_from_torch",
+]
+
+
+def _check_heads(d_model, nhead, what: str) -> None:
+    for name, v in (("d_model", d_model), ("nhead", nhead)):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"{what}: {name} must be a positive int, got {type(v).__name__} {v!r}")
+        if v <= 0:
+            raise ValueError(f"{what}: {name} must be a positive int, got {v}")
+    if d_model % nhead != 0:
+        raise ValueError(f"{what}: d_model ({d_model}) must be divisible by nhead ({nhead})")
+
+
+def _additive_mask(mask, name: str, dtype: torch.dtype) -> Tensor:
+    """A float mask added to the scores: bool True (= not allowed) -> -inf, float as is."""
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor (bool or floating point), got {type(mask).__name__}")
+    if mask.dtype == torch.bool:
+        # nn.Transformer convention: True = NOT allowed (SDPA's bool convention is the opposite).
+        return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(mask, float("-inf"))
+    if mask.is_floating_point():
+        return mask.to(dtype)
+    raise TypeError(f"{name} must have dtype torch.bool or a floating-point dtype, got {mask.dtype}")
+
+
+class AttentionCore(ContextModule):
+    r"""Multi-head scaled dot-product attention without parameters, as a module block.
+
+    Input: one slot holding ``[q | k | v]`` concatenated, ``(*batch, T, 3 * d_model)``
+    (batch first, as the output of ``MultiheadAttention``'s packed in-projection).
+    Output: ``(*batch, T, d_model)``, the heads concatenated::
+
+        q, k, v = x.split(d_model, -1)                    # each (*batch, T, d_model)
+        head_h = softmax(q_h k_h^T / sqrt(d_head) + mask) v_h   # d_head = d_model / nhead
+        out = cat(head_0, ..., head_{nhead-1}, -1)
+
+    Context keywords (from ``Sequential2D.forward(..., **context)``; other keys are
+    ignored, since they may be meant for other blocks):
+
+    * ``src_mask`` (alias ``mask``): ``(T, T)`` or ``(B * nhead, T, T)`` with
+      ``B = prod(batch)``; bool (True = NOT allowed, the ``nn.Transformer`` convention)
+      or float (added to the scores).
+    * ``src_key_padding_mask``: ``(*batch, T)``; bool (True = padding, ignored as a key)
+      or float (added).
+    * ``is_causal``: when True and no ``src_mask`` is given, a causal mask is used. When a
+      mask is given it is used as is (``is_causal`` is then only a hint, as in torch).
+
+    A query whose keys are all masked gets whatever ``scaled_dot_product_attention`` gives
+    (zeros with torch 2.5+), exactly as in ``nn.MultiheadAttention``, which calls it too.
+    """
+
+    def __init__(self, d_model: int, nhead: int) -> None:
+        super().__init__()
+        _check_heads(d_model, nhead, "AttentionCore")
+        self.d_model = d_model
+        self.nhead = nhead
+        self.head_dim = d_model // nhead
+        self.in_features = 3 * d_model
+        self.out_features = d_model
+
+    def forward(
+        self,
+        x: Tensor,
+        src_mask: Tensor | None = None,
+        src_key_padding_mask: Tensor | None = None,
+        is_causal: bool | None = False,
+        mask: Tensor | None = None,
+        **context,
+    ) -> Tensor:
+        if x.dim() < 2 or x.shape[-1] != self.in_features:
+            raise RuntimeError(
+                f"AttentionCore expects input of shape (*batch, T, {self.in_features}) "
+                f"(q, k, v of d_model={self.d_model} concatenated), got {tuple(x.shape)}"
+            )
+        if src_mask is not None and mask is not None:
+            raise ValueError("AttentionCore: give the attention mask as src_mask or as mask, not both")
+        attn_mask = src_mask if src_mask is not None else mask
+        batch, T = x.shape[:-2], x.shape[-2]
+        B = math.prod(batch)
+        h, dh = self.nhead, self.head_dim
+        # (B, T, 3, h, dh) -> (3, B, h, T, dh): [q | k | v], each split into heads, as torch does
+        q, k, v = x.reshape(B, T, 3, h, dh).permute(2, 0, 3, 1, 4).unbind(0)
+
+        bias = None  # additive, broadcastable to (B, h, T, T)
+        if attn_mask is not None:
+            bias = _additive_mask(attn_mask, "src_mask", x.dtype)
+            if bias.shape == (T, T):
+                bias = bias.view(1, 1, T, T)
+            elif bias.shape == (B * h, T, T):
+                bias = bias.view(B, h, T, T)
+            else:
+                raise RuntimeError(
+                    f"src_mask must have shape ({T}, {T}) or (batch * nhead, T, T) = ({B * h}, {T}, {T}), "
+                    f"got {tuple(attn_mask.shape)}"
+                )
+        causal = bool(is_causal) and attn_mask is None
+        if src_key_padding_mask is not None:
+            kpm = _additive_mask(src_key_padding_mask, "src_key_padding_mask", x.dtype)
+            if kpm.shape != x.shape[:-1]:
+                raise RuntimeError(
+                    f"src_key_padding_mask must have shape (*batch, T) = {tuple(x.shape[:-1])}, "
+                    f"got {tuple(src_key_padding_mask.shape)}"
+                )
+            kpm = kpm.reshape(B, 1, 1, T)
+            if causal:  # SDPA takes a mask or is_causal, not both: build the causal mask
+                bias = torch.full((T, T), float("-inf"), dtype=x.dtype, device=x.device).triu_(1).view(1, 1, T, T)
+                causal = False
+            bias = kpm if bias is None else bias + kpm
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=causal)  # (B, h, T, dh)
+        return out.transpose(1, 2).reshape(*batch, T, self.d_model)
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, nhead={self.nhead}"
+
+
+# ---------------------------------------------------------------------------- activation
+_ACT_CALLABLES: dict[Callable, str] = {F.relu: "relu", torch.relu: "relu", F.gelu: "gelu"}
+
+
+def _feedforward_activation(activation, what: str):
+    """The slot activation of the feed-forward slot: a name or an nn.Module."""
+    if isinstance(activation, str):
+        if activation not in ("relu", "gelu"):
+            raise ValueError(f"{what}: unknown activation {activation!r}. Select from 'relu', 'gelu', or pass an nn.Module")
+        return activation
+    if isinstance(activation, nn.Module):
+        return activation  # applied elementwise after the row sum, as torch applies it after linear1
+    if callable(activation):
+        try:
+            return _ACT_CALLABLES[activation]
+        except (KeyError, TypeError):
+            pass
+        raise ValueError(
+            f"{what}: unsupported activation callable {getattr(activation, '__name__', activation)!r}. "
+            "Pass 'relu', 'gelu', F.relu, F.gelu, or an nn.Module (e.g. nn.SiLU())"
+        )
+    raise TypeError(f"{what}: activation must be a str, a callable or an nn.Module, got {type(activation).__name__}")
+
+
+def _check_config(d_model, nhead, dim_feedforward, layer_norm_eps, what) -> None:
+    _check_heads(d_model, nhead, what)
+    if isinstance(dim_feedforward, bool) or not isinstance(dim_feedforward, int) or dim_feedforward <= 0:
+        raise ValueError(f"{what}: dim_feedforward must be a positive int, got {dim_feedforward!r}")
+    if isinstance(layer_norm_eps, bool) or not isinstance(layer_norm_eps, (int, float)) or not layer_norm_eps > 0:
+        raise ValueError(f"{what}: layer_norm_eps must be a positive float, got {layer_norm_eps!r}")
+
+
+# ---------------------------------------------------------------------------- grid building
+class _Grid:
+    """Accumulates slots (size, activation, bias) and blocks for one Sequential2D."""
+
+    def __init__(self, d_model: int, factory_kwargs: dict):
+        self.fk = factory_kwargs
+        self.sizes: list[int] = [d_model]
+        self.acts: list = [None]
+        self.bias: list = [False]
+        self.blocks: dict[tuple[int, int], object] = {}
+
+    def slot(self, size: int, act=None, bias: bool = False) -> int:
+        self.sizes.append(size)
+        self.acts.append(act)
+        self.bias.append(nn.Parameter(torch.empty(size, **self.fk)) if bias else False)
+        return len(self.sizes) - 1
+
+    def layer_norm(self, d: int, eps: float, bias: bool) -> nn.LayerNorm:
+        return nn.LayerNorm(d, eps=eps, bias=bias, **self.fk)
+
+    def add_layer(self, x: int, d: int, nhead: int, dff: int, act, norm_first: bool, eps: float, bias: bool) -> dict:
+        """Append one encoder layer reading slot ``x``; return its slot indices by name."""
+        lin = lambda i, o: LinearBlock(i, o, **self.fk)  # noqa: E731
+        s = {"x": x}
+        if norm_first:
+            s["n1"] = self.slot(d, self.layer_norm(d, eps, bias))
+            self.blocks[(s["n1"], x)] = "identity"
+            src = s["n1"]
+        else:
+            src = x
+        s["qkv"] = self.slot(3 * d, None, bias)
+        s["attn"] = self.slot(d)
+        s["h"] = self.slot(d, None if norm_first else self.layer_norm(d, eps, bias), bias)
+        self.blocks[(s["qkv"], src)] = lin(d, 3 * d)
+        self.blocks[(s["attn"], s["qkv"])] = AttentionCore(d, nhead)
+        self.blocks[(s["h"], x)] = "identity"
+        self.blocks[(s["h"], s["attn"])] = lin(d, d)
+        if norm_first:
+            s["n2"] = self.slot(d, self.layer_norm(d, eps, bias))
+            self.blocks[(s["n2"], s["h"])] = "identity"
+            src = s["n2"]
+        else:
+            src = s["h"]
+        s["f"] = self.slot(dff, act, bias)
+        s["y"] = self.slot(d, None if norm_first else self.layer_norm(d, eps, bias), bias)
+        self.blocks[(s["f"], src)] = lin(d, dff)
+        self.blocks[(s["y"], s["h"])] = "identity"
+        self.blocks[(s["y"], s["f"])] = lin(dff, d)
+        return s
+
+    def build(self, out: int) -> Sequential2D:
+        return Sequential2D(self.sizes, self.blocks, bias=self.bias, activations=self.acts,
+                            inputs=[0], outputs=[out], **self.fk)
+
+
+def _layer_param_map(core: Sequential2D, s: dict, prefix: str = "") -> dict[str, nn.Parameter]:
+    """torch parameter name -> our parameter, for one layer with slot indices ``s``."""
+    norm_first = "n1" in s
+    src_qkv = s["n1"] if norm_first else s["x"]
+    src_ff = s["n2"] if norm_first else s["h"]
+    ln1 = core.acts[s["n1"] if norm_first else s["h"]]
+    ln2 = core.acts[s["n2"] if norm_first else s["y"]]
+    m: dict[str, nn.Parameter] = {}
+
+    def put(name, p):
+        if p is not None:
+            m[prefix + name] = p
+
+    put("self_attn.in_proj_weight", core.block(s["qkv"], src_qkv).weight)
+    put("self_attn.in_proj_bias", core.bias(s["qkv"]))
+    put("self_attn.out_proj.weight", core.block(s["h"], s["attn"]).weight)
+    put("self_attn.out_proj.bias", core.bias(s["h"]))
+    put("linear1.weight", core.block(s["f"], src_ff).weight)
+    put("linear1.bias", core.bias(s["f"]))
+    put("linear2.weight", core.block(s["y"], s["f"]).weight)
+    put("linear2.bias", core.bias(s["y"]))
+    for name, p in ln1.named_parameters():
+        put(f"norm1.{name}", p)
+    for name, p in ln2.named_parameters():
+        put(f"norm2.{name}", p)
+    for name, p in core.acts[s["f"]].named_parameters():  # a module activation with parameters (PReLU)
+        put(f"activation.{name}", p)
+    return m
+
+
+@torch.no_grad()
+def _reset_like_torch(params: dict[str, nn.Parameter]) -> None:
+    """torch's initialisation: xavier in_proj, zero attention biases, nn.Linear defaults, LN (1, 0)."""
+    for name, p in params.items():
+        leaf = name.rsplit(".", 2)
+        key = ".".join(leaf[-2:]) if len(leaf) > 1 else name
+        if key.endswith("in_proj_weight"):
+            nn.init.xavier_uniform_(p)
+        elif key.endswith("in_proj_bias") or key == "out_proj.bias":
+            nn.init.zeros_(p)
+        elif key in ("out_proj.weight", "linear1.weight", "linear2.weight"):
+            nn.init.kaiming_uniform_(p, a=math.sqrt(5))
+        elif key in ("linear1.bias", "linear2.bias"):
+            w = params[name[: -len("bias")] + "weight"]
+            bound = 1.0 / math.sqrt(w.shape[1])
+            nn.init.uniform_(p, -bound, bound)
+        elif key.startswith("norm") and key.endswith(".weight"):
+            nn.init.ones_(p)
+        elif key.startswith("norm") and key.endswith(".bias"):
+            nn.init.zeros_(p)
+        # anything else (a module activation's parameters) keeps its own init
+
+
+def _layer_repr(d_model, nhead, dff, norm_first, act, eps, bias) -> str:
+    s = f"d_model={d_model}, nhead={nhead}, dim_feedforward={dff}"
+    if act != "relu":
+        s += f", activation={act!r}" if isinstance(act, str) else f", activation={type(act).__name__}"
+    if norm_first:
+        s += ", norm_first=True"
+    if eps != 1e-5:
+        s += f", layer_norm_eps={eps}"
+    if not bias:
+        s += ", bias=False"
+    return s
+
+
+# ---------------------------------------------------------------------------- wrappers
+class TransformerEncoderLayer(nn.Module):
+    r"""``nn.TransformerEncoderLayer(batch_first=True)`` (eval mode) as one Sequential2D.
+
+    The whole layer is ``self.core``, a :class:`~seq2d.Sequential2D` of 6 slots
+    (post-norm) or 8 slots (pre-norm) iterated ``depth`` (5 or 7) steps; see the module
+    docstring for the grid. ``self.slots`` maps slot names (``x, n1, qkv, attn, h, n2,
+    f, y``) to indices. Dropout is not modelled (equal to torch in eval mode).
+
+    Args:
+        d_model, nhead, dim_feedforward, activation, norm_first, layer_norm_eps, bias,
+        device, dtype: as for ``nn.TransformerEncoderLayer``. ``activation`` is
+        ``"relu"``, ``"gelu"``, ``F.relu``, ``F.gelu`` or an ``nn.Module``.
+
+    Shape:
+        src ``(*batch, T, d_model)`` -> ``(*batch, T, d_model)``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        nhead: int,
+        dim_feedforward: int = 2048,
+        activation: str | Callable[[Tensor], Tensor] | nn.Module = "relu",
+        norm_first: bool = False,
+        layer_norm_eps: float = 1e-5,
+        bias: bool = True,
+        *,
+        device=None,
+        dtype=None,
+    ) -> None:
+        factory_kwargs = {"device": device, "dtype": dtype}
+        super().__init__()
+        what = "TransformerEncoderLayer"
+        _check_config(d_model, nhead, dim_feedforward, layer_norm_eps, what)
+        act = _feedforward_activation(activation, what)
+        self.d_model, self.nhead, self.dim_feedforward = d_model, nhead, dim_feedforward
+        self.norm_first, self.layer_norm_eps, self.use_bias = bool(norm_first), float(layer_norm_eps), bool(bias)
+        self.batch_first = True
+        g = _Grid(d_model, factory_kwargs)
+        self.slots = g.add_layer(0, d_model, nhead, dim_feedforward, act, self.norm_first, self.layer_norm_eps, self.use_bias)
+        self.core = g.build(self.slots["y"])
+        self._repr = _layer_repr(d_model, nhead, dim_feedforward, self.norm_first, act, self.layer_norm_eps, self.use_bias)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """torch's initialisation (xavier in-projection, zero attention biases, nn.Linear defaults)."""
+        _reset_like_torch(self.torch_named_parameters())
+
+    def torch_named_parameters(self) -> dict[str, nn.Parameter]:
+        """``nn.TransformerEncoderLayer`` parameter name -> the parameter of ``self.core``."""
+        return _layer_param_map(self.core, self.slots)
+
+    @property
+    def steps(self) -> int:
+        return self.core.steps
+
+    @property
+    def activation(self) -> nn.Module:
+        """The feed-forward activation (the slot activation of ``f``)."""
+        return self.core.acts[self.slots["f"]]
+
+    def num_parameters(self) -> int:
+        return self.core.num_parameters()
+
+    def forward(
+        self,
+        src: Tensor,
+        src_mask: Tensor | None = None,
+        src_key_padding_mask: Tensor | None = None,
+        is_causal: bool = False,
+    ) -> Tensor:
+        _check_src(src, self.d_model)
+        return self.core(src, src_mask=src_mask, src_key_padding_mask=src_key_padding_mask, is_causal=is_causal)
+
+    def extra_repr(self) -> str:
+        return self._repr
+
+
+class TransformerEncoder(nn.Module):
+    r"""``nn.TransformerEncoder`` of ``num_layers`` layers (batch first, eval mode) as ONE Sequential2D.
+
+    ``self.core`` holds every layer's slots stacked: slot 0 is the input, layer ``l``'s
+    output slot is layer ``l + 1``'s input slot, and the optional final LayerNorm is one
+    more slot (identity block + LayerNorm activation). ``steps`` = ``num_layers * depth``
+    (+1 with the final norm). ``self.layer_slots[l]`` maps layer ``l``'s slot names to
+    indices; ``self.norm_slot`` is the final norm's slot or None.
+
+    Unlike ``nn.TransformerEncoder`` (which deep-copies one layer), the layers are
+    initialised independently.
+
+    Args:
+        d_model, nhead, num_layers, dim_feedforward, activation, norm_first,
+        layer_norm_eps, bias, device, dtype: as for the torch modules.
+        final_norm: add a final LayerNorm (torch's ``norm=nn.LayerNorm(d_model)``).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        nhead: int,
+        num_layers: int,
+        dim_feedforward: int = 2048,
+        activation: str | Callable[[Tensor], Tensor] | nn.Module = "relu",
+        norm_first: bool = False,
+        final_norm: bool = False,
+        layer_norm_eps: float = 1e-5,
+        bias: bool = True,
+        *,
+        device=None,
+        dtype=None,
+    ) -> None:
+        factory_kwargs = {"device": device, "dtype": dtype}
+        super().__init__()
+        what = "TransformerEncoder"
+        _check_config(d_model, nhead, dim_feedforward, layer_norm_eps, what)
+        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers <= 0:
+            raise ValueError(f"{what}: num_layers must be a positive int, got {num_layers!r}")
+        act = _feedforward_activation(activation, what)
+        self.d_model, self.nhead, self.num_layers, self.dim_feedforward = d_model, nhead, num_layers, dim_feedforward
+        self.norm_first, self.layer_norm_eps, self.use_bias = bool(norm_first), float(layer_norm_eps), bool(bias)
+        self.batch_first = True
+        g = _Grid(d_model, factory_kwargs)
+        self.layer_slots: list[dict] = []
+        x = 0
+        for l in range(num_layers):
+            a = act if isinstance(act, str) or l == 0 else copy.deepcopy(act)  # each layer its own module
+            s = g.add_layer(x, d_model, nhead, dim_feedforward, a, self.norm_first, self.layer_norm_eps, self.use_bias)
+            self.layer_slots.append(s)
+            x = s["y"]
+        self.norm_slot = None
+        if final_norm:
+            self.norm_slot = g.slot(d_model, g.layer_norm(d_model, self.layer_norm_eps, self.use_bias))
+            g.blocks[(self.norm_slot, x)] = "identity"
+            x = self.norm_slot
+        self.core = g.build(x)
+        self._repr = _layer_repr(d_model, nhead, dim_feedforward, self.norm_first, act, self.layer_norm_eps, self.use_bias)
+        self._repr = f"num_layers={num_layers}, " + self._repr + (", final_norm=True" if final_norm else "")
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        _reset_like_torch(self.torch_named_parameters())
+
+    def torch_named_parameters(self) -> dict[str, nn.Parameter]:
+        """``nn.TransformerEncoder`` parameter name (``layers.{l}.…``, ``norm.…``) -> our parameter."""
+        m: dict[str, nn.Parameter] = {}
+        for l, s in enumerate(self.layer_slots):
+            m.update(_layer_param_map(self.core, s, prefix=f"layers.{l}."))
+        if self.norm_slot is not None:
+            for name, p in self.core.acts[self.norm_slot].named_parameters():
+                m[f"norm.{name}"] = p
+        return m
+
+    @property
+    def steps(self) -> int:
+        return self.core.steps
+
+    def num_parameters(self) -> int:
+        return self.core.num_parameters()
+
+    def forward(
+        self,
+        src: Tensor,
+        mask: Tensor | None = None,
+        src_key_padding_mask: Tensor | None = None,
+        is_causal: bool | None = None,
+    ) -> Tensor:
+        # torch's is_causal=None means "detect whether mask is causal"; a given mask is used
+        # as is here, so detection is not needed: None acts as False.
+        _check_src(src, self.d_model)
+        return self.core(src, src_mask=mask, src_key_padding_mask=src_key_padding_mask, is_causal=bool(is_causal))
+
+    def extra_repr(self) -> str:
+        return self._repr
+
+
+def _check_src(src, d_model: int) -> None:
+    if not isinstance(src, Tensor):
+        raise TypeError(f"src must be a torch.Tensor of shape (*batch, T, {d_model}), got {type(src).__name__}")
+    if src.dim() < 2 or src.shape[-1] != d_model:
+        raise RuntimeError(f"src must have shape (*batch, T, {d_model}) (batch first), got {tuple(src.shape)}")
+
+
+# ---------------------------------------------------------------------------- constructors
+@register_model
+def transformer_layer(
+    d_model: int,
+    nhead: int,
+    dim_feedforward: int = 2048,
+    activation: str | Callable[[Tensor], Tensor] | nn.Module = "relu",
+    norm_first: bool = False,
+    layer_norm_eps: float = 1e-5,
+    bias: bool = True,
+    *,
+    device=None,
+    dtype=None,
+) -> TransformerEncoderLayer:
+    """A transformer encoder layer as one Sequential2D (see :class:`TransformerEncoderLayer`)."""
+    return TransformerEncoderLayer(d_model, nhead, dim_feedforward, activation, norm_first, layer_norm_eps, bias,
+                                   device=device, dtype=dtype)
+
+
+@register_model
+def transformer_encoder(
+    d_model: int,
+    nhead: int,
+    num_layers: int,
+    dim_feedforward: int = 2048,
+    activation: str | Callable[[Tensor], Tensor] | nn.Module = "relu",
+    norm_first: bool = False,
+    final_norm: bool = False,
+    layer_norm_eps: float = 1e-5,
+    bias: bool = True,
+    *,
+    device=None,
+    dtype=None,
+) -> TransformerEncoder:
+    """A stack of encoder layers as ONE Sequential2D (see :class:`TransformerEncoder`)."""
+    return TransformerEncoder(d_model, nhead, num_layers, dim_feedforward, activation, norm_first, final_norm,
+                              layer_norm_eps, bias, device=device, dtype=dtype)
+
+
+# ---------------------------------------------------------------------------- converters
+def _torch_layer_config(layer, what: str) -> dict:
+    if not isinstance(layer, nn.TransformerEncoderLayer):
+        raise TypeError(f"{what} expects an nn.TransformerEncoderLayer, got {type(layer).__name__}")
+    attn = layer.self_attn
+    if not attn.batch_first:
+        raise ValueError(
+            f"{what}: the layer has batch_first=False (inputs (T, B, d)); seq2d's transformer is batch first "
+            "((B, T, d), since T is a batch dim of the slots). Build the torch layer with batch_first=True"
+        )
+    for name in ("norm1", "norm2"):
+        ln = getattr(layer, name)
+        if not isinstance(ln, nn.LayerNorm) or tuple(ln.normalized_shape) != (attn.embed_dim,) or not ln.elementwise_affine:
+            raise ValueError(f"{what}: {name} must be an affine nn.LayerNorm({attn.embed_dim}), got {ln!r}")
+    if attn.add_zero_attn:
+        raise ValueError(f"{what}: self_attn has add_zero_attn=True, which is not supported")
+    act = layer.activation
+    return {
+        "d_model": attn.embed_dim,
+        "nhead": attn.num_heads,
+        "dim_feedforward": layer.linear1.out_features,
+        "activation": copy.deepcopy(act) if isinstance(act, nn.Module) else act,
+        "norm_first": bool(layer.norm_first),
+        "layer_norm_eps": layer.norm1.eps,
+        "bias": layer.linear1.bias is not None,
+    }
+
+
+@torch.no_grad()
+def _copy_params(ours: dict[str, nn.Parameter], src: nn.Module, what: str) -> None:
+    theirs = dict(src.named_parameters())
+    if set(ours) != set(theirs):
+        missing, extra = sorted(set(theirs) - set(ours)), sorted(set(ours) - set(theirs))
+        raise ValueError(
+            f"{what}: parameters do not correspond; the torch module has {missing or 'nothing'} not modelled "
+            f"here and lacks {extra or 'nothing'}"
+        )
+    for name, p in ours.items():
+        if p.shape != theirs[name].shape:
+            raise ValueError(f"{what}: {name} has shape {tuple(theirs[name].shape)}, expected {tuple(p.shape)}")
+        p.copy_(theirs[name])
+
+
+def _set_eps(core: Sequential2D, s: dict, layer: nn.TransformerEncoderLayer) -> None:
+    norm_first = "n1" in s
+    core.acts[s["n1"] if norm_first else s["h"]].eps = layer.norm1.eps
+    core.acts[s["n2"] if norm_first else s["y"]].eps = layer.norm2.eps
+
+
+def layer_from_torch(layer: nn.TransformerEncoderLayer) -> TransformerEncoderLayer:
+    """An equal :class:`TransformerEncoderLayer` with the weights of ``layer`` copied (new tensors).
+
+    ``layer`` must be batch first. The result equals ``layer`` in eval mode (dropout is not
+    modelled), on the same device and dtype.
+    """
+    what = "layer_from_torch"
+    cfg = _torch_layer_config(layer, what)
+    ref = layer.linear1.weight
+    ours = TransformerEncoderLayer(**cfg, device=ref.device, dtype=ref.dtype)
+    _copy_params(ours.torch_named_parameters(), layer, what)
+    _set_eps(ours.core, ours.slots, layer)
+    return ours
+
+
+def encoder_from_torch(enc: nn.TransformerEncoder) -> TransformerEncoder:
+    """An equal :class:`TransformerEncoder` (one Sequential2D) with the weights of ``enc`` copied.
+
+    Every layer must be batch first and share one configuration; ``enc.norm`` must be
+    None or an ``nn.LayerNorm(d_model)``. Equal to ``enc`` in eval mode.
+    """
+    what = "encoder_from_torch"
+    if not isinstance(enc, nn.TransformerEncoder):
+        raise TypeError(f"{what} expects an nn.TransformerEncoder, got {type(enc).__name__}")
+    cfgs = [_torch_layer_config(layer, f"{what} (layer {l})") for l, layer in enumerate(enc.layers)]
+    if not cfgs:
+        raise ValueError(f"{what}: the encoder has no layers")
+    cfg = cfgs[0]
+    key = lambda c: {k: (type(v) if isinstance(v, nn.Module) else v) for k, v in c.items() if k != "layer_norm_eps"}  # noqa: E731
+    for l, c in enumerate(cfgs[1:], 1):
+        if key(c) != key(cfg):
+            raise ValueError(f"{what}: layer {l} is configured as {key(c)}, but layer 0 as {key(cfg)}; all layers must match")
+    norm = enc.norm
+    if norm is not None and not (
+        isinstance(norm, nn.LayerNorm) and tuple(norm.normalized_shape) == (cfg["d_model"],) and norm.elementwise_affine
+    ):
+        raise ValueError(f"{what}: enc.norm must be None or an affine nn.LayerNorm({cfg['d_model']}), got {norm!r}")
+    if norm is not None and (norm.bias is not None) != cfg["bias"]:
+        raise ValueError(f"{what}: enc.norm has bias={norm.bias is not None} but the layers have bias={cfg['bias']}")
+    ref = enc.layers[0].linear1.weight
+    ours = TransformerEncoder(num_layers=len(cfgs), final_norm=norm is not None, **cfg, device=ref.device, dtype=ref.dtype)
+    # per-layer module activations (PReLU, ...) are copied from their own layer
+    for s, c in zip(ours.layer_slots, cfgs):
+        if isinstance(c["activation"], nn.Module):
+            ours.core.acts[s["f"]] = c["activation"]
+    _copy_params(ours.torch_named_parameters(), enc, what)
+    for s, layer in zip(ours.layer_slots, enc.layers):
+        _set_eps(ours.core, s, layer)
+    if norm is not None:
+        ours.core.acts[ours.norm_slot].eps = norm.eps
+    return ours
