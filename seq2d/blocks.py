@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["Identity", "LinearBlock", "ContextModule"]
+__all__ = ["Identity", "LinearLike", "LinearBlock", "ContextModule"]
 
 
 class Identity(nn.Module):
@@ -46,7 +46,14 @@ def _check_matrix(name: str, value, shape: tuple[int, int], what: str) -> Tensor
     return value
 
 
-class LinearBlock(nn.Module):
+class LinearLike(nn.Module):
+    """Base of linear blocks: ``in_features``, ``out_features``, ``effective_weight()``,
+    ``trainable_mask()``, ``num_trainable()``, ``mask``/``frozen`` (None when absent).
+    :class:`LinearBlock` owns a dense weight; ``seq2d.sparse.TiledBlock`` is a view of tiles
+    stored in a block-sparse engine."""
+
+
+class LinearBlock(LinearLike):
     r"""A linear block ``x -> x @ W.T`` from a slot of ``in_features`` to one of ``out_features``.
 
     ``W = frozen + weight * mask`` where

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from .activations import activation_name, is_identity, make_activation
-from .blocks import ContextModule, Identity, LinearBlock
+from .blocks import ContextModule, Identity, LinearBlock, LinearLike
 from .fused import FusedLinear, get_backend
 
 __all__ = ["Sequential2D", "block_kind"]
@@ -30,7 +30,7 @@ def block_kind(block: nn.Module | None) -> str:
         return "absent"
     if isinstance(block, Identity):
         return "identity"
-    if isinstance(block, LinearBlock):
+    if isinstance(block, LinearLike):
         return "linear"
     return "module"
 
@@ -148,14 +148,37 @@ class Sequential2D(nn.Module):
         self.biases = self._build_biases(bias, held, factory_kwargs)
         self.backend = backend
         get_backend(backend)  # reject unknown names now, not at the first forward
+        self.engine = self._find_engine()
         self._fused = FusedLinear(
-            self.sizes, [(i, j, self.blocks[f"{i}_{j}"]) for i, j in self._positions if block_kind(self.blocks[f"{i}_{j}"]) == "linear"]
+            self.sizes, [(i, j, blk) for i, j, kind, blk in self.positions() if isinstance(blk, LinearBlock)]
         )
+        self._lin_rows = sorted({i for i, j, kind, _ in self.positions() if kind == "linear"})
+        self._lin_cols = sorted({j for i, j, kind, _ in self.positions() if kind == "linear"})
         self.depth = self._compute_depth()
         if steps is None:
             steps = self.depth
         self.steps = None if steps is None else self._check_steps(steps)
         self.reset_bias_parameters()
+
+    def _find_engine(self):
+        """The block-sparse engine shared by TiledBlock views, or None (dense LinearBlocks)."""
+        views = [(i, j, b) for i, j, _, b in self.positions() if isinstance(b, LinearLike) and not isinstance(b, LinearBlock)]
+        if not views:
+            return None
+        engines = {id(b.engine): b.engine for _, _, b in views}
+        if len(engines) != 1:
+            raise ValueError(f"all tiled blocks of one Sequential2D must share one engine, got {len(engines)}")
+        eng = next(iter(engines.values()))
+        if tuple(eng.sizes) != self.sizes:
+            raise ValueError(f"the block-sparse engine was built for sizes {list(eng.sizes)}, not {list(self.sizes)}")
+        dense = [(i, j) for i, j, _, b in self.positions() if isinstance(b, LinearBlock)]
+        if dense:
+            raise ValueError(f"blocks {dense} are dense LinearBlocks in a model whose linear part is block-sparse; "
+                             "convert the whole model with to_blocksparse()")
+        placed = {(i, j) for i, j, _ in eng.placements}
+        if placed != {(i, j) for i, j, _ in views}:
+            raise ValueError("the grid's tiled blocks do not match the engine's placements")
+        return eng
 
     # ------------------------------------------------------------------ construction checks
     @staticmethod
@@ -380,8 +403,12 @@ class Sequential2D(nn.Module):
         (dense; for inspection and tests, never used by the forward pass)."""
         ref = next(self.parameters(), None)
         N = self.offsets[-1]
+        if self.engine is not None:
+            entries = [(i, j, blk) for i, j, kind, blk in self.positions() if kind == "linear"]
+            return FusedLinear(self.sizes, entries).dense_weight(range(self.n), range(self.n))
         if not self._fused.entries:
-            return torch.zeros(N, N, dtype=ref.dtype if ref is not None else None)
+            return torch.zeros(N, N, dtype=ref.dtype if ref is not None else None,
+                               device=ref.device if ref is not None else None)
         return self._fused.dense_weight(range(self.n), range(self.n))
 
     def num_parameters(self) -> int:
@@ -391,6 +418,9 @@ class Sequential2D(nn.Module):
         for m in self.modules():
             if isinstance(m, LinearBlock) and id(m.weight) not in seen:
                 seen.add(id(m.weight))
+                total += m.num_trainable()
+            elif type(m).__name__ == "BlockSparseLinear" and id(m.data) not in seen:
+                seen.add(id(m.data))
                 total += m.num_trainable()
         for p in self.parameters():
             if id(p) not in seen:
@@ -407,7 +437,8 @@ class Sequential2D(nn.Module):
 
     def grid(self) -> str:
         """The block grid as text. Legend: ``.`` absent, ``I`` identity, ``W`` dense linear,
-        ``w`` masked linear, ``F`` linear with frozen values, ``M`` module; a digit after the
+        ``w`` masked linear, ``F`` linear with frozen values, ``T`` a tiled block of the
+        block-sparse engine, ``M`` module; a digit after the
         letter names the tied-weight group when one LinearBlock sits at several positions."""
         n = self.n
         groups: dict[int, int] = {}
@@ -426,6 +457,8 @@ class Sequential2D(nn.Module):
                 c = "M"
             else:
                 c = "F" if blk.frozen is not None else ("w" if blk.mask is not None else "W")
+                if not isinstance(blk, LinearBlock):
+                    c = "T" + c[1:]  # tiled (block-sparse engine)
                 if id(blk) in groups:
                     c += str(groups[id(blk)])
             cells[i][j] = c
@@ -514,7 +547,7 @@ class Sequential2D(nn.Module):
 
     def _step(self, state: State, active=None, context=None) -> State:
         context = context or {}
-        lin = self._fused(state, self.backend) if self._fused.entries else [None] * self.n
+        lin = self._linear(state)
         like = self._batch_like(state)
         batch = like.shape[:-1]
         new = list(state)
@@ -527,7 +560,7 @@ class Sequential2D(nn.Module):
                 if x is None:
                     continue
                 blk = self.blocks[f"{i}_{j}"]
-                if isinstance(blk, LinearBlock):
+                if isinstance(blk, LinearLike):
                     continue  # already in lin[i]
                 if isinstance(blk, Identity):
                     y = x
@@ -546,6 +579,34 @@ class Sequential2D(nn.Module):
                 acc = acc.expand(shape)
             new[i] = self.acts[i](acc)
         return new
+
+    def _linear(self, state: State) -> list[Tensor | None]:
+        """``sum_j W_ij x_j`` over linear blocks: one fused or one block-sparse product."""
+        if self.engine is not None:
+            return self.engine.forward_state(state, self._lin_rows, self._lin_cols)
+        if self._fused.entries:
+            return self._fused(state, self.backend)
+        return [None] * self.n
+
+    def to_blocksparse(self, tile: int = 64, backend: str = "auto") -> "Sequential2D":
+        """Move every linear block into one block-sparse engine (in place; returns self).
+
+        Slots are padded to whole tiles; tiles with no trainable or frozen entry are not
+        stored; tied LinearBlocks share tiles. Outputs are unchanged (within dtype rounding).
+        The LinearBlocks are replaced in the grid by :class:`seq2d.sparse.TiledBlock` views."""
+        from .sparse.linear import BlockSparseLinear, TiledBlock
+
+        if self.engine is not None:
+            raise ValueError("this model is already block-sparse")
+        entries = [(i, j, blk) for i, j, _, blk in self.positions() if isinstance(blk, LinearBlock)]
+        if not entries:
+            raise ValueError("this model has no linear blocks to convert")
+        eng, groups = BlockSparseLinear.from_blocks(self.sizes, entries, tile, backend=backend)
+        for (i, j, _), g in zip(entries, groups):
+            self.blocks[f"{i}_{j}"] = TiledBlock(eng, g)
+        self.engine = eng
+        self._fused = FusedLinear(self.sizes, [])
+        return self
 
     def step(self, state, **context) -> State:
         """One Jacobi update of every non-held slot."""

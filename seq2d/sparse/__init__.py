@@ -1,0 +1,24 @@
+"""The block-sparse engine: tiles, one block-sparse product per step, CPU and Triton backends.
+
+Layers (as in stk): :mod:`.layout` (the type) -> :mod:`.ops` (public ops) ->
+:mod:`.autograd` (the Function) -> :mod:`.backends` (kernels). :mod:`.linear` holds the
+module a Sequential2D uses (``model.to_blocksparse(tile)``).
+"""
+
+from .backends import available_kernels, get_kernel
+from .layout import TILE_SIZES, BlockSparseLayout, layout_from_tile_mask
+from .linear import BlockSparseLinear, TiledBlock
+from .ops import DENSE_CROSSOVER, bsmm, resolve_backend
+
+__all__ = [
+    "DENSE_CROSSOVER",
+    "TILE_SIZES",
+    "BlockSparseLayout",
+    "BlockSparseLinear",
+    "TiledBlock",
+    "available_kernels",
+    "bsmm",
+    "get_kernel",
+    "layout_from_tile_mask",
+    "resolve_backend",
+]

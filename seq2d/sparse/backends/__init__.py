@@ -1,0 +1,31 @@
+"""Kernel backends of the block-sparse product, one object per backend.
+
+Every backend implements the same three ops on 2-D dense operands (``x`` is
+``(B, Kt*T)``, ``dy`` is ``(B, Mt*T)``, ``wp`` is ``(P, T, T)`` per-position tiles in the
+transposed storage of :mod:`seq2d.sparse.layout`):
+
+=========  ==========================================  ===========================
+op         computes                                    used for
+=========  ==========================================  ===========================
+``dds_t``  ``x @ W.T``  -> dense ``(B, Mt*T)``          forward ``y``
+``dds``    ``dy @ W``   -> dense ``(B, Kt*T)``          ``dX``
+``sdd_t``  ``(dy.T @ x)`` sampled at the stored tiles    ``dW`` (only stored tiles)
+           -> ``(P, T, T)`` transposed storage
+=========  ==========================================  ===========================
+
+Names follow stk: the letters are (output, left operand, right operand), ``s`` sparse,
+``d`` dense; ``_t`` marks a transposed sparse operand (or a transposed dense left one).
+``backward`` may fuse ``dds`` and ``sdd_t`` (the CPU backend gathers ``x`` once for both).
+"""
+
+from __future__ import annotations
+
+from .base import KernelBackend, available_kernels, get_kernel, register_kernel
+from . import reference, cpu  # noqa: F401  (registration)
+
+try:  # Triton is optional (it ships with the CUDA build of torch)
+    from . import triton_backend  # noqa: F401
+except ImportError:  # pragma: no cover - no triton installed
+    pass
+
+__all__ = ["KernelBackend", "available_kernels", "get_kernel", "register_kernel"]

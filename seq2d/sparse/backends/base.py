@@ -1,0 +1,50 @@
+"""The kernel-backend interface and registry."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..layout import BlockSparseLayout
+
+_KERNELS: dict[str, "KernelBackend"] = {}
+
+
+class KernelBackend:
+    """Base class: ``dds_t`` (forward), ``dds`` (dX), ``sdd_t`` (dW on stored tiles)."""
+
+    name = "base"
+
+    def supports(self, device: torch.device, dtype: torch.dtype) -> bool:
+        return True
+
+    def dds_t(self, x: Tensor, wp: Tensor, layout: BlockSparseLayout) -> Tensor:
+        raise NotImplementedError
+
+    def dds(self, dy: Tensor, wp: Tensor, layout: BlockSparseLayout) -> Tensor:
+        raise NotImplementedError
+
+    def sdd_t(self, dy: Tensor, x: Tensor, layout: BlockSparseLayout) -> Tensor:
+        raise NotImplementedError
+
+    def backward(self, dy: Tensor, x: Tensor, wp: Tensor, layout: BlockSparseLayout, need_dx: bool, need_dw: bool):
+        dx = self.dds(dy, wp, layout) if need_dx else None
+        dw = self.sdd_t(dy, x, layout) if need_dw else None
+        return dx, dw
+
+
+def register_kernel(backend: KernelBackend) -> KernelBackend:
+    _KERNELS[backend.name] = backend
+    return backend
+
+
+def available_kernels() -> list[str]:
+    return sorted(_KERNELS)
+
+
+def get_kernel(name: str) -> KernelBackend:
+    try:
+        return _KERNELS[name]
+    except KeyError:
+        raise ValueError(f"Unknown block-sparse backend {name!r}. Select from "
+                         + ", ".join(repr(k) for k in ["auto", *available_kernels()])) from None

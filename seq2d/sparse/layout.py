@@ -1,0 +1,177 @@
+"""The block-sparse type: which T x T tiles of a matrix are stored, and where.
+
+A ``BlockSparseLayout`` describes a matrix ``W`` of shape ``(Mt*T, Kt*T)`` (rows =
+outputs, as everywhere in seq2d) of which only ``P`` tiles are stored. Position ``p``
+is the tile at tile-row ``row[p]``, tile-column ``col[p]``; positions are sorted
+row-major (by row, then column). The values live in a tensor ``wp`` of shape
+``(P, T, T)`` that stores every tile **transposed**::
+
+    wp[p, a, b] == W[row[p]*T + b, col[p]*T + a]      # (in, out) inside the tile
+
+so that one tile-row of ``W`` is a single contiguous ``(nnz_r*T, T)`` panel and
+``y[:, row r] = gather(x, cols of row r) @ panel_r`` is one GEMM without a copy of
+the weights. Index metadata for the product and for its transpose (positions grouped
+by tile-column) is computed once here, so no backward pass ever sorts.
+
+Tied weights: several positions may use the same stored tile. ``data_index[p]`` names
+the data tile of position ``p``; the per-position tensor ``wp`` is then
+``data.index_select(0, data_index)`` (differentiable: gradients of tied positions add up).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["TILE_SIZES", "BlockSparseLayout"]
+
+TILE_SIZES = (16, 32, 64, 128)
+
+
+class BlockSparseLayout:
+    """Stored-tile positions of a block-sparse matrix and the derived index metadata.
+
+    Args:
+        tile: tile size T (16, 32, 64 or 128).
+        shape_tiles: ``(Mt, Kt)``, the matrix size in tiles.
+        row, col: tile coordinates of the P stored positions (any order; sorted here).
+        data_index: data tile of each position (default: position p uses tile p).
+        n_data: number of data tiles (default: ``max(data_index) + 1``).
+
+    Attributes (all int64 tensors on one device):
+        row, col, data_index: ``(P,)``, row-major order.
+        order: the permutation that sorted the given positions (``row_sorted = row_in[order]``).
+        row_ptr: ``(Mt + 1,)``, positions of tile-row r are ``row_ptr[r]:row_ptr[r+1]``.
+        t_pos: ``(P,)`` positions grouped by tile-column (then row): the transpose.
+        col_ptr: ``(Kt + 1,)``, ``t_pos[col_ptr[c]:col_ptr[c+1]]`` are the positions in column c.
+    """
+
+    def __init__(self, tile: int, shape_tiles: tuple[int, int], row, col, data_index=None, n_data: int | None = None):
+        if tile not in TILE_SIZES:
+            raise ValueError(f"tile must be one of {TILE_SIZES}, got {tile!r}")
+        Mt, Kt = shape_tiles
+        for name, v in (("Mt", Mt), ("Kt", Kt)):
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise ValueError(f"shape_tiles: {name} must be a positive int, got {v!r}")
+        row = torch.as_tensor(row, dtype=torch.long)
+        col = torch.as_tensor(col, dtype=torch.long, device=row.device)
+        if row.dim() != 1 or col.shape != row.shape:
+            raise ValueError(f"row and col must be 1-D of one length, got {tuple(row.shape)} and {tuple(col.shape)}")
+        P = row.numel()
+        if data_index is None:
+            data_index = torch.arange(P, device=row.device)
+        data_index = torch.as_tensor(data_index, dtype=torch.long, device=row.device)
+        if data_index.shape != row.shape:
+            raise ValueError(f"data_index must have shape ({P},) like row, got {tuple(data_index.shape)}")
+        if n_data is None:
+            n_data = int(data_index.max()) + 1 if P else 0
+        self.tile = tile
+        self.Mt, self.Kt = Mt, Kt
+        self.n_data = int(n_data)
+        key = row * Kt + col
+        order = torch.argsort(key, stable=True)
+        self.order = order
+        self.row, self.col, self.data_index = row[order].contiguous(), col[order].contiguous(), data_index[order].contiguous()
+        self._validate()
+        self.row_ptr = _ptr(self.row, Mt)
+        self.t_pos = torch.argsort(self.col * Mt + self.row, stable=True)
+        self.col_ptr = _ptr(self.col, Kt)
+        self._host = None
+
+    # ---------------------------------------------------------------- checks
+    def _validate(self) -> None:
+        P = self.row.numel()
+        if P == 0:
+            return
+        bad = []
+        if int(self.row.min()) < 0 or int(self.row.max()) >= self.Mt:
+            bad.append(f"row: tile rows must lie in [0, {self.Mt}), got [{int(self.row.min())}, {int(self.row.max())}]")
+        if int(self.col.min()) < 0 or int(self.col.max()) >= self.Kt:
+            bad.append(f"col: tile columns must lie in [0, {self.Kt}), got [{int(self.col.min())}, {int(self.col.max())}]")
+        if int(self.data_index.min()) < 0 or int(self.data_index.max()) >= self.n_data:
+            bad.append(f"data_index: must lie in [0, {self.n_data}), got [{int(self.data_index.min())}, {int(self.data_index.max())}]")
+        key = self.row * self.Kt + self.col
+        if P > 1 and bool((key[1:] == key[:-1]).any()):
+            k = int(key[1:][key[1:] == key[:-1]][0])
+            bad.append(f"row/col: tile ({k // self.Kt}, {k % self.Kt}) is stored twice")
+        if bad:
+            raise ValueError("invalid BlockSparseLayout: " + "; ".join(bad))
+
+    # ---------------------------------------------------------------- facts
+    @property
+    def nnz(self) -> int:
+        """Number of stored positions P."""
+        return self.row.numel()
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.Mt * self.tile, self.Kt * self.tile)
+
+    @property
+    def density(self) -> float:
+        return self.nnz / (self.Mt * self.Kt)
+
+    @property
+    def tied(self) -> bool:
+        """True when some data tile is used at several positions."""
+        return self.n_data != self.nnz or not torch.equal(self.data_index, torch.arange(self.nnz, device=self.row.device))
+
+    @property
+    def device(self) -> torch.device:
+        return self.row.device
+
+    def host(self) -> dict[str, list[int]]:
+        """Python-list copies of the pointers (cached), for CPU loops without device syncs."""
+        if self._host is None:
+            self._host = {"row_ptr": self.row_ptr.tolist(), "col_ptr": self.col_ptr.tolist()}
+        return self._host
+
+    def to(self, device) -> BlockSparseLayout:
+        device = torch.device(device)
+        if device == self.device:
+            return self
+        new = object.__new__(BlockSparseLayout)
+        new.__dict__.update(self.__dict__)
+        for k in ("order", "row", "col", "data_index", "row_ptr", "t_pos", "col_ptr"):
+            setattr(new, k, getattr(self, k).to(device))
+        return new
+
+    def tile_mask(self) -> Tensor:
+        """``(Mt, Kt)`` bool: which tiles are stored."""
+        m = torch.zeros(self.Mt, self.Kt, dtype=torch.bool, device=self.device)
+        m[self.row, self.col] = True
+        return m
+
+    def __repr__(self) -> str:
+        return (f"BlockSparseLayout(tile={self.tile}, shape={self.shape}, nnz={self.nnz}, "
+                f"density={self.density:.4f}{', tied' if self.tied else ''})")
+
+    # ---------------------------------------------------------------- dense conversions (tests, reference)
+    def to_dense(self, wp: Tensor) -> Tensor:
+        """The dense ``(Mt*T, Kt*T)`` matrix of per-position tiles ``wp`` (P, T, T) (differentiable)."""
+        T = self.tile
+        dense = wp.new_zeros(self.Mt, self.Kt, T, T)
+        dense = dense.index_put((self.row, self.col), wp.transpose(1, 2))
+        return dense.permute(0, 2, 1, 3).reshape(self.Mt * T, self.Kt * T)
+
+    def from_dense(self, W: Tensor) -> Tensor:
+        """Per-position tiles (P, T, T), transposed storage, sampled from a dense matrix."""
+        T = self.tile
+        tiles = W.reshape(self.Mt, T, self.Kt, T).permute(0, 2, 1, 3)  # (Mt, Kt, T_out, T_in)
+        return tiles[self.row, self.col].transpose(1, 2).contiguous()
+
+
+def _ptr(idx: Tensor, n: int) -> Tensor:
+    counts = torch.bincount(idx, minlength=n) if idx.numel() else torch.zeros(n, dtype=torch.long, device=idx.device)
+    ptr = torch.zeros(n + 1, dtype=torch.long, device=idx.device)
+    ptr[1:] = counts.cumsum(0)
+    return ptr
+
+
+def layout_from_tile_mask(tile: int, tile_mask: Tensor) -> BlockSparseLayout:
+    """A layout storing exactly the True tiles of a ``(Mt, Kt)`` bool mask."""
+    if tile_mask.dtype != torch.bool or tile_mask.dim() != 2:
+        raise TypeError(f"tile_mask must be a 2-D bool tensor, got {tile_mask.dtype} of shape {tuple(tile_mask.shape)}")
+    r, c = tile_mask.nonzero(as_tuple=True)
+    return BlockSparseLayout(tile, tuple(tile_mask.shape), r, c)
+

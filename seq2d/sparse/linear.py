@@ -1,0 +1,402 @@
+"""``BlockSparseLinear``: every linear block of a Sequential2D as one block-sparse matrix.
+
+The engine stores the fused linear part of ``F`` over the **tile-padded** concatenated
+state: slot ``i`` occupies ``ceil(s_i / T)`` whole tiles starting at tile ``toff[i]``
+(padding, not splitting: a block then always starts on a tile boundary, so a tied block
+uses the same tiles at every position). Padding entries are zero, never trainable, and
+never read back.
+
+Storage (all proportional to the stored tiles, never N x N):
+
+- ``data``   Parameter ``(n_data, T, T)``: the stored tiles, transposed (in, out);
+- ``tmask``  bool buffer ``(n_data, T, T)`` or None: trainable entries (element masks
+  and padding); None when every stored entry is trainable;
+- ``frozen`` buffer ``(n_data, T, T)`` or None: fixed values at non-trainable entries;
+- layout index buffers (positions, data index), see :mod:`seq2d.sparse.layout`.
+
+A *group* is one weight object (a LinearBlock before conversion): its tile pattern and
+data tiles are shared by all grid positions it sits at (weight tying). The grid of the
+Sequential2D holds :class:`TiledBlock` views, one per position, that read their dense
+weight from the engine on demand (for inspection and the reference loop only; the
+forward pass never does).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..blocks import LinearBlock, LinearLike
+from .layout import TILE_SIZES, BlockSparseLayout
+from .ops import bsmm, resolve_backend
+
+__all__ = ["BlockSparseLinear", "TiledBlock", "Group"]
+
+
+class Group:
+    """One weight object: shape, tile pattern (rt x ct bool) and its first data tile."""
+
+    def __init__(self, shape: tuple[int, int], pattern: Tensor):
+        self.shape = shape
+        self.pattern = pattern.cpu()
+        self.tiles = pattern.nonzero().tolist()  # (a, b) tile coordinates, row-major
+        self.data_start = 0
+
+    @property
+    def n_tiles(self) -> int:
+        return len(self.tiles)
+
+
+class BlockSparseLinear(nn.Module):
+    """The fused linear operator of a Sequential2D as one block-sparse matrix.
+
+    Args:
+        sizes: slot sizes of the model.
+        tile: tile size T (16, 32, 64, 128).
+        groups: the weight objects (shape and tile pattern each).
+        placements: ``(i, j, group_index)`` for every grid position holding a linear block.
+        backend: kernel name or ``"auto"`` (see :func:`seq2d.sparse.ops.resolve_backend`).
+    """
+
+    def __init__(self, sizes: Sequence[int], tile: int, groups: Sequence[Group],
+                 placements: Sequence[tuple[int, int, int]], *, backend: str = "auto", device=None, dtype=None):
+        super().__init__()
+        if tile not in TILE_SIZES:
+            raise ValueError(f"tile must be one of {TILE_SIZES}, got {tile!r}")
+        self.sizes = tuple(sizes)
+        self.tile = tile
+        self.backend = backend
+        T = tile
+        ntiles = [math.ceil(s / T) for s in self.sizes]
+        toff = [0]
+        for k in ntiles:
+            toff.append(toff[-1] + k)
+        self.toff = tuple(toff)
+        self.groups = list(groups)
+        self.placements = [tuple(p) for p in placements]
+        for i, j, g in self.placements:
+            shape = (self.sizes[i], self.sizes[j])
+            if self.groups[g].shape != shape:
+                raise ValueError(f"group {g} has shape {self.groups[g].shape} but sits at F[{i}][{j}] of shape {shape}")
+        # data tiles: in row-major position order when nothing is tied, so wp == data
+        rows, cols, gidx, tidx = [], [], [], []
+        for i, j, g in self.placements:
+            for t, (a, b) in enumerate(self.groups[g].tiles):
+                rows.append(toff[i] + a)
+                cols.append(toff[j] + b)
+                gidx.append(g)
+                tidx.append(t)
+        n_uses = [0] * len(self.groups)
+        for _, _, g in self.placements:
+            n_uses[g] += 1
+        order = sorted(range(len(rows)), key=lambda p: (rows[p], cols[p]))
+        data_index = [0] * len(rows)
+        nxt = 0
+        first: dict[tuple[int, int], int] = {}
+        for p in order:
+            key = (gidx[p], tidx[p])
+            if key not in first:
+                first[key] = nxt
+                nxt += 1
+            data_index[p] = first[key]
+        for g, grp in enumerate(self.groups):
+            grp.data_index = [first.get((g, t)) for t in range(grp.n_tiles)]
+        n_data = nxt
+        layout = BlockSparseLayout(T, (toff[-1], toff[-1]), rows, cols, data_index, n_data)
+        self._set_layout(layout)
+        self.data = nn.Parameter(torch.zeros(n_data, T, T, device=device, dtype=dtype))
+        self.register_buffer("tmask", None)
+        self.register_buffer("frozen", None)
+        self._padding_mask(device)
+
+    # ------------------------------------------------------------------ layout buffers
+    def _set_layout(self, layout: BlockSparseLayout) -> None:
+        self._layout = layout
+        self.register_buffer("pos_row", layout.row, persistent=True)
+        self.register_buffer("pos_col", layout.col, persistent=True)
+        self.register_buffer("pos_data", layout.data_index, persistent=True)
+
+    @property
+    def layout(self) -> BlockSparseLayout:
+        return self._layout.to(self.data.device)
+
+    def _padding_mask(self, device) -> None:
+        """Mark padding entries of edge tiles as not trainable (tmask), if any."""
+        T = self.tile
+        need = False
+        m = torch.ones(self._layout.n_data, T, T, dtype=torch.bool)
+        for grp in self.groups:
+            so, si = grp.shape
+            for (a, b), d in zip(grp.tiles, grp.data_index):
+                if d is None:
+                    continue
+                rows_valid = min(T, so - a * T)
+                cols_valid = min(T, si - b * T)
+                if rows_valid < T or cols_valid < T:
+                    need = True
+                    m[d, cols_valid:, :] = False  # transposed storage: [in, out]
+                    m[d, :, rows_valid:] = False
+        if need:
+            self.tmask = m.to(device)
+
+    # ------------------------------------------------------------------ facts
+    @property
+    def nnz_tiles(self) -> int:
+        return self._layout.nnz
+
+    @property
+    def density(self) -> float:
+        return self._layout.density
+
+    def num_trainable(self) -> int:
+        if not self.data.requires_grad:
+            return 0
+        return int(self.tmask.sum()) if self.tmask is not None else self.data.numel()
+
+    def extra_repr(self) -> str:
+        L = self._layout
+        return (f"tile={self.tile}, padded={L.Mt * self.tile}, stored_tiles={L.nnz}, data_tiles={L.n_data}, "
+                f"density={L.density:.4f}, backend={self.backend!r}")
+
+    # ------------------------------------------------------------------ values
+    def effective_data(self) -> Tensor:
+        """``frozen + data * tmask`` (n_data, T, T), differentiable in ``data``."""
+        d = self.data
+        if self.tmask is not None:
+            d = d * self.tmask
+        if self.frozen is not None:
+            d = d + self.frozen
+        return d
+
+    def position_tiles(self) -> Tensor:
+        """Per-position tiles ``wp`` (P, T, T); a copy only when weights are tied."""
+        d = self.effective_data()
+        L = self._layout
+        if L.n_data == L.nnz and torch.equal(self.pos_data, torch.arange(L.nnz, device=self.pos_data.device)):
+            return d
+        return d.index_select(0, self.pos_data)
+
+    def group_dense(self, g: int, which: str = "weight") -> Tensor:
+        """Dense (out, in) matrix of group ``g``: 'weight' (effective), 'mask' or 'frozen'."""
+        grp = self.groups[g]
+        T = self.tile
+        so, si = grp.shape
+        rt, ct = grp.pattern.shape
+        if which == "weight":
+            src = self.effective_data()
+        elif which == "mask":
+            src = self.tmask if self.tmask is not None else torch.ones_like(self.data, dtype=torch.bool)
+        else:
+            src = self.frozen if self.frozen is not None else torch.zeros_like(self.data)
+        out = src.new_zeros(rt * T, ct * T)
+        if grp.tiles:
+            idx = torch.tensor(grp.data_index, device=src.device)
+            tiles = src.index_select(0, idx).transpose(1, 2)  # (k, out, in)
+            a = torch.tensor([t[0] for t in grp.tiles], device=src.device)
+            b = torch.tensor([t[1] for t in grp.tiles], device=src.device)
+            full = src.new_zeros(rt, ct, T, T).index_put((a, b), tiles)
+            out = full.permute(0, 2, 1, 3).reshape(rt * T, ct * T)
+        return out[:so, :si]
+
+    # ------------------------------------------------------------------ forward over a state
+    def forward_state(self, state: Sequence[Tensor | None], rows: Sequence[int], cols: Sequence[int]) -> list[Tensor | None]:
+        """``out[i] = sum_j W_ij x_j`` for the rows holding linear blocks (None elsewhere)."""
+        T = self.tile
+        n = len(self.sizes)
+        out: list[Tensor | None] = [None] * n
+        present = [j for j in cols if state[j] is not None]
+        if not present:
+            return out
+        like = state[present[0]]
+        batch = like.shape[:-1]
+        Np = self.toff[-1] * T
+        x = like.new_zeros(*batch, Np)
+        for j in present:
+            o = self.toff[j] * T
+            x[..., o : o + self.sizes[j]] = state[j]
+        L = self.layout
+        kernel = resolve_backend(self.backend, x.device, x.dtype, L.density)
+        y = bsmm(x, self.position_tiles(), L, kernel)
+        for i in rows:
+            o = self.toff[i] * T
+            out[i] = y[..., o : o + self.sizes[i]]
+        return out
+
+    # ------------------------------------------------------------------ builders
+    @classmethod
+    def from_blocks(cls, sizes: Sequence[int], entries: Sequence[tuple[int, int, LinearBlock]], tile: int, *,
+                    backend: str = "auto") -> tuple[BlockSparseLinear, list[int]]:
+        """Pack LinearBlocks (tied by object identity) into an engine. Returns the engine and
+        the group index of every entry. Tiles with no trainable and no frozen entry are not stored."""
+        T = tile
+        gid: dict[int, int] = {}
+        groups: list[Group] = []
+        blocks: list[LinearBlock] = []
+        placements = []
+        for i, j, blk in entries:
+            if id(blk) not in gid:
+                so, si = blk.out_features, blk.in_features
+                rt, ct = math.ceil(so / T), math.ceil(si / T)
+                struct = blk.trainable_mask().clone()
+                if blk.frozen is not None:
+                    struct |= blk.frozen != 0
+                padded = torch.zeros(rt * T, ct * T, dtype=torch.bool, device=struct.device)
+                padded[:so, :si] = struct
+                pattern = padded.view(rt, T, ct, T).any(dim=3).any(dim=1)
+                gid[id(blk)] = len(groups)
+                groups.append(Group((so, si), pattern))
+                blocks.append(blk)
+            placements.append((i, j, gid[id(blk)]))
+        ref = blocks[0].weight
+        eng = cls(sizes, tile, groups, placements, backend=backend, device=ref.device, dtype=ref.dtype)
+        eng.load_blocks(blocks)
+        return eng, [p[2] for p in placements]
+
+    @torch.no_grad()
+    def load_blocks(self, blocks: Sequence[LinearBlock]) -> None:
+        """Copy the weights, masks and frozen values of one LinearBlock per group into the tiles."""
+        T = self.tile
+        n_data = self._layout.n_data
+        tmask = torch.ones(n_data, T, T, dtype=torch.bool, device=self.data.device)
+        frozen = torch.zeros(n_data, T, T, dtype=self.data.dtype, device=self.data.device)
+        any_frozen = False
+        for grp, blk in zip(self.groups, blocks):
+            so, si = grp.shape
+            rt, ct = grp.pattern.shape
+
+            def tiles_of(m: Tensor, fill=0):
+                p = m.new_full((rt * T, ct * T), fill)
+                p[:so, :si] = m
+                return p.view(rt, T, ct, T).permute(0, 2, 3, 1)  # (rt, ct, in, out)
+
+            w = tiles_of(blk.weight.detach())
+            msk = tiles_of(blk.trainable_mask(), False)
+            fr = tiles_of(blk.frozen) if blk.frozen is not None else None
+            any_frozen |= fr is not None
+            for (a, b), d in zip(grp.tiles, grp.data_index):
+                if d is None:
+                    continue
+                self.data[d] = w[a, b] * msk[a, b]
+                tmask[d] = msk[a, b]
+                if fr is not None:
+                    frozen[d] = fr[a, b]
+        self.tmask = None if bool(tmask.all()) else tmask
+        self.frozen = frozen if any_frozen else None
+
+    @classmethod
+    def random(cls, sizes: Sequence[int], tile: int, density: float, *, region: Tensor | None = None,
+               generator: torch.Generator | None = None, backend: str = "auto", device=None, dtype=None
+               ) -> BlockSparseLinear:
+        """Tiles placed uniformly at random (exactly ``round(density * allowed)`` of the allowed
+        tiles), each grid block its own group, values ``U(-1/sqrt(f), 1/sqrt(f))`` with ``f`` the
+        stored fan-in of the tile-row. ``region`` is an (n, n) bool block mask of allowed blocks
+        (default: every non-first row, every column). Never forms anything N x N."""
+        T = tile
+        n = len(sizes)
+        ntiles = [math.ceil(s / T) for s in sizes]
+        toff = [0]
+        for k in ntiles:
+            toff.append(toff[-1] + k)
+        if region is None:
+            region = torch.ones(n, n, dtype=torch.bool)
+            region[0] = False
+        # allowed tiles, counted per block, then a uniform sample of positions
+        blocks = region.nonzero().tolist()
+        counts = [ntiles[i] * ntiles[j] for i, j in blocks]
+        total = sum(counts)
+        k = round(density * total)
+        if not 0 < k <= total:
+            raise ValueError(f"density {density} gives {k} tiles of {total} allowed; need at least one")
+        pick = torch.randperm(total, generator=generator)[:k].sort().values.tolist()
+        groups, placements = [], []
+        start, bi = 0, 0
+        per_block: dict[int, list[int]] = {}
+        for p in pick:
+            while p >= start + counts[bi]:
+                start += counts[bi]
+                bi += 1
+            per_block.setdefault(bi, []).append(p - start)
+        for bi, locs in per_block.items():
+            i, j = blocks[bi]
+            pattern = torch.zeros(ntiles[i], ntiles[j], dtype=torch.bool)
+            for q in locs:
+                pattern[q // ntiles[j], q % ntiles[j]] = True
+            placements.append((i, j, len(groups)))
+            groups.append(Group((sizes[i], sizes[j]), pattern))
+        eng = cls(sizes, tile, groups, placements, backend=backend, device=device, dtype=dtype)
+        eng.reset_parameters(generator)
+        return eng
+
+    @torch.no_grad()
+    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
+        """U(-1/sqrt(f), 1/sqrt(f)) per output unit, f = its stored trainable fan-in."""
+        L = self._layout
+        T = self.tile
+        m = self.tmask if self.tmask is not None else None
+        per_pos = (m.sum(dim=1) if m is not None else torch.full((L.n_data, T), T, device=self.data.device))
+        fan = torch.zeros(L.Mt, T, device=self.data.device)
+        fan.index_add_(0, self.pos_row, per_pos.index_select(0, self.pos_data).to(fan.dtype))
+        bound = fan.clamp(min=1).rsqrt()  # (Mt, T): per output unit
+        u = torch.rand(self.data.shape, generator=generator, dtype=torch.float64).to(self.data.device) * 2 - 1
+        # data tile d's output units: take the row of (one of) its positions
+        row_of = torch.empty(L.n_data, dtype=torch.long, device=self.data.device)
+        row_of[self.pos_data] = self.pos_row
+        self.data.copy_(u.to(self.data.dtype) * bound[row_of][:, None, :])
+        if m is not None:
+            self.data.mul_(m)
+
+
+class TiledBlock(LinearLike):
+    """A grid position's view of its group's tiles in a :class:`BlockSparseLinear`.
+
+    Holds no parameters (the engine does). ``effective_weight()`` assembles the dense
+    (out, in) weight for inspection and the reference loop; the model's forward pass uses
+    the engine directly.
+    """
+
+    def __init__(self, engine: BlockSparseLinear, group: int):
+        super().__init__()
+        object.__setattr__(self, "_engine", engine)  # not a submodule: the model owns the engine
+        self.group = group
+        self.out_features, self.in_features = engine.groups[group].shape
+
+    @property
+    def engine(self) -> BlockSparseLinear:
+        return self._engine
+
+    def effective_weight(self) -> Tensor:
+        return self._engine.group_dense(self.group, "weight")
+
+    @property
+    def weight(self) -> Tensor:
+        return self.effective_weight()
+
+    def trainable_mask(self) -> Tensor:
+        return self._engine.group_dense(self.group, "mask")
+
+    @property
+    def mask(self) -> Tensor | None:
+        m = self.trainable_mask()
+        return None if bool(m.all()) else m
+
+    @property
+    def frozen(self) -> Tensor | None:
+        if self._engine.frozen is None:
+            return None
+        return self._engine.group_dense(self.group, "frozen")
+
+    def num_trainable(self) -> int:
+        if not self._engine.data.requires_grad:
+            return 0
+        return int(self.trainable_mask().sum())
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.effective_weight())
+
+    def extra_repr(self) -> str:
+        g = self._engine.groups[self.group]
+        return f"in_features={self.in_features}, out_features={self.out_features}, group={self.group}, tiles={g.n_tiles}"

@@ -1,0 +1,67 @@
+"""Public block-sparse ops (thin: shapes, backend choice, then the autograd Function).
+
+=================  ==========================================================
+op                 meaning
+=================  ==========================================================
+``bsmm(x, wp, L)``  ``y = x @ W.T`` for ``x`` ``(*batch, Kt*T)``; differentiable in
+                   ``x`` and in the per-position tiles ``wp`` (dW only on stored tiles)
+``resolve_backend``  the kernel ``backend="auto"`` picks for a device/dtype/density
+=================  ==========================================================
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from torch import Tensor
+
+from .autograd import BlockSparseMatmul
+from .backends import get_kernel
+from .backends.base import KernelBackend
+from .layout import BlockSparseLayout
+
+__all__ = ["bsmm", "resolve_backend", "DENSE_CROSSOVER"]
+
+# Density above which a dense GEMM over the materialised matrix beats the block-sparse
+# kernels (forward + backward), measured with benchmarks/blocksparse.py (docs/performance.md).
+DENSE_CROSSOVER = {"cpu": 0.5, "cuda": 0.75}
+
+
+def resolve_backend(backend: str, device: torch.device, dtype: torch.dtype, density: float) -> KernelBackend:
+    """The kernel for ``backend`` ('auto' or a name) on ``device``/``dtype`` at ``density``."""
+    if backend != "auto":
+        kernel = get_kernel(backend)
+        if not kernel.supports(device, dtype):
+            raise RuntimeError(f"block-sparse backend {backend!r} does not support {dtype} on {device}")
+        return kernel
+    dev = torch.device(device).type
+    if density >= DENSE_CROSSOVER.get(dev, 0.5):
+        return get_kernel("dense")
+    if dev == "cuda" or os.environ.get("TRITON_INTERPRET") == "1" and dtype in (torch.float16, torch.bfloat16):
+        try:
+            kernel = get_kernel("triton")
+            if kernel.supports(device, dtype):
+                return kernel
+        except ValueError:
+            pass
+    cpu = get_kernel("cpu")
+    if cpu.supports(device, dtype):
+        return cpu
+    return get_kernel("dense")
+
+
+def bsmm(x: Tensor, wp: Tensor, layout: BlockSparseLayout, backend: str | KernelBackend = "auto") -> Tensor:
+    """``x @ W.T`` with ``W`` block-sparse (per-position tiles ``wp``, transposed storage)."""
+    T = layout.tile
+    if x.shape[-1] != layout.Kt * T:
+        raise RuntimeError(f"bsmm: x must have last dimension {layout.Kt * T} (Kt * T), got {tuple(x.shape)}")
+    if tuple(wp.shape) != (layout.nnz, T, T):
+        raise RuntimeError(f"bsmm: wp must have shape {(layout.nnz, T, T)}, got {tuple(wp.shape)}")
+    if wp.dtype != x.dtype or wp.device != x.device:
+        raise TypeError(f"bsmm: x ({x.dtype}, {x.device}) and wp ({wp.dtype}, {wp.device}) must share dtype and device")
+    kernel = backend if isinstance(backend, KernelBackend) else resolve_backend(backend, x.device, x.dtype, layout.density)
+    batch = x.shape[:-1]
+    x2 = x.reshape(-1, x.shape[-1])
+    y = BlockSparseMatmul.apply(x2, wp, layout.to(x.device), kernel)
+    return y.reshape(*batch, layout.Mt * T)
