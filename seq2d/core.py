@@ -612,12 +612,18 @@ class Sequential2D(nn.Module):
         """One Jacobi update of every non-held slot."""
         return self._step(self.check_state(state), context=context)
 
-    def forward(self, state, steps: int | None = None, **context):
+    def forward(self, state, steps: int | None = None, *, hold=None, **context):
+        """Run ``steps`` Jacobi updates (see the class docstring). ``hold``: optional slots
+        that keep their value during this call, as if their rows were empty."""
         if isinstance(state, Tensor):
-            return self._forward_tensor(state, steps, context)
+            return self._forward_tensor(state, steps, context, hold)
         state = self.check_state(state)
+        active = None
+        if hold is not None:
+            held = set(self._check_slot_list("hold", hold, self.n))
+            active = {i for i in self._rows if i not in held}
         for _ in range(self._resolve_steps(steps)):
-            state = self._step(state, context=context)
+            state = self._step(state, active=active, context=context)
         return state
 
     def split_inputs(self, x: Tensor) -> State:
@@ -638,8 +644,8 @@ class Sequential2D(nn.Module):
         outs = [state[i] if state[i] is not None else like.new_zeros((*like.shape[:-1], self.sizes[i])) for i in self.outputs]
         return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
 
-    def _forward_tensor(self, x: Tensor, steps, context) -> Tensor:
-        state = self.forward(self.split_inputs(x), steps, **context)
+    def _forward_tensor(self, x: Tensor, steps, context, hold=None) -> Tensor:
+        state = self.forward(self.split_inputs(x), steps, hold=hold, **context)
         return self.join_outputs(state)
 
     # ------------------------------------------------------------------ sequence mode

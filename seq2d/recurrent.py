@@ -123,7 +123,8 @@ class TruncatedRNN(nn.Module):
 
     ``forward(input)`` applies it at every position of a sequence (``nn.RNN`` layout):
     ``output[t]`` is the RNN run from a zero state over ``x_{max(0, t-k+1)} .. x_t``
-    (positions ``t < k - 1`` use the shorter unrolling, with the same tied blocks).
+    (positions ``t < k - 1`` run the same core with the first ``k - 1 - t`` positions held
+    at zero: the shorter unrolling).
     """
 
     def __init__(self, blocks_ih, blocks_hh, biases, input_size: int, hidden_size: int, k: int,
@@ -136,26 +137,18 @@ class TruncatedRNN(nn.Module):
         self.nonlinearity = nonlinearity
         self.batch_first = batch_first
         self.core = _truncated_core(blocks_ih, blocks_hh, biases, input_size, hidden_size, k, nonlinearity)
-        # Shorter unrollings for the first k-1 positions share every block and bias of
-        # `core`; kept out of the module tree so parameters are registered once.
-        self._prefix: dict[int, Sequential2D] = {}
 
-    def _prefix_core(self, m: int) -> Sequential2D:
-        if m == self.k:
-            return self.core
-        if m not in self._prefix:
-            L = self.num_layers
-            hid = lambda l, t: self.k + l * self.k + t
-            ih = [self.core.block(hid(l, 0), 0 if l == 0 else hid(l - 1, 0)) for l in range(L)]
-            hh = [self.core.block(hid(l, 1), hid(l, 0)) if self.k > 1 else None for l in range(L)]
-            b = [self.core.bias(hid(l, 0)) for l in range(L)]
-            self._prefix[m] = _truncated_core(ih, hh, b, self.input_size, self.hidden_size, m, self.nonlinearity)
-        return self._prefix[m]
-
-    def __getstate__(self):
-        state = self.__dict__.copy()
-        state["_prefix"] = {}  # rebuilt on demand; keeps pickles small and ties intact
-        return state
+    def _prefix(self, window: Tensor) -> Tensor:
+        """The shorter unrolling for a window of m < k inputs: the same core with the first
+        k - m positions held at zero (input slots None, hidden slots held), which is exactly
+        the RNN run from a zero state over the m inputs."""
+        k, L, n_in = self.k, self.num_layers, self.input_size
+        m = window.shape[-1] // n_in
+        state: list[Tensor | None] = [None] * self.core.n
+        for t, part in enumerate(window.split(n_in, dim=-1)):
+            state[k - m + t] = part
+        hold = [k + l * k + t for l in range(L) for t in range(k - m)]
+        return self.core(state, hold=hold)[self.core.outputs[0]]
 
     def num_parameters(self) -> int:
         return self.core.num_parameters()
@@ -170,9 +163,9 @@ class TruncatedRNN(nn.Module):
         x = input.unsqueeze(1) if unbatched else (input.transpose(0, 1) if self.batch_first else input)  # (T, B, in)
         T, k = x.shape[0], self.k
         outs = []
-        for t in range(min(k - 1, T)):  # short prefixes, each its own (shallower) unrolling
+        for t in range(min(k - 1, T)):  # short prefixes: the first k-1-t positions held at zero
             win = x[: t + 1].permute(1, 0, 2).reshape(x.shape[1], -1)  # (B, (t+1)*in), oldest first
-            outs.append(self._prefix_core(t + 1)(win).unsqueeze(0))
+            outs.append(self._prefix(win).unsqueeze(0))
         if T >= k:
             win = x.unfold(0, k, 1)  # (T-k+1, B, in, k)
             win = win.permute(0, 1, 3, 2).reshape(T - k + 1, x.shape[1], k * self.input_size)

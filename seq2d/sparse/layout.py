@@ -58,7 +58,8 @@ class BlockSparseLayout:
         if row.dim() != 1 or col.shape != row.shape:
             raise ValueError(f"row and col must be 1-D of one length, got {tuple(row.shape)} and {tuple(col.shape)}")
         P = row.numel()
-        if data_index is None:
+        identity = data_index is None  # position p (after sorting) uses data tile p
+        if identity:
             data_index = torch.arange(P, device=row.device)
         data_index = torch.as_tensor(data_index, dtype=torch.long, device=row.device)
         if data_index.shape != row.shape:
@@ -71,7 +72,8 @@ class BlockSparseLayout:
         key = row * Kt + col
         order = torch.argsort(key, stable=True)
         self.order = order
-        self.row, self.col, self.data_index = row[order].contiguous(), col[order].contiguous(), data_index[order].contiguous()
+        self.row, self.col = row[order].contiguous(), col[order].contiguous()
+        self.data_index = data_index if identity else data_index[order].contiguous()
         self._validate()
         self.row_ptr = _ptr(self.row, Mt)
         self.t_pos = torch.argsort(self.col * Mt + self.row, stable=True)
@@ -114,7 +116,7 @@ class BlockSparseLayout:
     @property
     def tied(self) -> bool:
         """True when some data tile is used at several positions."""
-        return self.n_data != self.nnz or not torch.equal(self.data_index, torch.arange(self.nnz, device=self.row.device))
+        return self.nnz > 0 and int(torch.unique(self.data_index).numel()) < self.nnz
 
     @property
     def device(self) -> torch.device:
