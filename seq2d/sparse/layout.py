@@ -128,15 +128,24 @@ class BlockSparseLayout:
             self._host = {"row_ptr": self.row_ptr.tolist(), "col_ptr": self.col_ptr.tolist()}
         return self._host
 
+    _TENSORS = ("order", "row", "col", "data_index", "row_ptr", "t_pos", "col_ptr")
+
     def to(self, device) -> BlockSparseLayout:
+        """This layout on ``device`` (memoised: one copy per device, caches not carried over)."""
         device = torch.device(device)
         if device == self.device:
             return self
-        new = object.__new__(BlockSparseLayout)
-        new.__dict__.update(self.__dict__)
-        for k in ("order", "row", "col", "data_index", "row_ptr", "t_pos", "col_ptr"):
-            setattr(new, k, getattr(self, k).to(device))
-        return new
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        memo = self.__dict__.setdefault("_on_device", {})
+        if device not in memo:
+            new = object.__new__(BlockSparseLayout)
+            new.__dict__.update({k: v for k, v in self.__dict__.items() if not k.startswith("_")})
+            new._host = self._host
+            for k in self._TENSORS:
+                setattr(new, k, getattr(self, k).to(device))
+            memo[device] = new
+        return memo[device]
 
     def tile_mask(self) -> Tensor:
         """``(Mt, Kt)`` bool: which tiles are stored."""

@@ -38,7 +38,7 @@ def resolve_backend(backend: str, device: torch.device, dtype: torch.dtype, dens
     dev = torch.device(device).type
     if density >= DENSE_CROSSOVER.get(dev, 0.5):
         return get_kernel("dense")
-    if dev == "cuda" or os.environ.get("TRITON_INTERPRET") == "1" and dtype in (torch.float16, torch.bfloat16):
+    if dev == "cuda" or (os.environ.get("TRITON_INTERPRET") == "1" and dtype in (torch.float16, torch.bfloat16)):
         try:
             kernel = get_kernel("triton")
             if kernel.supports(device, dtype):
