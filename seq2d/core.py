@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .activations import activation_name, is_identity, make_activation
@@ -82,8 +83,12 @@ class Sequential2D(nn.Module):
         ``b[i]`` = optional per-slot bias (one per slot, shared across its blocks),
         ``act[i]`` = per-slot activation, applied once after the sum.
 
-    All linear blocks of one step are evaluated together by one fused operator
-    (``backend``, see :mod:`seq2d.fused`); the result equals the loop above.
+    Fast paths, each tested equal to the loop above: all linear blocks of a step are
+    evaluated together by one fused operator (``backend``, see :mod:`seq2d.fused`) or by
+    the block-sparse engine (:meth:`to_blocksparse`); a row holding a single plain
+    LinearBlock is one ``F.linear`` with its bias; and when the block graph is acyclic and
+    ``steps >= depth`` the model evaluates each slot once, level by level in depth order
+    (the fixed point the iteration reaches; ``use_plan = False`` turns this off).
 
     Calling conventions:
         * ``model(state_list, steps=None, **ctx)`` returns the new state list.
@@ -154,7 +159,9 @@ class Sequential2D(nn.Module):
         )
         self._lin_rows = sorted({i for i, j, kind, _ in self.positions() if kind == "linear"})
         self._lin_cols = sorted({j for i, j, kind, _ in self.positions() if kind == "linear"})
+        self._lin_row_set = frozenset(self._lin_rows)
         self.depth = self._compute_depth()
+        self.use_plan = True  # evaluate acyclic models level by level (see forward)
         if steps is None:
             steps = self.depth
         self.steps = None if steps is None else self._check_steps(steps)
@@ -360,7 +367,14 @@ class Sequential2D(nn.Module):
                 if indeg[i] == 0:
                     queue.append(i)
         if seen < n:
+            self._levels = None
             return None
+        # the execution plan: non-held slots grouped by depth (level 1 .. depth)
+        levels: dict[int, list[int]] = {}
+        for i in range(n):
+            if i in self._rows:
+                levels.setdefault(depth[i], []).append(i)
+        self._levels = [frozenset(levels[d]) for d in sorted(levels)]
         return max(depth) if n else 0
 
     # ------------------------------------------------------------------ introspection
@@ -545,33 +559,55 @@ class Sequential2D(nn.Module):
                 return x
         raise ValueError("every slot of the state is None: give at least one slot so the batch shape is known")
 
+    def _simple_rows(self) -> dict[int, tuple[int, LinearBlock]]:
+        """Rows whose only block is one plain LinearBlock (no mask, no frozen values): they
+        are evaluated as ``F.linear(x_j, W, b_i)`` (bias fused into the GEMM). Dense models only."""
+        cache = self.__dict__.get("_simple_cache")
+        if cache is None:
+            cache = {}
+            if self.engine is None:
+                for i, cols in self._rows.items():
+                    blk = self.blocks[f"{i}_{cols[0]}"]
+                    if len(cols) == 1 and type(blk) is LinearBlock and blk.mask is None and blk.frozen is None:
+                        cache[i] = (cols[0], blk)
+            self.__dict__["_simple_cache"] = cache
+        return cache
+
     def _step(self, state: State, active=None, context=None) -> State:
+        """One Jacobi update of the non-held slots in ``active`` (all when None)."""
         context = context or {}
-        lin = self._linear(state)
+        rows = list(self._rows) if active is None else [i for i in self._rows if i in active]
+        simple = self._simple_rows()
+        lin_rows = [i for i in rows if i in self._lin_row_set and i not in simple]
+        lin = self._linear(state, lin_rows) if lin_rows else None
         like = self._batch_like(state)
         batch = like.shape[:-1]
         new = list(state)
-        for i, cols in self._rows.items():
-            if active is not None and i not in active:
-                continue
-            acc = lin[i]
-            for j in cols:
-                x = state[j]
-                if x is None:
-                    continue
-                blk = self.blocks[f"{i}_{j}"]
-                if isinstance(blk, LinearLike):
-                    continue  # already in lin[i]
-                if isinstance(blk, Identity):
-                    y = x
-                elif isinstance(blk, (ContextModule, Sequential2D)):
-                    y = blk(x, **context)
-                else:
-                    y = blk(x)
-                acc = y if acc is None else acc + y
+        for i in rows:
             key = str(i)
-            if key in self.biases:
-                acc = self.biases[key] if acc is None else acc + self.biases[key]
+            bias = self.biases[key] if key in self.biases else None
+            if i in simple:
+                j, blk = simple[i]
+                x = state[j]
+                acc = F.linear(x, blk.weight, bias) if x is not None else bias
+            else:
+                acc = lin[i] if lin is not None else None
+                for j in self._rows[i]:
+                    x = state[j]
+                    if x is None:
+                        continue
+                    blk = self.blocks[f"{i}_{j}"]
+                    if isinstance(blk, LinearLike):
+                        continue  # already in lin[i]
+                    if isinstance(blk, Identity):
+                        y = x
+                    elif isinstance(blk, (ContextModule, Sequential2D)):
+                        y = blk(x, **context)
+                    else:
+                        y = blk(x)
+                    acc = y if acc is None else acc + y
+                if bias is not None:
+                    acc = bias if acc is None else acc + bias
             shape = (*batch, self.sizes[i])
             if acc is None:
                 acc = like.new_zeros(shape)
@@ -580,13 +616,13 @@ class Sequential2D(nn.Module):
             new[i] = self.acts[i](acc)
         return new
 
-    def _linear(self, state: State) -> list[Tensor | None]:
-        """``sum_j W_ij x_j`` over linear blocks: one fused or one block-sparse product."""
+    def _linear(self, state: State, rows: list[int]) -> list[Tensor | None]:
+        """``sum_j W_ij x_j`` over the linear blocks of ``rows``: one fused or one
+        block-sparse product."""
         if self.engine is not None:
-            return self.engine.forward_state(state, self._lin_rows, self._lin_cols)
-        if self._fused.entries:
-            return self._fused(state, self.backend)
-        return [None] * self.n
+            return self.engine.forward_state(state, rows, self._lin_cols)
+        op = self._fused if len(rows) == len(self._fused.rows) else self._fused.restrict(rows)
+        return op(state, self.backend)
 
     def to_blocksparse(self, tile: int = 64, backend: str = "auto") -> "Sequential2D":
         """Move every linear block into one block-sparse engine (in place; returns self).
@@ -606,6 +642,7 @@ class Sequential2D(nn.Module):
             self.blocks[f"{i}_{j}"] = TiledBlock(eng, g)
         self.engine = eng
         self._fused = FusedLinear(self.sizes, [])
+        self.__dict__.pop("_simple_cache", None)
         return self
 
     def step(self, state, **context) -> State:
@@ -618,11 +655,19 @@ class Sequential2D(nn.Module):
         if isinstance(state, Tensor):
             return self._forward_tensor(state, steps, context, hold)
         state = self.check_state(state)
+        steps = self._resolve_steps(steps)
+        if hold is None and self.use_plan and self._levels is not None and steps >= self.depth:
+            # Acyclic and at least `depth` steps: Jacobi iteration has reached its fixed
+            # point, which is evaluating each slot once, level by level (proof in
+            # docs/graphs.md; tested against plain iteration in tests/test_plan.py).
+            for level in self._levels:
+                state = self._step(state, active=level, context=context)
+            return state
         active = None
         if hold is not None:
             held = set(self._check_slot_list("hold", hold, self.n))
             active = {i for i in self._rows if i not in held}
-        for _ in range(self._resolve_steps(steps)):
+        for _ in range(steps):
             state = self._step(state, active=active, context=context)
         return state
 

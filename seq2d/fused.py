@@ -110,6 +110,15 @@ class FusedLinear:
                 w[roff[r] : roff[r + 1], coff[c] : coff[c + 1]] = blk.effective_weight()
         return w
 
+    def restrict(self, rows: Sequence[int]) -> FusedLinear:
+        """The operator over the linear blocks of ``rows`` only (cached per row set)."""
+        key = tuple(sorted(rows))
+        cache = self.__dict__.setdefault("_restricted", {})
+        if key not in cache:
+            keep = set(key)
+            cache[key] = FusedLinear(self.sizes, [e for e in self.entries if e[0] in keep])
+        return cache[key]
+
     def __call__(self, xs: Sequence[Tensor | None], backend: str = "dense") -> list[Tensor | None]:
         return get_backend(backend)(self, xs)
 

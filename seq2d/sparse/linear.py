@@ -218,13 +218,35 @@ class BlockSparseLinear(nn.Module):
         for j in present:
             o = self.toff[j] * T
             x[..., o : o + self.sizes[j]] = state[j]
-        L = self.layout
+        L, wp = self._rows_layout(rows)
         kernel = resolve_backend(self.backend, x.device, x.dtype, L.density)
-        y = bsmm(x, self.position_tiles(), L, kernel)
+        y = bsmm(x, wp, L, kernel)
         for i in rows:
             o = self.toff[i] * T
             out[i] = y[..., o : o + self.sizes[i]]
         return out
+
+    def _rows_layout(self, rows: Sequence[int]) -> tuple[BlockSparseLayout, Tensor]:
+        """Layout and per-position tiles restricted to the tile-rows of slots ``rows``
+        (the execution plan evaluates one level of slots at a time). Cached per row set."""
+        full = self._layout
+        wp = self.position_tiles()
+        row_slots = {i for i, _, _ in self.placements}
+        if set(rows) >= row_slots:
+            return full.to(self.data.device), wp
+        key = tuple(sorted(rows))
+        cache = self.__dict__.setdefault("_row_layouts", {})
+        if key not in cache:
+            keep = torch.zeros(full.Mt, dtype=torch.bool)
+            for i in key:
+                keep[self.toff[i] : self.toff[i + 1]] = True
+            idx = keep[full.row.cpu()].nonzero().squeeze(1)
+            sub = BlockSparseLayout(self.tile, (full.Mt, full.Kt), full.row.cpu()[idx], full.col.cpu()[idx],
+                                    full.data_index.cpu()[idx], full.n_data)
+            cache[key] = (sub, idx)
+        sub, idx = cache[key]
+        dev = self.data.device
+        return sub.to(dev), wp.index_select(0, idx.to(dev))
 
     # ------------------------------------------------------------------ builders
     @classmethod

@@ -1,0 +1,175 @@
+"""Block graphs: a Sequential2D as a networkx DiGraph, and what the graph says.
+
+One node per slot, one edge ``j -> i`` per non-absent block ``F[i][j]`` (rows are
+outputs, so an edge points from the block's input slot to its output slot).
+
+Analysis (all pure functions of the graph):
+
+- :func:`is_acyclic`, :func:`depths` (longest path from the held slots),
+  :func:`distances` (shortest path from the inputs: the sequence-mode delays + 1);
+- :func:`recurrent_cores`: strongly connected components that contain a cycle;
+- :func:`memory`: the number of steps after which the outputs no longer depend on the
+  initial state of any non-input slot (``None`` when they never stop depending on it);
+- :func:`influence`: the slots that can reach an output within ``k`` steps.
+
+``memory`` follows from the step: after ``s`` steps the outputs depend on the initial
+value of a non-input slot ``j`` iff some walk of exactly ``s`` blocks leads from ``j`` to
+an output, where a held slot may also "stay" (it keeps its value). So the memory is
+finite iff no cycle and no held non-input slot reaches an output, and then it is one more
+than the longest path from a non-input slot to an output (MLP of L layers: L; k-truncated
+1-layer RNN: k; an RNN: none).
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from .activations import activation_name
+from .core import Sequential2D
+
+__all__ = ["to_networkx", "is_acyclic", "depths", "distances", "recurrent_cores", "memory", "influence"]
+
+
+def _core(model) -> Sequential2D:
+    if isinstance(model, Sequential2D):
+        return model
+    core = getattr(model, "core", None)
+    if isinstance(core, Sequential2D):
+        return core
+    raise TypeError(f"expected a Sequential2D (or a model with a .core Sequential2D), got {type(model).__name__}")
+
+
+def to_networkx(model) -> nx.DiGraph:
+    """The block graph of ``model`` (a Sequential2D or a wrapper with ``.core``).
+
+    Node attributes: ``size``, ``activation`` (name, or the module's class name),
+    ``role`` ('input' / 'output' / 'hidden'), ``held`` (empty row), ``bias``.
+    Edge attributes: ``kind`` ('linear' / 'identity' / 'module'), ``shape`` (out, in),
+    ``stored`` (non-zero entries that take part in the product: trainable + frozen for a
+    linear block, the diagonal for an identity, ``None`` for a module), ``density``
+    (stored / (out * in)), ``params`` (trainable parameters of the block; a tied block
+    reports its count at every position), ``tie`` (tied-weight group id or ``None``).
+    """
+    m = _core(model)
+    g = nx.DiGraph(steps=m.steps, depth=m.depth, n=m.n)
+    held = set(m.held())
+    for i, s in enumerate(m.sizes):
+        act = m.acts[i]
+        role = "input" if i in m.inputs else ("output" if i in m.outputs else "hidden")
+        g.add_node(i, size=s, activation=activation_name(act) or type(act).__name__, role=role,
+                   held=i in held, bias=m.bias(i) is not None)
+    uses: dict[int, int] = {}
+    for _, _, kind, blk in m.positions():
+        if kind == "linear":
+            uses[id(blk)] = uses.get(id(blk), 0) + 1
+    tie_ids: dict[int, int] = {}
+    for i, j, kind, blk in m.positions():
+        shape = (m.sizes[i], m.sizes[j])
+        tie = None
+        if kind == "linear":
+            mask = blk.trainable_mask()
+            stored_mask = mask if blk.frozen is None else (mask | (blk.frozen != 0))
+            stored = int(stored_mask.sum())
+            params = blk.num_trainable()
+            if uses[id(blk)] > 1:
+                tie = tie_ids.setdefault(id(blk), len(tie_ids))
+        elif kind == "identity":
+            stored, params = m.sizes[i], 0
+        else:
+            stored = None
+            params = sum(p.numel() for p in blk.parameters() if p.requires_grad)
+        density = None if stored is None else stored / (shape[0] * shape[1])
+        g.add_edge(j, i, kind=kind, shape=shape, stored=stored, density=density, params=params, tie=tie)
+    return g
+
+
+def _graph(model_or_graph) -> nx.DiGraph:
+    return model_or_graph if isinstance(model_or_graph, nx.DiGraph) else to_networkx(model_or_graph)
+
+
+def is_acyclic(model) -> bool:
+    """True when the block graph has no cycle (self-loops count as cycles)."""
+    return nx.is_directed_acyclic_graph(_graph(model))
+
+
+def depths(model) -> dict[int, int | None]:
+    """Longest path (in blocks) from a held slot to each slot; ``None`` for slots on or
+    after a cycle. For an acyclic model ``max(depths) == model.depth``."""
+    g = _graph(model)
+    cyclic = set()
+    for comp in recurrent_cores(g):
+        cyclic |= comp
+    tainted = set(cyclic)
+    for c in cyclic:
+        tainted |= nx.descendants(g, c)
+    dag = g.subgraph(n for n in g if n not in tainted)
+    out: dict[int, int | None] = {n: None for n in g}
+    for n in nx.topological_sort(dag):
+        preds = list(dag.predecessors(n))
+        out[n] = 0 if not preds else max(out[p] for p in preds) + 1
+    return out
+
+
+def distances(model) -> dict[int, int | None]:
+    """Shortest path (in blocks) from an input slot to each slot (``None``: unreachable)."""
+    m = _core(model) if not isinstance(model, nx.DiGraph) else None
+    g = _graph(model)
+    inputs = [n for n, d in g.nodes(data=True) if d["role"] == "input"] if m is None else list(m.inputs)
+    out: dict[int, int | None] = {n: None for n in g}
+    for src in inputs:
+        for n, d in nx.single_source_shortest_path_length(g, src).items():
+            out[n] = d if out[n] is None else min(out[n], d)
+    return out
+
+
+def recurrent_cores(model) -> list[set[int]]:
+    """Strongly connected components that contain a cycle (size > 1, or a self-loop)."""
+    g = _graph(model)
+    return [set(c) for c in nx.strongly_connected_components(g) if len(c) > 1 or g.has_edge(next(iter(c)), next(iter(c)))]
+
+
+def memory(model) -> int | None:
+    """Steps after which the outputs no longer depend on the initial state of any
+    non-input slot; ``None`` if they always do (a cycle or a held non-input slot reaches
+    an output). See the module docstring for the argument."""
+    g = _graph(model)
+    outputs = [n for n, d in g.nodes(data=True) if d["role"] == "output"]
+    if isinstance(model, Sequential2D) or hasattr(model, "core"):
+        outputs = list(_core(model).outputs)
+    ancestors = set(outputs)
+    for o in outputs:
+        ancestors |= nx.ancestors(g, o)
+    sub = g.subgraph(ancestors)
+    if not nx.is_directed_acyclic_graph(sub):
+        return None
+    role = nx.get_node_attributes(g, "role")
+    held = nx.get_node_attributes(g, "held")
+    if any(held[n] and role[n] != "input" for n in ancestors):
+        return None
+    # longest path from a non-input slot to each node, within the ancestors of the outputs
+    longest: dict[int, int | None] = {}
+    for n in nx.topological_sort(sub):
+        best = 0 if role[n] != "input" else None
+        for p in sub.predecessors(n):
+            if longest[p] is not None:
+                best = max(best or 0, longest[p] + 1)
+        longest[n] = best
+    vals = [longest[o] for o in outputs if longest[o] is not None]
+    return (max(vals) + 1) if vals else 0
+
+
+def influence(model, k: int) -> set[int]:
+    """Slots with a walk of at most ``k`` blocks to an output (outputs included)."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise ValueError(f"k must be a non-negative int, got {k!r}")
+    g = _graph(model)
+    outputs = list(_core(model).outputs) if not isinstance(model, nx.DiGraph) else \
+        [n for n, d in g.nodes(data=True) if d["role"] == "output"]
+    seen = set(outputs)
+    frontier = set(outputs)
+    for _ in range(k):
+        frontier = {p for n in frontier for p in g.predecessors(n)} - seen
+        if not frontier:
+            break
+        seen |= frontier
+    return seen
