@@ -4,6 +4,7 @@ One documented semantics (``Sequential2D``'s docstring, docs/concepts.md), const
 proven equal to torch.nn, and a fused-linear seam for fast backends.
 """
 
+from . import graph
 from .activations import ACTIVATIONS
 from .blocks import ContextModule, Identity, LinearBlock
 from .constructors import from_mask, mlp, rnn
@@ -11,6 +12,7 @@ from .convert import from_torch
 from .core import Sequential2D, block_kind
 from .fused import available_backends, register_backend
 from .recurrent import RNN, TruncatedRNN, truncated_rnn
+from .randomize import randomize
 from .registry import create_model, list_models, register_model
 from .spec import from_spec, load_spec, save_spec, to_spec
 from .transformer import AttentionCore, TransformerEncoder, TransformerEncoderLayer, transformer_encoder, transformer_layer
@@ -42,6 +44,7 @@ __all__ = [
     "list_models",
     "mlp",
     "register_backend",
+    "randomize",
     "register_model",
     "rnn",
     "truncated_rnn",

@@ -1,0 +1,294 @@
+"""``randomize``: a Sequential2D with exactly a template's trainable-parameter count, its
+trainable entries placed uniformly at random over a region of the full block matrix.
+
+This is the "randomized" model of Hershey et al. (arXiv 2404.00880), made exact: the public
+scripts masked every block of rows 1-4 at density 0.5108 and reported an approximate count
+(biases unmasked, dense count reported). Here
+
+    weights placed  =  template.num_parameters()  -  biases  -  activation parameters
+
+so ``randomize(t).num_parameters() == t.num_parameters()`` always.
+
+Granularities:
+
+``element``  exactly ``W`` entries drawn without replacement, uniformly over the region.
+``tile``     whole ``T x T`` tiles of the engine (drawn uniformly among the region's tiles,
+             slots padded to whole tiles as the engine does), then a top-up of single
+             entries inside one more tile to reach ``W`` exactly. Built directly as a
+             block-sparse engine (no dense block is ever formed), so the engine really
+             skips the absent tiles.
+``block``    whole slot-blocks ``F[i][j]`` drawn uniformly among the region's blocks, then a
+             top-up of single entries inside one more block.
+
+Initialisation (all granularities): the trainable weights and the bias of output unit
+``r`` are drawn ``U(-1/sqrt(m_r), 1/sqrt(m_r))``, where ``m_r`` is the number of trainable
+weights in row ``r`` of the N x N matrix (its actual fan-in; 1 when it has none). For a
+dense MLP this is exactly ``nn.Linear``'s rule; for a sparse row it keeps the pre-activation
+variance independent of how many entries the draw happened to give that unit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from .activations import activation_name
+from .constructors import from_mask
+from .core import Sequential2D
+from .registry import register_model
+
+__all__ = ["randomize", "region_mask"]
+
+GRANULARITIES = ("element", "tile", "block")
+
+
+def _core(template) -> Sequential2D:
+    if isinstance(template, Sequential2D):
+        return template
+    core = getattr(template, "core", None)
+    if isinstance(core, Sequential2D):
+        return core
+    raise TypeError(f"randomize expects a Sequential2D (or a model with .core), got {type(template).__name__}")
+
+
+def region_mask(core: Sequential2D, region=None) -> Tensor:
+    """The (n, n) bool block mask of blocks where trainable entries may go.
+
+    ``None`` / ``"default"``: every non-input row x every column (input rows held);
+    ``"feedforward"``: non-input rows, columns strictly earlier (i > j): an acyclic model;
+    ``"template"``: the template's own non-absent blocks; or an explicit (n, n) bool mask.
+    """
+    n = core.n
+    inputs = set(core.inputs)
+    if region is None or region == "default":
+        m = torch.ones(n, n, dtype=torch.bool)
+        for i in inputs:
+            m[i] = False
+        return m
+    if region == "feedforward":
+        m = torch.tril(torch.ones(n, n, dtype=torch.bool), diagonal=-1)
+        for i in inputs:
+            m[i] = False
+        return m
+    if region == "template":
+        m = torch.zeros(n, n, dtype=torch.bool)
+        for i, j, _, _ in core.positions():
+            m[i, j] = True
+        return m
+    if isinstance(region, str):
+        raise ValueError(f"Unknown region {region!r}. Select from 'default', 'feedforward', 'template', or pass an (n, n) bool mask")
+    m = torch.as_tensor(region)
+    if m.dtype != torch.bool or tuple(m.shape) != (n, n):
+        raise ValueError(f"region must be an ({n}, {n}) bool block mask, got {m.dtype} of shape {tuple(m.shape)}")
+    bad = [i for i in inputs if bool(m[i].any())]
+    if bad:
+        raise ValueError(f"region puts entries in the rows of input slots {bad}; input slots are held")
+    return m.clone()
+
+
+def _choose(total: int, k: int, gen: torch.Generator) -> Tensor:
+    """k distinct indices in [0, total), uniformly, sorted."""
+    if k > total:
+        raise ValueError(f"cannot place {k} entries in a region of {total}")
+    return torch.randperm(total, generator=gen)[:k].sort().values
+
+
+def _act_spec(core: Sequential2D) -> list:
+    import copy
+
+    out = []
+    for i in range(core.n):
+        a = core.acts[i]
+        name = activation_name(a)
+        out.append(name if name is not None else copy.deepcopy(a))
+    return out
+
+
+@register_model(name="random")
+def _random_preset(sizes: Sequence[int] = (64, 32, 16, 10), granularity: str = "element", seed: int = 0,
+                   steps: int | None = None, *, device=None, dtype=None) -> Sequential2D:
+    """Registry entry: a randomized model with the parameter count of ``mlp(sizes)``."""
+    from .constructors import mlp
+
+    return randomize(mlp(sizes), granularity=granularity, seed=seed, steps=steps, tile=16, device=device, dtype=dtype)
+
+
+def randomize(template, granularity: str = "element", region=None, seed: int = 0, *, tile: int = 64,
+              steps: int | None = None, bias: bool = True, backend: str = "auto", device=None, dtype=None
+              ) -> Sequential2D:
+    """A linear-block Sequential2D with exactly ``template.num_parameters()`` trainable
+    parameters, placed uniformly at random over ``region`` (see the module docstring).
+
+    Slot sizes, activations, inputs and outputs are the template's; ``steps`` defaults to
+    the template's (its depth for an MLP: 4 for [2500, 500, 200, 100, 10]). Every non-input
+    slot has a bias when ``bias`` (the biases count towards the total). ``seed`` fixes the
+    placement and the initial values.
+    """
+    if granularity not in GRANULARITIES:
+        raise ValueError(f"Unknown granularity {granularity!r}. Select from " + ", ".join(repr(g) for g in GRANULARITIES))
+    core = _core(template)
+    target = template.num_parameters()
+    sizes = core.sizes
+    n = core.n
+    inputs = list(core.inputs)
+    reg = region_mask(core, region)
+    if steps is None:
+        steps = core.steps
+    if steps is None:
+        raise ValueError("the template has no default step count (cyclic); pass steps=")
+    acts = _act_spec(core)
+    n_act = sum(p.numel() for p in core.acts.parameters() if p.requires_grad)
+    off = [0]
+    for s in sizes:
+        off.append(off[-1] + s)
+    area = sum(sizes[i] * sizes[j] for i, j in reg.nonzero().tolist())
+    biased = [bias and i not in inputs and bool(reg[i].any()) for i in range(n)]
+    # A slot that draws no entry at all is held (empty row) and can carry no bias; its bias
+    # budget then goes to the weights and the draw is repeated with the same seed.
+    for _ in range(n + 1):
+        n_bias = sum(sizes[i] for i in range(n) if biased[i])
+        W = target - n_bias - n_act
+        if W <= 0 or W > area:
+            raise ValueError(f"cannot place {W} weights (template {target} - biases {n_bias} - activation "
+                             f"parameters {n_act}) in a region of {area} entries")
+        gen = torch.Generator().manual_seed(seed)
+        kw = dict(activations=acts, bias=list(biased), inputs=inputs, outputs=list(core.outputs), steps=steps,
+                  device=device, dtype=dtype)
+        if granularity == "tile":
+            model, filled = _tile_model(core, reg, W, tile, gen, backend=backend, **kw)
+        else:
+            elem = _element_mask(sizes, off, reg, W, granularity, area, gen)
+            filled = {i for i in range(n) if bool(elem[off[i]:off[i + 1]].any())}
+            if all(filled >= {i} for i in range(n) if biased[i]):
+                kw["activations"] = [a if i in filled else None for i, a in enumerate(acts)]  # empty rows are held
+                model = from_mask(sizes, elem, seed=int(torch.randint(0, 2**31 - 1, (1,), generator=gen)), **kw)
+        empty = [i for i in range(n) if biased[i] and i not in filled]
+        if not empty:
+            break
+        for i in empty:
+            biased[i] = False
+    got = model.num_parameters()
+    if got != target:  # an invariant, not a user error: fail loudly
+        raise RuntimeError(f"randomize produced {got} trainable parameters, expected {target}")
+    return model
+
+
+def _element_mask(sizes, off, reg: Tensor, W: int, granularity: str, area: int, gen: torch.Generator) -> Tensor:
+    """The N x N element mask of ``W`` entries drawn by element or by whole blocks + top-up."""
+    N = off[-1]
+    elem = torch.zeros(N, N, dtype=torch.bool)
+    blocks = reg.nonzero().tolist()
+    if granularity == "element":
+        # one flat index space over the region's blocks, row-major inside each block
+        counts = [sizes[i] * sizes[j] for i, j in blocks]
+        _scatter(elem, blocks, counts, _choose(area, W, gen), sizes, off)
+        return elem
+    left = W
+    for b in torch.randperm(len(blocks), generator=gen).tolist():
+        i, j = blocks[b]
+        c = sizes[i] * sizes[j]
+        if c <= left:
+            elem[off[i]:off[i + 1], off[j]:off[j + 1]] = True
+            left -= c
+        elif left > 0:  # top up inside this block
+            sub = torch.zeros(c, dtype=torch.bool)
+            sub[_choose(c, left, gen)] = True
+            elem[off[i]:off[i + 1], off[j]:off[j + 1]] = sub.view(sizes[i], sizes[j])
+            left = 0
+    return elem
+
+
+def _scatter(elem: Tensor, blocks, counts, picks: Tensor, sizes, off) -> None:
+    """Set the flat region indices ``picks`` in the N x N element mask."""
+    starts = torch.tensor([0] + list(counts)).cumsum(0)
+    which = torch.searchsorted(starts, picks, right=True) - 1
+    for b in which.unique().tolist():
+        i, j = blocks[b]
+        loc = picks[which == b] - starts[b]
+        elem[off[i] + loc // sizes[j], off[j] + loc % sizes[j]] = True
+
+
+def _tile_model(core: Sequential2D, reg: Tensor, W: int, T: int, gen: torch.Generator, *, backend, activations,
+                bias, inputs, outputs, steps, device, dtype) -> Sequential2D:
+    from .sparse.linear import BlockSparseLinear, Group, TiledBlock
+
+    sizes = core.sizes
+    n = core.n
+    nt = [math.ceil(s / T) for s in sizes]
+    # every candidate tile of the region with its number of real (unpadded) entries
+    cand = []  # (block index, a, b, real entries)
+    blocks = reg.nonzero().tolist()
+    for bi, (i, j) in enumerate(blocks):
+        for a in range(nt[i]):
+            ra = min(T, sizes[i] - a * T)
+            for b in range(nt[j]):
+                cand.append((bi, a, b, ra * min(T, sizes[j] - b * T)))
+    order = torch.randperm(len(cand), generator=gen).tolist()
+    chosen, left, partial = [], W, None
+    for t in order:
+        c = cand[t][3]
+        if c <= left:
+            chosen.append(t)
+            left -= c
+            if left == 0:
+                break
+        elif partial is None:
+            partial = t  # the first tile that does not fit whole: top up inside it
+    if left > 0:
+        if partial is None:
+            raise ValueError(f"cannot place {W} weights in whole tiles of this region")
+        chosen.append(partial)
+    patterns = {bi: torch.zeros(nt[i], nt[j], dtype=torch.bool) for bi, (i, j) in enumerate(blocks)}
+    for t in chosen:
+        bi, a, b, _ = cand[t]
+        patterns[bi][a, b] = True
+    groups, placements = [], []
+    for bi, (i, j) in enumerate(blocks):
+        if bool(patterns[bi].any()):
+            placements.append((i, j, len(groups)))
+            groups.append(Group((sizes[i], sizes[j]), patterns[bi]))
+    filled = {i for i, _, _ in placements}
+    if any(bias[i] and i not in filled for i in range(n)):
+        return None, filled
+    activations = [a if i in filled else None for i, a in enumerate(activations)]  # empty rows are held
+    eng = BlockSparseLinear(sizes, T, groups, placements, backend=backend, device=device, dtype=dtype)
+    if left > 0:  # keep `left` random real entries of the partial tile trainable
+        bi, a, b, c = cand[partial]
+        g = next(gi for gi, (ii, jj, _) in enumerate(placements) if (ii, jj) == tuple(blocks[bi]))
+        d = eng.groups[g].data_index[eng.groups[g].tiles.index([a, b])]
+        i, j = blocks[bi]
+        ra, rb = min(T, sizes[i] - a * T), min(T, sizes[j] - b * T)
+        keep = torch.zeros(ra * rb, dtype=torch.bool)
+        keep[_choose(ra * rb, left, gen)] = True
+        tm = eng.tmask if eng.tmask is not None else torch.ones_like(eng.data, dtype=torch.bool)
+        tm = tm.clone()
+        tile_mask = torch.zeros(T, T, dtype=torch.bool)
+        tile_mask[:rb, :ra] = keep.view(ra, rb).T  # transposed storage: [in, out]
+        tm[d] = tile_mask.to(tm.device)
+        eng.tmask = tm
+    eng.reset_parameters(gen)
+    model = Sequential2D(sizes, {(i, j): TiledBlock(eng, g) for i, j, g in placements}, bias=bias,
+                         activations=activations, inputs=inputs, outputs=outputs, steps=steps, device=device, dtype=dtype)
+    # biases: the same fan-in rule as the weights
+    with torch.no_grad():
+        fan = _engine_fan_in(eng)
+        for k, p in model.biases.items():
+            i = int(k)
+            o = eng.toff[i] * T
+            bound = fan[o:o + sizes[i]].clamp(min=1).rsqrt()
+            u = torch.rand(sizes[i], generator=gen, dtype=torch.float64) * 2 - 1
+            p.copy_((u * bound.to(torch.float64).cpu()).to(p.dtype))
+    return model, filled
+
+
+def _engine_fan_in(eng) -> Tensor:
+    """Trainable fan-in of every padded output unit of the engine (length Mt*T)."""
+    L = eng._layout
+    T = eng.tile
+    per = eng.tmask.sum(dim=1) if eng.tmask is not None else torch.full((L.n_data, T), T)
+    fan = torch.zeros(L.Mt, T, dtype=torch.long)
+    fan.index_add_(0, eng.pos_row.cpu(), per.index_select(0, eng.pos_data).cpu().long())
+    return fan.view(-1).to(torch.float64)
