@@ -148,6 +148,13 @@ class LinearBlock(LinearLike):
             return self.weight.numel()
         return int(self.mask.sum())
 
+    def num_stored(self) -> int:
+        """Entries that take part in the product: trainable ones and non-zero frozen ones."""
+        n = self.weight.numel() if self.mask is None else int(self.mask.sum())
+        if self.frozen is not None:
+            n += int((self.frozen != 0).sum())
+        return n
+
     def trainable_mask(self) -> Tensor:
         if self.mask is None:
             return torch.ones(self.shape, dtype=torch.bool, device=self.weight.device)

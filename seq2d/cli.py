@@ -1,8 +1,16 @@
 """The ``seq2d`` command line.
 
-    seq2d models                       list the registered constructors
-    seq2d show NAME [key=value ...]    print a model's block grid, slots and parameter count
-    seq2d equivalence [--seeds N]      max errors of every constructor vs torch.nn
+    seq2d models                                 list the registered constructors
+    seq2d show MODEL [key=value ...]             block grid, per-block table, parameter counts, graph facts
+    seq2d draw MODEL -o out.png [--kind graph|spy|both] [--tile T] [--dpi D]
+                                                 pictures of the block graph and of the linear mask
+    seq2d equivalence [--seeds N]                max errors of every constructor vs torch.nn
+
+MODEL is a preset (``mlp:784,256,10``, ``rnn:8,16,layers=2``, ``truncated-rnn:8,16,k=4``,
+``transformer:64,4,128,norm_first=1``, ``masked-random:784,256,10,density=0.1``, ...; see
+:mod:`seq2d.presets`), a path to a ``.toml``/``.json`` spec, or a registered constructor
+name followed by ``key=value`` arguments (values are Python literals). Errors print
+``seq2d: error: ...`` and exit with status 2.
 """
 
 from __future__ import annotations
@@ -10,22 +18,52 @@ from __future__ import annotations
 import argparse
 import ast
 import sys
+from pathlib import Path
 
 from .registry import create_model, list_models
+
+_FMT = argparse.RawDescriptionHelpFormatter
+
+
+def _wrap(text: str) -> str:
+    import textwrap
+
+    return textwrap.fill(text, 88)
 
 
 def _parse_kv(items: list[str]) -> dict:
     out = {}
     for item in items:
         if "=" not in item:
-            raise SystemExit(f"seq2d: expected key=value, got {item!r}")
+            raise ValueError(f"expected key=value, got {item!r}")
         k, v = item.split("=", 1)
         try:
             val = ast.literal_eval(v)
         except (ValueError, SyntaxError):
-            val = v if "," not in v else ast.literal_eval(f"({v},)")
+            try:
+                val = v if "," not in v else ast.literal_eval(f"({v},)")
+            except (ValueError, SyntaxError):
+                val = v
         out[k] = val
     return out
+
+
+def _resolve(text: str, kwargs: list[str]):
+    """A model from a preset, a spec path, or a registered name with key=value arguments."""
+    from .presets import PRESETS, build_preset, is_preset
+
+    if kwargs:
+        if is_preset(text):
+            raise ValueError(f"key=value arguments go with a registered constructor name, not with the preset {text!r}; "
+                             "write preset options after the colon (e.g. mlp:784,256,10,act=tanh)")
+        return create_model(text, **_parse_kv(kwargs))
+    if not is_preset(text) and text in list_models():
+        return create_model(text)
+    if not is_preset(text) and ":" not in text and text not in PRESETS and not Path(text).suffix:
+        raise ValueError(f"Unknown model {text!r}. Give a preset (" + ", ".join(f"{k}:..." for k in PRESETS)
+                         + "), a path to a .toml/.json spec, or a registered constructor ("
+                         + ", ".join(list_models()) + ")")
+    return build_preset(text)
 
 
 def _cmd_models(args) -> int:
@@ -34,11 +72,107 @@ def _cmd_models(args) -> int:
     return 0
 
 
-def _cmd_show(args) -> int:
-    model = create_model(args.name, **_parse_kv(args.kwargs))
+def _yes(b: bool) -> str:
+    return "yes" if b else "no"
+
+
+def _param_breakdown(core) -> list[tuple[str, int]]:
+    """Trainable parameters by owner (tied weights once), summing to core.num_parameters()."""
+    from .blocks import LinearBlock
+
+    seen: set[int] = set()
+
+    def count(params) -> int:
+        n = 0
+        for p in params:
+            if id(p) not in seen and p.requires_grad:
+                seen.add(id(p))
+                n += p.numel()
+        return n
+
+    linear = 0
+    for _, _, kind, blk in core.positions():
+        if isinstance(blk, LinearBlock) and id(blk.weight) not in seen:
+            seen.add(id(blk.weight))
+            linear += blk.num_trainable()
+    if core.engine is not None and id(core.engine.data) not in seen:
+        seen.add(id(core.engine.data))
+        linear += core.engine.num_trainable()
+    module = sum(count(blk.parameters()) for _, _, kind, blk in core.positions() if kind == "module")
+    bias = count(core.biases.parameters())
+    act = count(core.acts.parameters())
+    rows = [("linear blocks (masked/frozen entries excluded)", linear), ("module blocks", module),
+            ("slot biases", bias), ("slot activations (LayerNorm)", act)]
+    other = core.num_parameters() - sum(n for _, n in rows)
+    if other:
+        rows.append(("other", other))
+    rows.append(("total trainable (tied weights once)", core.num_parameters()))
+    return rows
+
+
+def show_text(model) -> str:
+    """What ``seq2d show`` prints for ``model``."""
+    from . import graph as G
+
     core = getattr(model, "core", model)
-    print(type(model).__name__ + (f" (core: {type(core).__name__})" if core is not model else ""))
-    print(core.summary())
+    g = G.to_networkx(core)
+    lines = [type(model).__name__ + (f" (core: {type(core).__name__})" if core is not model else ""), core.summary(), ""]
+    lines.append("blocks (F[i][j] maps slot j to slot i; shape = out x in):")
+    head = f"  {'block':<10}{'kind':<14}{'shape':>13}{'stored':>12}{'density':>9}{'params':>12}  tie"
+    lines.append(head)
+    for i, j, kind, blk in core.positions():
+        d = g.edges[j, i]
+        shape = f"{d['shape'][0]} x {d['shape'][1]}"
+        stored = "-" if d["stored"] is None else f"{d['stored']:,}"
+        dens = "-" if d["density"] is None else f"{100 * d['density']:.3g}%"
+        name = kind if kind != "module" else type(blk).__name__
+        tie = "-" if d["tie"] is None else str(d["tie"])
+        lines.append(f"  {f'F[{i}][{j}]':<10}{name:<14}{shape:>13}{stored:>12}{dens:>9}{d['params']:>12,}  {tie}")
+    lines += ["", "trainable parameters:"]
+    lines += [f"  {k:<44}{n:>12,}" for k, n in _param_breakdown(core)]
+    cores = G.recurrent_cores(g)
+    mem = G.memory(core)
+    dist = G.distances(core)
+    lines += ["", "graph:"]
+    lines.append(f"  acyclic: {_yes(G.is_acyclic(g))}; depth = {core.depth if core.depth is not None else 'none (cyclic)'}; "
+                 f"steps = {core.steps}")
+    lines.append("  recurrent cores: " + (", ".join("{" + ", ".join(map(str, sorted(c))) + "}" for c in
+                                                    sorted(cores, key=min)) if cores else "none"))
+    lines.append("  memory: " + (f"{mem} steps (after {mem} steps the outputs no longer depend on the initial "
+                                 "state of any non-input slot)" if mem is not None else
+                                 "none (the outputs depend on the initial state at every step)"))
+    lines.append("  distance from the inputs: " + ", ".join(f"{v}:{'-' if d is None else d}" for v, d in sorted(dist.items())))
+    return "\n".join(lines)
+
+
+def _cmd_show(args) -> int:
+    print(show_text(_resolve(args.model, args.kwargs)))
+    return 0
+
+
+def draw_paths(output: str, kind: str) -> list[tuple[str, Path]]:
+    """``[(what, path)]`` that ``seq2d draw -o output --kind kind`` writes: ``out.png`` for one
+    picture, ``out-graph.png`` and ``out-spy.png`` for ``both``."""
+    from .plot import _check_path
+
+    out = _check_path(output)
+    if kind == "both":
+        return [(k, out.with_name(f"{out.stem}-{k}{out.suffix}")) for k in ("graph", "spy")]
+    return [(kind, out)]
+
+
+def _cmd_draw(args) -> int:
+    from .plot import draw_graph, spy
+
+    paths = draw_paths(args.output, args.kind)  # a bad suffix fails before the model is built
+    model = _resolve(args.model, args.kwargs)
+    core = getattr(model, "core", model)
+    if args.tile is not None:
+        core.to_blocksparse(args.tile)
+    for what, path in paths:
+        fn = draw_graph if what == "graph" else spy
+        fn(model, path=path, dpi=args.dpi)
+        print(f"wrote {path}")
     return 0
 
 
@@ -58,22 +192,66 @@ def _cmd_equivalence(args) -> int:
     return 0 if worst_all else 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="seq2d", description="Sequential2D block networks.")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("models", help="list the registered constructors")
+_MODEL_HELP = "a preset (see below), a .toml/.json spec file, or a registered constructor name (see `seq2d models`)"
+
+
+def _presets_epilog(examples: str) -> str:
+    from .presets import preset_help
+
+    return f"examples:\n{examples}\npresets:\n{preset_help()}"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="seq2d", description="Sequential2D block networks: inspect, draw and check models.",
+                                 epilog=__doc__.split("\n\n")[1], formatter_class=_FMT)
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{models,show,draw,equivalence}")
+    p = sub.add_parser("models", help="list the registered constructors",
+                       description="List the registered constructor names (usable with `seq2d show NAME key=value`).")
     p.set_defaults(fn=_cmd_models)
-    p = sub.add_parser("show", help="print a model's block grid, slot table and parameter count")
-    p.add_argument("name", help="a registered constructor (see `seq2d models`)")
-    p.add_argument("kwargs", nargs="*", help="constructor arguments as key=value (values are Python literals)")
+
+    p = sub.add_parser(
+        "show", help="print a model's block grid, per-block table, parameter counts and graph facts",
+        description=_wrap("Print the block grid and slot table (Sequential2D.summary), one line per block (position, kind, "
+                    "shape, stored entries, density, trainable parameters, tie group), the trainable parameters by "
+                    "owner, and what the block graph says (acyclic, depth, recurrent cores, memory, distances)."),
+        epilog=_presets_epilog("  seq2d show mlp:784,256,128,10\n  seq2d show truncated-rnn:8,16,k=4\n"
+                               "  seq2d show model.toml\n  seq2d show mlp sizes=784,256,10 activation=tanh\n"),
+        formatter_class=_FMT)
+    p.add_argument("model", help=_MODEL_HELP)
+    p.add_argument("kwargs", nargs="*", help="constructor arguments as key=value (only with a registered name)")
     p.set_defaults(fn=_cmd_show)
-    p = sub.add_parser("equivalence", help="max abs errors of every constructor vs torch.nn")
-    p.add_argument("--seeds", type=int, default=1)
+
+    p = sub.add_parser(
+        "draw", help="draw the block graph and/or the spy plot of the linear part (PNG or SVG)",
+        description=_wrap("Draw a model: --kind graph (the block graph: slots as nodes, blocks as edges), spy (the N x N "
+                    "mask of the linear blocks) or both. With both, -o out.png writes out-graph.png and out-spy.png. "
+                    "The suffix of -o (.png or .svg) picks the format."),
+        epilog=_presets_epilog("  seq2d draw mlp:784,256,128,10 -o mlp.png\n"
+                               "  seq2d draw rnn:8,16,layers=2 -o rnn.svg --kind both\n"
+                               "  seq2d draw masked-random:784,256,10,density=0.05 -o rand.png --kind spy --tile 32\n"),
+        formatter_class=_FMT)
+    p.add_argument("model", help=_MODEL_HELP)
+    p.add_argument("kwargs", nargs="*", help="constructor arguments as key=value (only with a registered name)")
+    p.add_argument("-o", "--output", required=True, help="output file, .png or .svg")
+    p.add_argument("--kind", choices=("graph", "spy", "both"), default="graph", help="what to draw (default: graph)")
+    p.add_argument("--tile", type=int, default=None,
+                   help="convert the linear blocks to the block-sparse engine with this tile size first (16, 32, 64, 128)")
+    p.add_argument("--dpi", type=float, default=100, help="PNG resolution (default: 100)")
+    p.set_defaults(fn=_cmd_draw)
+
+    p = sub.add_parser("equivalence", help="max abs errors of every constructor vs torch.nn",
+                       description=_wrap("Compare every constructor with its torch.nn counterpart (float32 and float64); "
+                                   "exit status 1 when an error exceeds its tolerance."))
+    p.add_argument("--seeds", type=int, default=1, help="number of random seeds per case (default: 1)")
     p.set_defaults(fn=_cmd_equivalence)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, OSError) as e:
         print(f"seq2d: error: {e}", file=sys.stderr)
         return 2
 

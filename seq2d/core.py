@@ -638,8 +638,9 @@ class Sequential2D(nn.Module):
         if not entries:
             raise ValueError("this model has no linear blocks to convert")
         eng, groups = BlockSparseLinear.from_blocks(self.sizes, entries, tile, backend=backend)
+        views: dict[int, TiledBlock] = {}  # one view per group: tied positions stay one object
         for (i, j, _), g in zip(entries, groups):
-            self.blocks[f"{i}_{j}"] = TiledBlock(eng, g)
+            self.blocks[f"{i}_{j}"] = views.setdefault(g, TiledBlock(eng, g))
         self.engine = eng
         self._fused = FusedLinear(self.sizes, [])
         self.__dict__.pop("_simple_cache", None)

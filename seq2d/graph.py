@@ -67,9 +67,7 @@ def to_networkx(model) -> nx.DiGraph:
         shape = (m.sizes[i], m.sizes[j])
         tie = None
         if kind == "linear":
-            mask = blk.trainable_mask()
-            stored_mask = mask if blk.frozen is None else (mask | (blk.frozen != 0))
-            stored = int(stored_mask.sum())
+            stored = blk.num_stored()
             params = blk.num_trainable()
             if uses[id(blk)] > 1:
                 tie = tie_ids.setdefault(id(blk), len(tie_ids))

@@ -411,10 +411,27 @@ class TiledBlock(LinearLike):
             return None
         return self._engine.group_dense(self.group, "frozen")
 
+    def _tile_sum(self, t) -> int:
+        idx = torch.tensor(self._engine.groups[self.group].data_index, dtype=torch.long, device=t.device)
+        return int(t.index_select(0, idx).sum()) if idx.numel() else 0
+
     def num_trainable(self) -> int:
-        if not self._engine.data.requires_grad:
+        """Trainable entries of this group's tiles (read from the tile mask: no dense block)."""
+        eng = self._engine
+        if not eng.data.requires_grad:
             return 0
-        return int(self.trainable_mask().sum())
+        if eng.tmask is None:
+            return eng.groups[self.group].n_tiles * eng.tile * eng.tile
+        return self._tile_sum(eng.tmask)
+
+    def num_stored(self) -> int:
+        """Entries that take part in the product: trainable ones and non-zero frozen ones."""
+        eng = self._engine
+        n = self.num_trainable() if eng.data.requires_grad else self._tile_sum(eng.tmask) if eng.tmask is not None \
+            else eng.groups[self.group].n_tiles * eng.tile * eng.tile
+        if eng.frozen is not None:
+            n += self._tile_sum(eng.frozen != 0)
+        return n
 
     def forward(self, x: Tensor) -> Tensor:
         return F.linear(x, self.effective_weight())

@@ -1,0 +1,208 @@
+"""The `seq2d` command line: help of every subcommand, `draw` for every preset, `show`,
+spec files, presets and their errors (exit status 2), and the docs it feeds."""
+
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+import seq2d
+from seq2d.cli import main, show_text
+from seq2d.presets import PRESETS, build_preset
+
+PLOT_PRESETS = {
+    "mlp": "mlp:64,32,10",
+    "rnn": "rnn:8,16,layers=2",
+    "truncated-rnn": "truncated-rnn:8,16,k=3,layers=2",
+    "transformer": "transformer:16,2,32,norm_first=1",
+    "encoder": "transformer:16,2,32,layers=2",
+    "random": "masked-random:40,30,10,density=0.2",
+    "blocksparse-random": "blocksparse-random:64,32,32,density=0.3,tile=16",
+}
+
+# a cyclic spec with a tie, an identity, a diagonal and a frozen block (see seq2d/spec.py)
+SPEC = """
+steps = 3
+slots = [{size = 16}, {size = 16, activation = "relu", bias = true}, {size = 16, activation = "tanh"},
+         {size = 4, bias = true}]
+blocks = [
+  {row = 1, col = 0, kind = "random", density = 0.25},
+  {row = 2, col = 1, kind = "mask", indices = [[0, 1], [1, 2], [2, 3]], tie = "shared"},
+  {row = 1, col = 2, tie = "shared"},
+  {row = 2, col = 0, kind = "identity"},
+  {row = 2, col = 2, kind = "diagonal"},
+  {row = 3, col = 0, kind = "exact", n = 5, trainable = false},
+]
+"""
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SUBCOMMANDS = ["models", "show", "draw", "equivalence"]
+
+
+def _run(capsys, *argv):
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.mark.parametrize("cmd", [None] + SUBCOMMANDS)
+def test_help_of_every_subcommand(cmd, capsys):
+    argv = ([cmd] if cmd else []) + ["--help"]
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: seq2d{' ' + cmd if cmd else ''}")
+    if cmd in ("show", "draw"):
+        assert "examples:" in out and "truncated-rnn:INPUT,HIDDEN,k=K" in out
+
+
+@pytest.mark.parametrize("name", list(PLOT_PRESETS))
+def test_draw_every_preset(name, tmp_path, capsys):
+    out = tmp_path / f"{name}.png"
+    rc, stdout, _ = _run(capsys, "draw", PLOT_PRESETS[name], "-o", str(out), "--dpi", "40")
+    assert rc == 0 and stdout.strip() == f"wrote {out}"
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 1024
+
+
+def test_draw_both_writes_two_files_and_tile_converts(tmp_path, capsys):
+    rc, stdout, _ = _run(capsys, "draw", "mlp:40,24,10", "-o", str(tmp_path / "m.svg"), "--kind", "both", "--tile", "16")
+    assert rc == 0
+    for kind in ("graph", "spy"):
+        p = tmp_path / f"m-{kind}.svg"
+        assert f"wrote {p}" in stdout and b"<svg" in p.read_bytes()[:2000]
+    assert not (tmp_path / "m.svg").exists()
+
+
+def test_draw_registered_name_with_key_values(tmp_path, capsys):
+    out = tmp_path / "s.png"
+    rc, _, _ = _run(capsys, "draw", "mlp", "sizes=6,4,2", "-o", str(out), "--kind", "spy", "--dpi", "40")
+    assert rc == 0 and out.stat().st_size > 1024
+
+
+def test_show_preset_prints_grid_blocks_counts_and_graph_facts(capsys):
+    rc, out, _ = _run(capsys, "show", "truncated-rnn:8,16,k=3")
+    assert rc == 0
+    assert out.startswith("TruncatedRNN (core: Sequential2D)\nSequential2D: 6 slots, N = 72, steps = 3, depth = 3, "
+                          "trainable parameters = 400")
+    assert re.search(r"^ 4    16\s+\. W0  \. W1  \.  \.   tanh \+b$", out, re.M)  # the grid
+    assert re.search(r"F\[4\]\[3\]\s+linear\s+16 x 16\s+256\s+100%\s+256  1$", out, re.M)  # block table, tie 1
+    assert re.search(r"linear blocks .*\s384$", out, re.M)
+    assert re.search(r"slot biases\s+16$", out, re.M)
+    assert re.search(r"total trainable .*\s400$", out, re.M)
+    assert "acyclic: yes; depth = 3; steps = 3" in out
+    assert "recurrent cores: none" in out and "memory: 3 steps" in out
+
+
+def test_show_cyclic_model(capsys):
+    rc, out, _ = _run(capsys, "show", "rnn:4,8,layers=2")
+    assert rc == 0
+    assert "acyclic: no" in out and "recurrent cores: {1}, {2}" in out and "memory: none" in out
+
+
+def test_show_registered_name_with_key_values_still_works(capsys):
+    rc, out, _ = _run(capsys, "show", "mlp", "sizes=4,3", "activation=tanh")
+    assert rc == 0 and out.startswith("Sequential2D\nSequential2D: 2 slots, N = 7") and "trainable parameters = 15" in out
+    rc, out, _ = _run(capsys, "show", "rnn")  # a registered name alone: its defaults
+    assert rc == 0 and out.startswith("RNN (core: Sequential2D)")
+
+
+def test_models_lists_the_registry(capsys):
+    rc, out, _ = _run(capsys, "models")
+    assert rc == 0 and out.split() == seq2d.list_models()
+
+
+def test_spec_file(tmp_path, capsys):
+    spec = tmp_path / "model.toml"
+    spec.write_text(SPEC)
+    rc, out, _ = _run(capsys, "show", str(spec))
+    assert rc == 0
+    assert "F[3][0]   linear" in out and "recurrent cores: {1, 2}" in out
+    assert re.search(r"F\[1\]\[2\]\s+linear\s+16 x 16\s+3\s+1.17%\s+3  0$", out, re.M)  # tied with F[2][1]
+    rc, _, _ = _run(capsys, "draw", str(spec), "-o", str(tmp_path / "spec.png"), "--kind", "both", "--dpi", "40")
+    assert rc == 0 and (tmp_path / "spec-graph.png").exists() and (tmp_path / "spec-spy.png").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["show", "nope:1,2"], "Unknown preset 'nope'. Select from 'mlp', 'rnn'"),
+    (["show", "nope"], "Unknown model 'nope'"),
+    (["draw", "mlp:4,3,act=relu,zz=1", "-o", "x.png"], "unknown key 'zz'. Select from 'act', 'bias'"),
+    (["draw", "mlp:4,3", "-o", "x.pdf"], r"use one of .png, .svg"),
+    (["show", "missing.toml"], "spec file 'missing.toml' does not exist"),
+    (["show", "mlp:4,3", "act=tanh"], "key=value arguments go with a registered constructor name"),
+    (["show", "mlp", "sizes"], "expected key=value"),
+    (["draw", "mlp:4,3", "-o", "x.png", "--tile", "7"], "tile must be one of"),
+])
+def test_errors_exit_2(argv, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rc, _, err = _run(capsys, *argv)
+    assert rc == 2
+    assert err.startswith("seq2d: error: ") and message in err, err
+    assert not list(tmp_path.iterdir())
+
+
+def test_argparse_errors_exit_2(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["draw", "mlp:4,3"])  # no -o
+    assert e.value.code == 2
+    assert "error:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, n, params", [
+    ("mlp:4,3,act=tanh,bias=0", 2, 12),
+    ("rnn:3,5,layers=2,nonlinearity=relu", 3, 2 * 5 + 3 * 5 + 2 * 25 + 5 * 5),
+    ("truncated-rnn:3,5,k=4", 8, 3 * 5 + 25 + 5),
+    ("transformer:8,2,16", 6, None),
+    ("transformer:8,2,16,layers=3,final_norm=1", 1 + 3 * 5 + 1, None),
+    ("masked-random:20,10,5,density=1", 3, 15 * 35 + 15),
+    ("blocksparse-random:32,32,density=1,tile=16", 2, 32 * 64 + 32),
+])
+def test_presets_build_what_they_say(text, n, params):
+    model = build_preset(text)
+    core = getattr(model, "core", model)
+    assert core.n == n
+    if params is not None:
+        assert model.num_parameters() == params
+    assert build_preset(text).num_parameters() == model.num_parameters()
+
+
+def test_random_preset_is_seeded():
+    a, b, c = (build_preset(f"masked-random:20,10,density=0.3,seed={s}") for s in (1, 1, 2))
+    assert (a.linear_weight() == b.linear_weight()).all()
+    assert (a.linear_weight() != c.linear_weight()).any()
+
+
+def test_preset_errors_name_the_choices():
+    with pytest.raises(ValueError, match="Select from " + ", ".join(repr(k) for k in PRESETS)):
+        build_preset("mpl:4,3")
+    with pytest.raises(ValueError, match="needs arguments"):
+        build_preset("mlp")
+    with pytest.raises(ValueError, match="missing required key"):
+        build_preset("truncated-rnn:4,8")
+    with pytest.raises(ValueError, match="takes 3 positional ints, got 2"):
+        build_preset("transformer:8,2")
+    with pytest.raises(ValueError, match="boolean"):
+        build_preset("transformer:8,2,16,norm_first=maybe")
+    with pytest.raises(TypeError):
+        build_preset(3)
+
+
+def test_console_script(tmp_path):
+    exe = pathlib.Path(sys.executable).parent / "seq2d"
+    res = subprocess.run([str(exe), "show", "mlp:4,3,2"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "trainable parameters = 23" in res.stdout  # 4*3+3 + 3*2+2
+    res = subprocess.run([str(exe), "show", "nope:1"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and res.stderr.startswith("seq2d: error: Unknown preset 'nope'")
+
+
+def test_graphs_md_quotes_the_current_show_output():
+    """docs/graphs.md is written by docs/make_gallery.py; rerun it when this fails."""
+    text = (ROOT / "docs" / "graphs.md").read_text()
+    block = text.split("## `seq2d show mlp:784,256,128,10`", 1)[1]
+    quoted = re.search(r"```\n(.*?)\n```", block, re.S).group(1)
+    assert quoted == show_text(build_preset("mlp:784,256,128,10"))
+    for png in re.findall(r"\]\((gallery/[^)]+\.png)\)", text):
+        assert (ROOT / "docs" / png).is_file(), png
