@@ -1,0 +1,47 @@
+"""Training infrastructure: config, trainer, checkpoints, data-parallel runs.
+
+Generic over models and tensor data sets (the MNIST experiments and the stability
+experiments share it)::
+
+    from seq2d.train import load_config, run, Trainer
+    cfg = load_config("run.toml", ["epochs=3"])
+    summary = run(cfg)                       # or Trainer(cfg, model, data).fit(resume=True)
+
+Submodules: :mod:`~seq2d.train.config` (TrainConfig, TOML, flags),
+:mod:`~seq2d.train.trainer` (the loop, metrics, model/data builders),
+:mod:`~seq2d.train.checkpoint` (atomic save, checked load),
+:mod:`~seq2d.train.distributed` (torchrun/DDP; ``python -m seq2d.train.distributed``).
+
+Names are imported on first use, so ``python -m seq2d.train.distributed`` runs that module
+once and ``import seq2d.train.config`` stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "config": ("TrainConfig", "load_config", "save_config", "config_to_dict", "config_from_dict", "config_to_toml",
+               "apply_overrides", "add_config_args", "config_from_args", "MODEL_FIELDS", "RESUME_FREE_FIELDS"),
+    "checkpoint": ("CheckpointError", "save_checkpoint", "load_checkpoint", "check_resume_config",
+                   "capture_rng_state", "restore_rng_state", "FORMAT", "FORMAT_VERSION"),
+    "trainer": ("Trainer", "train", "run", "NonFiniteLossError", "METRIC_COLUMNS", "build_model", "load_data",
+                "make_augment", "synthetic_data", "derive_seed", "epoch_permutation", "write_metrics", "read_metrics"),
+    "distributed": ("DistContext", "init_distributed", "cleanup", "wrap_model", "resolve_device"),
+}
+_WHERE = {name: mod for mod, names in _EXPORTS.items() for name in names}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    mod = _WHERE.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'seq2d.train' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{mod}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

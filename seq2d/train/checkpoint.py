@@ -1,0 +1,290 @@
+r"""Checkpoints: written atomically, read with ``torch.load(weights_only=True)``, checked.
+
+A checkpoint is one ``torch.save``d dict of tensors and plain Python values only (so the
+safe ``weights_only`` loader reads it)::
+
+    format     "seq2d-checkpoint"          the tag that tells ours from any other .pt file
+    version    FORMAT_VERSION (int)
+    model      the model's state_dict      (the unwrapped module under DDP)
+    optimizer  the optimizer's state_dict
+    epoch      completed epochs (int)
+    step       optimizer steps taken so far (int)
+    config     the TrainConfig as a dict of primitives
+    rng        capture_rng_state(): torch CPU, CUDA (when initialised), python random,
+               numpy, and named torch.Generators, all as tensors/lists
+    metrics    {"history": [per-epoch rows], "best": row, "last": row}
+    extra      trainer-specific values (a dict; may be empty)
+    torch_version
+
+``save_checkpoint`` writes a temporary file in the same folder, fsyncs it and renames it
+over the target (``os.replace``), so a crash at any moment leaves either the previous
+checkpoint or the new one, never a torn file. ``load_checkpoint`` raises
+:class:`CheckpointError` for a missing, truncated, corrupt or foreign file and for a
+version it does not read; it never returns something to "start fresh" from.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import zipfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .config import MODEL_FIELDS, RESUME_FREE_FIELDS, TrainConfig, config_from_dict, config_to_dict
+
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "CheckpointError",
+    "save_checkpoint",
+    "load_checkpoint",
+    "check_resume_config",
+    "capture_rng_state",
+    "restore_rng_state",
+]
+
+FORMAT = "seq2d-checkpoint"
+FORMAT_VERSION = 1
+_REQUIRED = {"model": dict, "optimizer": dict, "epoch": int, "step": int, "config": dict, "rng": dict, "metrics": dict}
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be used: missing, truncated, corrupt, foreign, another
+    format version, or written by a run whose config does not match."""
+
+
+# ---------------------------------------------------------------------- RNG states
+def capture_rng_state(generators: Mapping[str, torch.Generator] | None = None) -> dict:
+    """Every RNG state a run may consume, as tensors and lists (``weights_only``-safe)."""
+    state: dict[str, Any] = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = list(torch.cuda.get_rng_state_all())
+    version, internal, gauss = random.getstate()
+    state["python"] = {"version": version, "state": list(internal), "gauss": gauss}
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - numpy is a dependency
+        pass
+    else:
+        st = np.random.get_state(legacy=False)
+        state["numpy"] = {
+            "bit_generator": st["bit_generator"],
+            "key": torch.from_numpy(st["state"]["key"].astype("int64")),
+            "pos": int(st["state"]["pos"]),
+            "has_gauss": int(st["has_gauss"]),
+            "gauss": float(st["gauss"]),
+        }
+    state["generators"] = {name: g.get_state() for name, g in (generators or {}).items()}
+    return state
+
+
+def restore_rng_state(state: Mapping, generators: Mapping[str, torch.Generator] | None = None) -> None:
+    """Restore what :func:`capture_rng_state` captured (generators by name; a generator the
+    state does not hold raises CheckpointError)."""
+    torch.set_rng_state(state["torch"].cpu())
+    if "cuda" in state and torch.cuda.is_available():
+        cuda = state["cuda"]
+        if len(cuda) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all([s.cpu() for s in cuda])
+    if "python" in state:
+        p = state["python"]
+        random.setstate((p["version"], tuple(p["state"]), p["gauss"]))
+    if "numpy" in state:
+        import numpy as np
+
+        n = state["numpy"]
+        np.random.set_state({
+            "bit_generator": n["bit_generator"],
+            "state": {"key": n["key"].numpy().astype("uint32"), "pos": n["pos"]},
+            "has_gauss": n["has_gauss"],
+            "gauss": n["gauss"],
+        })
+    saved = state.get("generators", {})
+    for name, g in (generators or {}).items():
+        if name not in saved:
+            raise CheckpointError(f"the checkpoint holds no state for generator {name!r} (it has: {sorted(saved)})")
+        g.set_state(saved[name].cpu())
+
+
+# ---------------------------------------------------------------------- save
+def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    # DistributedDataParallel / DataParallel keep the real model in .module
+    return model.module if hasattr(model, "module") and isinstance(model.module, torch.nn.Module) else model
+
+
+def _primitive_config(config) -> dict:
+    if isinstance(config, TrainConfig):
+        return config_to_dict(config)
+    if isinstance(config, Mapping):
+        return dict(config)
+    raise TypeError(f"save_checkpoint: config must be a TrainConfig or a dict, got {type(config).__name__}")
+
+
+def save_checkpoint(
+    path: str | os.PathLike,
+    *,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    epoch: int,
+    step: int,
+    config,
+    rng: Mapping | None = None,
+    metrics: Mapping | None = None,
+    extra: Mapping | None = None,
+) -> Path:
+    """Write a checkpoint atomically (tmp file in the same folder, fsync, ``os.replace``).
+
+    ``rng`` defaults to :func:`capture_rng_state` (no named generators). Returns the path."""
+    path = Path(path)
+    for name, v in (("epoch", epoch), ("step", step)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise TypeError(f"save_checkpoint: {name} must be an int >= 0, got {v!r}")
+    payload = {
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
+        "model": _unwrap(model).state_dict(),
+        "optimizer": optimizer.state_dict() if optimizer is not None else {},
+        "epoch": epoch,
+        "step": step,
+        "config": _primitive_config(config),
+        "rng": dict(rng) if rng is not None else capture_rng_state(),
+        "metrics": dict(metrics) if metrics is not None else {},
+        "extra": dict(extra) if extra is not None else {},
+        "torch_version": str(torch.__version__),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    try:  # make the rename itself durable
+        fd = os.open(path.parent, os.O_RDONLY)
+    except OSError:  # pragma: no cover - e.g. Windows
+        return path
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+    return path
+
+
+# ---------------------------------------------------------------------- load
+def load_checkpoint(path: str | os.PathLike, map_location=None) -> dict:
+    """Read and validate a checkpoint written by :func:`save_checkpoint`.
+
+    Raises:
+        CheckpointError: the file is missing, truncated or corrupt, not a seq2d checkpoint
+            (e.g. a plain state_dict), of another format version, or lacks a required entry.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"no checkpoint at {str(path)!r}: the file does not exist (nothing to resume from)")
+    if path.is_dir():
+        raise CheckpointError(f"{str(path)!r} is a folder, expected a checkpoint file")
+    size = path.stat().st_size
+    where = repr(str(path))
+    # torch.save writes a zip archive: its local header starts the file and its central
+    # directory ends it, so a torn copy keeps the first and loses the second.
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if size == 0:
+        raise CheckpointError(f"{where} is empty (0 bytes): a truncated or interrupted write")
+    if head != b"PK\x03\x04":
+        raise CheckpointError(
+            f"{where} is not a torch checkpoint ({size} bytes that do not start with the zip header torch.save "
+            f"writes, starting with {head!r}): corrupt, or a file from another tool"
+        )
+    if not zipfile.is_zipfile(path):
+        raise CheckpointError(f"{where} is truncated or corrupt ({size} bytes; the zip archive has no end record, "
+                              "as after an interrupted write or copy)")
+    try:
+        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as e:
+        if "weights only" in str(e).lower() or "weights_only" in str(e).lower():
+            raise CheckpointError(
+                f"{where} holds Python objects that the safe loader (torch.load(weights_only=True)) refuses; "
+                f"it is not a seq2d checkpoint (those hold tensors and plain values only). Loader said: {_first_line(e)}"
+            ) from e
+        raise CheckpointError(f"{where} is corrupt ({size} bytes): {_first_line(e)}") from e
+    except Exception as e:  # zip/pickle internals raise many types for damaged bytes
+        raise CheckpointError(f"{where} is truncated or corrupt ({size} bytes): {_first_line(e)}") from e
+    return _validate(ckpt, path)
+
+
+def _first_line(e: BaseException) -> str:
+    s = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {s[0] if s else ''}"
+
+
+def _validate(ckpt, path: Path) -> dict:
+    where = repr(str(path))
+    if not isinstance(ckpt, dict):
+        raise CheckpointError(f"{where} is not a seq2d checkpoint: it holds a {type(ckpt).__name__}, expected a dict tagged format={FORMAT!r}")
+    if "format" not in ckpt:
+        keys = list(ckpt)[:6]
+        looks = " It looks like a plain state_dict (load it with model.load_state_dict)." if ckpt and all(
+            isinstance(v, torch.Tensor) for v in ckpt.values()) else ""
+        raise CheckpointError(
+            f"{where} is not a seq2d checkpoint: it has no 'format' tag (expected {FORMAT!r}; "
+            f"its first keys are {keys}).{looks}"
+        )
+    if ckpt["format"] != FORMAT:
+        raise CheckpointError(f"{where} is not a seq2d checkpoint: its format tag is {ckpt['format']!r}, expected {FORMAT!r}")
+    version = ckpt.get("version")
+    if version != FORMAT_VERSION:
+        raise CheckpointError(
+            f"{where} has checkpoint format version {version!r}; this seq2d reads version {FORMAT_VERSION} only"
+        )
+    for key, typ in _REQUIRED.items():
+        if key not in ckpt:
+            raise CheckpointError(f"{where} is incomplete: the required entry {key!r} is missing")
+        if not isinstance(ckpt[key], typ) or (typ is int and isinstance(ckpt[key], bool)):
+            raise CheckpointError(f"{where}: entry {key!r} should be a {typ.__name__}, got {type(ckpt[key]).__name__}")
+    ckpt.setdefault("extra", {})
+    return ckpt
+
+
+# ---------------------------------------------------------------------- resume checks
+def check_resume_config(saved: Mapping, current: TrainConfig, path: str | os.PathLike = "checkpoint") -> TrainConfig:
+    """Raise CheckpointError unless ``current`` may continue the run that wrote ``saved``.
+
+    Model-defining fields (:data:`~seq2d.train.config.MODEL_FIELDS`) must match, or the
+    weights would not fit; so must every other field outside
+    :data:`~seq2d.train.config.RESUME_FREE_FIELDS` (lr, batch_size, seed, ...), or the
+    continuation would not be the run that was interrupted. Returns the saved config."""
+    try:
+        old = config_from_dict(saved, where=f"the config stored in {str(path)!r}")
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"the config stored in {str(path)!r} is not a valid TrainConfig for this seq2d: {e}") from e
+    a, b = config_to_dict(old), config_to_dict(current)
+    # model_seed None means "seed": compare what the model was built from
+    a["model_seed"], b["model_seed"] = old.effective_model_seed(), current.effective_model_seed()
+    diffs = [k for k in a if k not in RESUME_FREE_FIELDS and a[k] != b[k]]
+    if diffs:
+        model = [k for k in diffs if k in MODEL_FIELDS]
+        rest = [k for k in diffs if k not in MODEL_FIELDS]
+        parts = []
+        if model:
+            parts.append("model-defining fields differ (the saved weights would not fit): "
+                         + "; ".join(f"{k}: checkpoint {a[k]!r}, now {b[k]!r}" for k in model))
+        if rest:
+            parts.append("training fields differ (the resumed run would not continue the saved one): "
+                         + "; ".join(f"{k}: checkpoint {a[k]!r}, now {b[k]!r}" for k in rest))
+        raise CheckpointError(
+            f"cannot resume from {str(path)!r}: " + ". ".join(parts)
+            + f". Fields that may change on resume: {', '.join(RESUME_FREE_FIELDS)}"
+        )
+    return old

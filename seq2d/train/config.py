@@ -1,0 +1,440 @@
+r"""The training configuration: one flat dataclass of commented defaults (nanoGPT style).
+
+Values come, in increasing precedence, from the defaults below, a TOML file, ``--set
+key=value`` strings and one command-line flag per field::
+
+    cfg = load_config("run.toml", ["epochs=3", "sizes=784,100,10"])
+    cfg = load_config({"epochs": 3})                 # or a dict
+    save_config(cfg, "config.toml"); config_to_dict(cfg); config_from_dict(d)
+
+    ap = argparse.ArgumentParser(); add_config_args(ap)   # --config, --set, --epochs, ...
+    cfg = config_from_args(ap.parse_args())
+
+Unknown keys raise ValueError naming the key, a close match and every valid key; a value
+of the wrong type raises TypeError naming the field, the expected type and the value;
+a bad value (an unknown choice, a negative size) raises ValueError. The config is saved
+as ``config.toml`` next to every run and, as a dict, inside every checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import math
+import os
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "TrainConfig",
+    "CHOICES",
+    "MODEL_FIELDS",
+    "RESUME_FREE_FIELDS",
+    "load_config",
+    "save_config",
+    "config_to_dict",
+    "config_from_dict",
+    "config_to_toml",
+    "apply_overrides",
+    "parse_value",
+    "add_config_args",
+    "config_from_args",
+    "config_fields",
+]
+
+
+def _f(default, help: str):
+    """A field with a default and its help text (shown by ``--help``)."""
+    if isinstance(default, list):
+        return field(default_factory=lambda d=default: list(d), metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class TrainConfig:
+    """Every knob of a training run. ``None`` means "not set" (see each field's help)."""
+
+    # ---- model
+    model: str = _f("mlp", 'a registered seq2d model name ("mlp", "random", ...; see seq2d.list_models()) or the path of a spec TOML/JSON')
+    sizes: list[int] = _f([2500, 500, 200, 100, 10], "slot sizes, input first, classes last (2500 = 50 x 50 images)")
+    activation: str = _f("relu", "hidden-slot activation")
+    iterations: int | None = _f(None, "Sequential2D steps per forward (None = the model's default, its depth when acyclic)")
+    granularity: str = _f("element", 'sparsity unit of the randomized model: "element", "tile" or "block"')
+    tile: int = _f(64, "tile edge for granularity 'tile' and for the block-sparse engine")
+    region: str = _f("default", "where the randomized model may place trainable entries (see seq2d.randomize)")
+    model_seed: int | None = _f(None, "seed of the model's random structure and initial values (None = seed)")
+    backend: str = _f("auto", 'compute backend handed to model constructors that take one ("auto" = their default)')
+    # ---- data
+    data: str = _f("subset", '"subset" (bundled MNIST subset), "full" (MNIST) or "synthetic" (Gaussian clusters, for tests)')
+    data_root: str | None = _f(None, "MNIST folder (None = $SEQ2D_DATA, then the data module's default)")
+    download: bool = _f(False, "download MNIST when absent from data_root")
+    image_size: int = _f(50, "images are resized to image_size x image_size (so sizes[0] = image_size**2)")
+    # ---- optimisation
+    epochs: int = _f(10, "passes over the training set")
+    batch_size: int = _f(64, "samples per optimizer step, summed over all processes (each of W processes takes 1/W)")
+    lr: float = _f(1e-3, "learning rate")
+    optimizer: str = _f("adam", '"adam" or "sgd" (momentum 0.9)')
+    weight_decay: float = _f(0.0, "L2 penalty added to the gradient (torch.optim semantics)")
+    erasing_p: float = _f(0.0, "probability of random erasing per image (0 = off)")
+    perspective_p: float = _f(0.0, "probability of a random perspective warp per image (0 = off)")
+    seed: int = _f(0, "seeds the data order, augmentation and (unless model_seed is set) the model")
+    deterministic: bool = _f(False, "torch.use_deterministic_algorithms(True, warn_only=True) during the run (slower on GPU)")
+    # ---- system
+    device: str = _f("auto", '"auto" (cuda when available), "cpu" or "cuda"')
+    dist_backend: str = _f("auto", 'torch.distributed backend under torchrun: "auto" (nccl on cuda, gloo on cpu), "gloo" or "nccl"')
+    num_threads: int | None = _f(None, "torch.set_num_threads for the run (None = leave torch's setting)")
+    # ---- output
+    name: str = _f("run", "run name; the default out_dir is runs/<name>")
+    out_dir: str | None = _f(None, "where config.toml, metrics.jsonl/csv and checkpoint.pt go (None = runs/<name>)")
+    log_every: int = _f(50, "steps between progress-bar updates of loss/accuracy")
+    eval_batch_size: int = _f(1000, "batch size of the per-epoch test-set evaluation")
+    max_steps: int | None = _f(None, "stop after this many optimizer steps in total (smoke runs; None = no limit)")
+    quiet: bool = _f(False, "no progress bar and no per-epoch line on stdout")
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, _check(f.name, _HINTS[f.name], getattr(self, f.name)))
+        _check_values(self)
+
+    def run_dir(self) -> Path:
+        """``out_dir``, or ``runs/<name>`` when it is not set."""
+        return Path(self.out_dir) if self.out_dir is not None else Path("runs") / self.name
+
+    def effective_model_seed(self) -> int:
+        return self.seed if self.model_seed is None else self.model_seed
+
+
+# Fields whose values are fixed by a choice list (anything else is free text).
+CHOICES: dict[str, tuple[str, ...]] = {
+    "granularity": ("element", "tile", "block"),
+    "data": ("subset", "full", "synthetic"),
+    "optimizer": ("adam", "sgd"),
+    "device": ("auto", "cpu", "cuda"),
+    "dist_backend": ("auto", "gloo", "nccl"),
+}
+
+# Fields that define the model's parameters: a checkpoint only fits a model built from the same.
+MODEL_FIELDS = ("model", "sizes", "activation", "iterations", "granularity", "tile", "region", "model_seed", "image_size")
+
+# Fields a resumed run may change without breaking exact continuation (everything else must
+# equal the checkpoint's config, else CheckpointError names the differences).
+RESUME_FREE_FIELDS = (
+    "epochs", "device", "dist_backend", "num_threads", "name", "out_dir", "log_every",
+    "eval_batch_size", "max_steps", "quiet", "data_root", "download", "deterministic", "backend",
+)
+
+_HINTS: dict[str, Any] = typing.get_type_hints(TrainConfig)
+
+
+def config_fields() -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(TrainConfig))
+
+
+# ---------------------------------------------------------------------- type checks
+def _show(v: Any) -> str:
+    r = repr(v)
+    if len(r) > 60:
+        r = r[:57] + "..."
+    return f"{type(v).__name__} {r}"
+
+
+def _type_name(hint) -> str:
+    if _optional(hint) is not None:
+        return f"{_type_name(_optional(hint))} or None"
+    if typing.get_origin(hint) is list:
+        return f"a list of {typing.get_args(hint)[0].__name__}"
+    return hint.__name__
+
+
+def _optional(hint):
+    """``X`` for ``X | None``, else None."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(args) == 1 and len(typing.get_args(hint)) == 2:
+            return args[0]
+    return None
+
+
+def _check(name: str, hint, value, expected: str | None = None):
+    """``value`` checked (and normalised: int -> float, tuple -> list) against ``hint``."""
+    inner = _optional(hint)
+    if inner is not None:
+        return None if value is None else _check(name, inner, value, _type_name(hint))
+    bad = TypeError(f"config field {name!r}: expected {expected or _type_name(hint)}, got {_show(value)}")
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise bad
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise bad
+        return value
+    if typing.get_origin(hint) is list:
+        (elem,) = typing.get_args(hint)
+        if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence):
+            raise bad
+        return [_check(f"{name}[{k}]", elem, v) for k, v in enumerate(value)]
+    raise AssertionError(f"unsupported config type {hint!r} for {name}")  # a bug in this file
+
+
+def _check_values(cfg: TrainConfig) -> None:
+    for name, choices in CHOICES.items():
+        v = getattr(cfg, name)
+        if v not in choices:
+            close = difflib.get_close_matches(v, choices, n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"config field {name!r}: unknown value {v!r}{hint}. Select from " + ", ".join(map(repr, choices)))
+    if len(cfg.sizes) < 2:
+        raise ValueError(f"config field 'sizes': expected at least two positive ints (input ... classes), got {cfg.sizes}")
+    for k, s in enumerate(cfg.sizes):
+        if s <= 0:
+            raise ValueError(f"config field 'sizes': sizes[{k}] must be positive, got {s}")
+    positive = ["tile", "image_size", "batch_size", "log_every", "eval_batch_size"]
+    for name in positive + ["iterations", "num_threads", "max_steps"]:
+        v = getattr(cfg, name)
+        if v is not None and v <= 0 and not (name == "iterations" and v == 0):
+            raise ValueError(f"config field {name!r}: expected a positive int, got {v}")
+    if cfg.epochs < 0:
+        raise ValueError(f"config field 'epochs': expected an int >= 0, got {cfg.epochs}")
+    for name in ("lr", "weight_decay", "erasing_p", "perspective_p"):
+        v = getattr(cfg, name)
+        if not math.isfinite(v) or v < 0:
+            raise ValueError(f"config field {name!r}: expected a finite number >= 0, got {v}")
+    for name in ("erasing_p", "perspective_p"):
+        if getattr(cfg, name) > 1:
+            raise ValueError(f"config field {name!r}: expected a probability in [0, 1], got {getattr(cfg, name)}")
+    if cfg.lr == 0:
+        raise ValueError("config field 'lr': expected a positive learning rate, got 0")
+    for name in ("seed", "model_seed"):
+        v = getattr(cfg, name)
+        if v is not None and not 0 <= v < 2**63:
+            raise ValueError(f"config field {name!r}: expected an int in [0, 2**63), got {v}")
+    if not cfg.name or "/" in cfg.name or "\\" in cfg.name:
+        raise ValueError(f"config field 'name': expected a non-empty name without path separators, got {cfg.name!r}")
+
+
+def _check_keys(keys, where: str) -> None:
+    valid = config_fields()
+    for k in keys:
+        if k in valid:
+            continue
+        if not isinstance(k, str):
+            raise TypeError(f"{where}: keys must be strs, got {_show(k)}. Valid keys: {', '.join(valid)}")
+        alt = k.replace("-", "_")
+        close = [alt] if alt in valid else difflib.get_close_matches(k, valid, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"{where}: unknown key {k!r}{hint}. Valid keys: {', '.join(valid)}")
+
+
+# ---------------------------------------------------------------------- dicts and files
+def config_to_dict(cfg: TrainConfig) -> dict:
+    """Every field as plain Python values (None kept), in field order."""
+    if not isinstance(cfg, TrainConfig):
+        raise TypeError(f"expected a TrainConfig, got {type(cfg).__name__}")
+    return {f.name: (list(v) if isinstance(v := getattr(cfg, f.name), list) else v) for f in dataclasses.fields(cfg)}
+
+
+def config_from_dict(d: Mapping, *, where: str = "config") -> TrainConfig:
+    """A TrainConfig from a (possibly partial) dict; missing keys keep their defaults."""
+    if not isinstance(d, Mapping):
+        raise TypeError(f"{where}: expected a table (dict) of config fields, got {_show(d)}")
+    _check_keys(d, where)
+    return TrainConfig(**dict(d))
+
+
+def _read_toml(path: Path) -> dict:
+    import tomllib
+
+    try:
+        with open(path, "rb") as f:
+            raw = tomllib.load(f)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"config file {str(path)!r} does not exist") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"config file {str(path)!r} is not valid TOML: {e}") from None
+    for k, v in raw.items():
+        if isinstance(v, dict):
+            raise ValueError(f"{path}: the config is flat, but {k!r} is a table; write its fields at the top level")
+    return raw
+
+
+def load_config(source: str | os.PathLike | Mapping | TrainConfig | None = None, overrides: Mapping | Sequence[str] | None = None) -> TrainConfig:
+    """The config from a TOML file, a dict or a TrainConfig (None: the defaults), then ``overrides``.
+
+    ``overrides`` is a dict of typed values or a list of ``"key=value"`` strings (parsed to each
+    field's type: ``epochs=3``, ``lr=1e-2``, ``sizes=784,100,10``, ``model_seed=none``).
+    A TOML file is flat (no tables): every top-level key is a field name.
+    """
+    if source is None:
+        cfg = TrainConfig()
+    elif isinstance(source, TrainConfig):
+        cfg = dataclasses.replace(source)
+    elif isinstance(source, Mapping):
+        cfg = config_from_dict(source)
+    elif isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        cfg = config_from_dict(_read_toml(path), where=str(path))
+    else:
+        raise TypeError(f"load_config: expected a path, a dict or a TrainConfig, got {_show(source)}")
+    return apply_overrides(cfg, overrides) if overrides else cfg
+
+
+def apply_overrides(cfg: TrainConfig, overrides: Mapping | Sequence[str]) -> TrainConfig:
+    """A copy of ``cfg`` with ``overrides`` (dict of values, or ``"key=value"`` strings) applied."""
+    if isinstance(overrides, Mapping):
+        items = dict(overrides)
+    elif isinstance(overrides, Sequence) and not isinstance(overrides, (str, bytes)):
+        items = {}
+        for s in overrides:
+            if not isinstance(s, str) or "=" not in s:
+                raise ValueError(f"override {s!r}: expected 'key=value' (e.g. 'epochs=3')")
+            k, v = s.split("=", 1)
+            k = k.strip()
+            if k.replace("-", "_") in config_fields():
+                k = k.replace("-", "_")
+            _check_keys([k], "override")
+            items[k] = parse_value(k, v)
+    else:
+        raise TypeError(f"overrides must be a dict or a list of 'key=value' strings, got {_show(overrides)}")
+    _check_keys(items, "override")
+    d = config_to_dict(cfg)
+    d.update(items)
+    return TrainConfig(**d)
+
+
+_NONE = ("none", "null", "")
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off")
+
+
+def parse_value(name: str, text: str):
+    """Parse the command-line string ``text`` to the type of field ``name``."""
+    _check_keys([name], "override")
+    hint = _HINTS[name]
+    return _parse(name, hint, text.strip())
+
+
+def _parse(name: str, hint, text: str, expected: str | None = None):
+    inner = _optional(hint)
+    if inner is not None:
+        return None if text.lower() in _NONE else _parse(name, inner, text, _type_name(hint) + " ('none')")
+    bad = TypeError(f"config field {name!r}: expected {expected or _type_name(hint)}, got the string {text!r}")
+    if hint is bool:
+        if text.lower() in _TRUE:
+            return True
+        if text.lower() in _FALSE:
+            return False
+        raise bad
+    if hint is int:
+        try:
+            return int(text.replace("_", ""))
+        except ValueError:
+            raise bad from None
+    if hint is float:
+        try:
+            return float(text)
+        except ValueError:
+            raise bad from None
+    if hint is str:
+        return text
+    if typing.get_origin(hint) is list:
+        (elem,) = typing.get_args(hint)
+        body = text.strip("[]() ")
+        parts = [p for p in body.replace(",", " ").split() if p]
+        return [_parse(f"{name}[{k}]", elem, p) for k, p in enumerate(parts)]
+    raise AssertionError(f"unsupported config type {hint!r}")
+
+
+def config_to_toml(cfg: TrainConfig) -> str:
+    """The config as TOML, each field preceded by its help as a comment; None fields are
+    written commented out (TOML has no null), so reading the file back gives ``cfg``."""
+    import tomli_w
+
+    lines = ["# seq2d training config (seq2d.train.TrainConfig). Unset (None) fields are commented out.\n"]
+    for f in dataclasses.fields(cfg):
+        v = getattr(cfg, f.name)
+        lines.append(f"# {f.metadata['help']}\n")
+        if v is None:
+            lines.append(f"# {f.name} = (None)\n")
+        elif isinstance(v, list):  # one line (tomli_w puts each element on its own)
+            lines.append(f"{f.name} = [" + ", ".join(tomli_w.dumps({"v": x})[4:-1] for x in v) + "]\n")
+        else:
+            lines.append(tomli_w.dumps({f.name: v}))
+    return "".join(lines)
+
+
+def save_config(cfg: TrainConfig, path: str | os.PathLike) -> None:
+    """Write ``cfg`` as commented TOML (atomically: a crash leaves the old file or the new one)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(config_to_toml(cfg), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------- argparse
+def add_config_args(parser: argparse.ArgumentParser, *, files: bool = True) -> argparse.ArgumentParser:
+    """Add one flag per field (``--epochs``, ``--batch-size``, ``--download/--no-download``, ...)
+    (build the parser with ``allow_abbrev=False`` so that a typo like ``--epoch`` is an error)
+    and, with ``files``, ``--config PATH`` and ``--set KEY=VALUE`` (repeatable).
+    Flags default to "not given", so only what the user typed overrides the file."""
+    if files:
+        parser.add_argument("--config", metavar="TOML", default=None, help="read the config from this TOML file first")
+        parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="set_overrides",
+                            help="override one field (repeatable), e.g. --set lr=1e-2")
+    group = parser.add_argument_group("config fields (see seq2d.train.TrainConfig)")
+    defaults = TrainConfig()
+    for f in dataclasses.fields(TrainConfig):
+        hint = _HINTS[f.name]
+        flag = "--" + f.name.replace("_", "-")
+        default = getattr(defaults, f.name)
+        shown = ",".join(map(str, default)) if isinstance(default, list) else default
+        help_text = f"{f.metadata['help']} (default: {shown})".replace("%", "%%")
+        if hint is bool:
+            group.add_argument(flag, dest=f"cfg_{f.name}", action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        elif typing.get_origin(hint) is list:
+            group.add_argument(flag, dest=f"cfg_{f.name}", nargs="+", metavar="N", default=None, help=help_text)
+        else:
+            metavar = {"int": "INT", "float": "FLOAT", "str": "STR"}.get(getattr(_optional(hint) or hint, "__name__", ""), "V")
+            group.add_argument(flag, dest=f"cfg_{f.name}", metavar=metavar, default=None, help=help_text)
+    return parser
+
+
+def config_from_args(args: argparse.Namespace, base: TrainConfig | Mapping | str | os.PathLike | None = None) -> TrainConfig:
+    """The config from parsed ``args``, layered: ``base`` (a TrainConfig, dict or TOML path;
+    default: the dataclass defaults), then the keys of the ``--config`` file, then ``--set``
+    strings, then the per-field flags the user typed."""
+    cfg = load_config(base)
+    path = getattr(args, "config", None)
+    if path is not None:
+        raw = _read_toml(Path(path))
+        _check_keys(raw, str(path))
+        cfg = apply_overrides(cfg, raw)
+    sets = getattr(args, "set_overrides", None) or []
+    if sets:
+        cfg = apply_overrides(cfg, sets)
+    flags = {}
+    for name in config_fields():
+        v = getattr(args, f"cfg_{name}", None)
+        if v is None:
+            continue
+        if isinstance(v, bool):
+            flags[name] = v
+        elif isinstance(v, list):
+            flags[name] = _parse(name, _HINTS[name], " ".join(v))
+        else:
+            flags[name] = _parse(name, _HINTS[name], v)
+    return apply_overrides(cfg, flags) if flags else cfg

@@ -1,0 +1,229 @@
+r"""Data-parallel training over several processes (torchrun + DistributedDataParallel).
+
+Launch any run with ``torchrun``; a plain ``python`` run never touches torch.distributed::
+
+    torchrun --standalone --nproc_per_node=2 -m seq2d.train.distributed --config run.toml --epochs 3
+
+:func:`init_distributed` reads torchrun's environment (``RANK``, ``WORLD_SIZE``,
+``LOCAL_RANK``) and starts the process group (nccl on CUDA, gloo on CPU); without it (or
+with ``WORLD_SIZE=1``) it returns a single-process context and starts nothing.
+
+How the trainer uses it (:mod:`seq2d.train.trainer`):
+
+- every rank builds the same model from the same seed (DDP also broadcasts rank 0's
+  parameters when wrapping) and derives the same epoch permutation from ``(seed, epoch)``;
+- ``batch_size`` is the *global* batch: rank ``r`` of ``W`` takes the ``r``-th of ``W``
+  near-equal slices of each batch, and its summed loss is scaled by ``W / batch`` so
+  DDP's gradient average is exactly the mean over the global batch. The optimisation is
+  then the single-process one, up to the order of floating-point sums;
+- train loss/accuracy and the test-set evaluation (each rank a disjoint slice) are summed
+  over ranks with all_reduce; only rank 0 writes config, metrics and checkpoints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+__all__ = ["DistContext", "init_distributed", "cleanup", "wrap_model", "all_reduce_sum", "barrier",
+           "resolve_device", "unused_parameters", "main"]
+
+
+@dataclass
+class DistContext:
+    """Where this process stands: ``rank`` of ``world_size`` processes, its ``device``."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+    backend: str | None = None  # "gloo" / "nccl" when a process group is in use
+    owns_group: bool = False  # True when init_distributed started the group (cleanup ends it)
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    @classmethod
+    def current(cls, device: str | torch.device = "auto") -> "DistContext":
+        """The context of an already started process group (started by the caller), else single."""
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            local = int(os.environ.get("LOCAL_RANK", 0))
+            return cls(dist.get_rank(), dist.get_world_size(), local, resolve_device(device, local), dist.get_backend())
+        return cls(device=resolve_device(device, 0))
+
+
+def resolve_device(device: str | torch.device = "auto", local_rank: int = 0) -> torch.device:
+    """``"auto"``: cuda (this process's GPU) when available, else cpu. ``"cuda"`` without a
+    GPU raises RuntimeError rather than silently running on the CPU."""
+    if isinstance(device, torch.device):
+        return device
+    if device not in ("auto", "cpu", "cuda") and not device.startswith("cuda:"):
+        raise ValueError(f"Unknown device {device!r}. Select from 'auto', 'cpu', 'cuda'")
+    if device == "cpu" or (device == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"device {device!r} was requested but torch.cuda.is_available() is False; use device='cpu' or 'auto'")
+    if device.startswith("cuda:"):
+        return torch.device(device)
+    return torch.device("cuda", local_rank % torch.cuda.device_count())
+
+
+def init_distributed(backend: str = "auto", device: str = "auto") -> DistContext:
+    """Start the process group when run under torchrun with WORLD_SIZE > 1, else do nothing.
+
+    ``backend="auto"`` picks nccl when this process runs on CUDA, gloo otherwise."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return DistContext(device=resolve_device(device, 0))
+    import torch.distributed as dist
+
+    rank = int(os.environ["RANK"])
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    dev = resolve_device(device, local)
+    if backend == "auto":
+        backend = "nccl" if dev.type == "cuda" else "gloo"
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f"Unknown distributed backend {backend!r}. Select from 'auto', 'gloo', 'nccl'")
+    if backend == "nccl" and dev.type != "cuda":
+        raise ValueError("the nccl backend needs device='cuda' (or 'auto' on a GPU machine); use gloo on the CPU")
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    if dist.is_initialized():
+        return DistContext(dist.get_rank(), dist.get_world_size(), local, dev, dist.get_backend(), owns_group=False)
+    dist.init_process_group(backend=backend, **({"device_id": dev} if backend == "nccl" else {}))
+    return DistContext(dist.get_rank(), dist.get_world_size(), local, dev, backend, owns_group=True)
+
+
+def cleanup(ctx: DistContext | None = None, *, sync: bool = True) -> None:
+    """End the process group if :func:`init_distributed` started it. ``sync=False`` skips the
+    final barrier (when this rank failed alone, its peers may never reach it)."""
+    if ctx is None or not ctx.owns_group:
+        return
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        import gc
+
+        gc.collect()  # drop DDP reducers still bound to the group before it goes
+        if sync:
+            dist.barrier()  # no rank tears down its connections while a peer still uses them
+        dist.destroy_process_group()
+    ctx.owns_group = False
+
+
+def all_reduce_sum(t: torch.Tensor, ctx: DistContext) -> torch.Tensor:
+    """Sum ``t`` over ranks in place (a no-op in a single process); returns ``t``."""
+    if ctx.distributed:
+        import torch.distributed as dist
+
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t
+
+
+def barrier(ctx: DistContext) -> None:
+    if ctx.distributed:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
+def unused_parameters(model: nn.Module, example: torch.Tensor) -> list[str]:
+    """Names of trainable parameters that get no gradient from ``model(example)``.
+
+    DDP needs every trainable parameter to take part in each backward pass. In a
+    Sequential2D a parameter can sit out when ``steps`` is below the depth (a slot the
+    iteration never reaches) or in a block fed by a slot that stays None. Gradients are
+    cleared again afterwards."""
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    saved = [p.grad for _, p in params]
+    for _, p in params:
+        p.grad = None
+    try:
+        out = model(example)
+        if not out.requires_grad:  # the output does not depend on any parameter
+            return [n for n, _ in params]
+        (out.float().sum() * 0.0).backward()
+        return [n for n, p in params if p.grad is None]
+    finally:
+        for (_, p), g in zip(params, saved):
+            p.grad = g
+
+
+def wrap_model(model: nn.Module, ctx: DistContext, example: torch.Tensor | None = None) -> nn.Module:
+    """``model`` in DistributedDataParallel when ``ctx`` is distributed, else ``model`` itself.
+
+    Parameters tied across grid positions appear once in ``model.parameters()``, so DDP
+    reduces each once. Buffers (masks, frozen values) are constant, so they are not
+    re-broadcast every forward (``forward_sync_buffers=False``; DDP still syncs them once at wrap time). When ``example`` shows
+    parameters that get no gradient (see :func:`unused_parameters`), DDP is told to expect
+    them (``find_unused_parameters=True``) and a warning names them."""
+    if not ctx.distributed:
+        return model
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    unused = unused_parameters(model, example) if example is not None else []
+    if unused and ctx.is_main:
+        warnings.warn(
+            f"{len(unused)} trainable parameters get no gradient from a forward pass ({', '.join(unused[:5])}"
+            f"{', ...' if len(unused) > 5 else ''}); DDP will search for unused parameters every step (slower). "
+            "Check the model's steps/iterations against its depth.",
+            stacklevel=2,
+        )
+    device_ids = [ctx.device] if ctx.device.type == "cuda" else None
+    return DDP(model, device_ids=device_ids, forward_sync_buffers=False, find_unused_parameters=bool(unused))
+
+
+# ---------------------------------------------------------------------- command line
+def build_parser() -> argparse.ArgumentParser:
+    from .config import add_config_args
+
+    ap = argparse.ArgumentParser(
+        prog="python -m seq2d.train.distributed",
+        allow_abbrev=False,  # "--epoch" must not silently mean "--epochs"
+        description="Train a seq2d model (one process, or several under torchrun).",
+    )
+    ap.add_argument("--resume", action="store_true", help="continue from <out_dir>/checkpoint.pt (exactly)")
+    ap.add_argument("--overwrite", action="store_true", help="start afresh even if <out_dir> holds a checkpoint")
+    add_config_args(ap)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse flags (``--config``, ``--set``, one per config field, ``--resume``) and run."""
+    from .checkpoint import CheckpointError
+    from .config import config_from_args
+    from .trainer import NonFiniteLossError, run
+
+    args = build_parser().parse_args(argv)
+    try:
+        cfg = config_from_args(args)
+        run(cfg, resume=args.resume, overwrite=args.overwrite)
+    except NonFiniteLossError as e:  # every rank stops at the same step: one message is enough
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(f"seq2d train: error: {e}", file=sys.stderr)
+        return 2
+    except (ValueError, TypeError, FileNotFoundError, FileExistsError, CheckpointError) as e:
+        print(f"seq2d train: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    # delegate to the package's copy of this module (not this __main__ one), so that
+    # seq2d.train.distributed is imported exactly once
+    from seq2d.train.distributed import main as _main
+
+    raise SystemExit(_main())

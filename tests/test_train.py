@@ -1,0 +1,331 @@
+"""seq2d.train: config, the training loop, metrics files, determinism, exact resume, NaN stops.
+
+All runs are tiny (an MLP 16 -> 8 -> 4 on 256 synthetic Gaussian-cluster samples, one
+thread) so the file takes a few seconds.
+"""
+
+import argparse
+import csv
+import dataclasses
+import json
+import tomllib
+
+import pytest
+import torch
+
+import seq2d
+from seq2d.train import (
+    METRIC_COLUMNS,
+    CheckpointError,
+    NonFiniteLossError,
+    TrainConfig,
+    Trainer,
+    add_config_args,
+    build_model,
+    config_from_args,
+    config_from_dict,
+    config_to_dict,
+    epoch_permutation,
+    load_checkpoint,
+    load_config,
+    read_metrics,
+    save_config,
+    synthetic_data,
+)
+
+DATA = synthetic_data(16, 4, n_train=256, n_test=128)
+
+
+def cfg_for(tmp_path, name="run", **kw):
+    base = dict(model="mlp", sizes=[16, 8, 4], data="synthetic", epochs=2, batch_size=32, lr=1e-2,
+                out_dir=str(tmp_path / name), num_threads=1, quiet=True)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def fit(cfg, *, resume=False, augment=None, callbacks=(), data=DATA):
+    model = build_model(cfg)
+    trainer = Trainer(cfg, model, data, augment=augment, callbacks=callbacks)
+    summary = trainer.fit(resume=resume)
+    return trainer, summary
+
+
+def same_state(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def strip_time(rows):
+    return [{k: v for k, v in r.items() if k != "epoch_time_s"} for r in rows]
+
+
+def noise_augment(xb, g):
+    """A batched augmentation drawing from the trainer's generator (tests its RNG stream)."""
+    return xb + 0.1 * torch.randn(xb.shape, generator=g, device=xb.device)
+
+
+# ---------------------------------------------------------------------- a run's outputs
+def test_run_trains_and_writes_config_metrics_checkpoint(tmp_path):
+    cfg = cfg_for(tmp_path)
+    trainer, s = fit(cfg)
+    out = cfg.run_dir()
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "config.toml", "metrics.csv", "metrics.jsonl"]
+    rows = read_metrics(out)
+    assert [r["epoch"] for r in rows] == [1, 2]
+    assert [r["step"] for r in rows] == [8, 16]  # 256 samples / 32 per step
+    assert all(tuple(r) == METRIC_COLUMNS for r in rows)
+    with open(out / "metrics.csv") as f:
+        table = list(csv.DictReader(f))
+    assert tuple(table[0]) == METRIC_COLUMNS and len(table) == 2
+    assert float(table[1]["test_acc"]) == rows[1]["test_acc"]
+    assert rows[0]["device"] == "cpu" and rows[0]["world_size"] == 1 and rows[0]["lr"] == 1e-2
+    # it learned something: 4 classes, chance is 0.25
+    assert rows[1]["test_acc"] > 0.5 and rows[1]["train_loss"] < rows[0]["train_loss"]
+    assert load_config(out / "config.toml") == cfg
+    ck = load_checkpoint(out / "checkpoint.pt")
+    assert ck["epoch"] == 2 and ck["step"] == 16 and config_from_dict(ck["config"]) == cfg
+    assert same_state(ck["model"], trainer.model.state_dict())
+    assert s["final_test_acc"] == rows[1]["test_acc"] and s["params"] == seq2d.mlp([16, 8, 4]).num_parameters()
+    assert s["best_test_acc"] == max(r["test_acc"] for r in rows) and s["epochs"] == 2 and s["device"] == "cpu"
+
+
+def test_callbacks_see_every_step_and_add_metrics(tmp_path):
+    class Probe:
+        def __init__(self):
+            self.steps, self.epochs = [], []
+
+        def on_step_end(self, trainer, step):
+            self.steps.append(step)
+
+        def on_epoch_end(self, trainer, epoch, row):
+            self.epochs.append(epoch)
+            return {"weight_norm": float(trainer.model.block(1, 0).weight.detach().norm())}
+
+    probe = Probe()
+    cfg = cfg_for(tmp_path)
+    fit(cfg, callbacks=[probe])
+    assert probe.steps == list(range(1, 17)) and probe.epochs == [1, 2]
+    rows = read_metrics(cfg.run_dir())
+    assert all("weight_norm" in r for r in rows)
+    with open(cfg.run_dir() / "metrics.csv") as f:
+        assert next(csv.reader(f))[-1] == "weight_norm"
+
+
+def test_refuses_to_overwrite_a_run_unless_told(tmp_path):
+    cfg = cfg_for(tmp_path, epochs=1)
+    fit(cfg)
+    with pytest.raises(FileExistsError, match="resume=True"):
+        fit(cfg)
+    model = build_model(cfg)
+    Trainer(cfg, model, DATA).fit(overwrite=True)
+    assert len(read_metrics(cfg.run_dir())) == 1
+
+
+def test_epoch_order_depends_on_seed_and_epoch_only():
+    a, b = epoch_permutation(100, 0, 3), epoch_permutation(100, 0, 3)
+    assert torch.equal(a, b) and sorted(a.tolist()) == list(range(100))
+    assert not torch.equal(a, epoch_permutation(100, 0, 4))
+    assert not torch.equal(a, epoch_permutation(100, 1, 3))
+
+
+# ---------------------------------------------------------------------- determinism and resume
+def test_same_seed_gives_bitwise_identical_weights(tmp_path):
+    t1, _ = fit(cfg_for(tmp_path, "a", seed=3))
+    torch.manual_seed(12345)  # the global RNG state before the run must not matter
+    t2, _ = fit(cfg_for(tmp_path, "b", seed=3))
+    t3, _ = fit(cfg_for(tmp_path, "c", seed=4))
+    assert same_state(t1.model.state_dict(), t2.model.state_dict())
+    assert not same_state(t1.model.state_dict(), t3.model.state_dict())
+    assert strip_time(t1.history) == strip_time(t2.history)
+
+
+def test_resume_after_an_epoch_is_bitwise_exact(tmp_path):
+    straight, _ = fit(cfg_for(tmp_path, "straight"))
+    fit(cfg_for(tmp_path, "split", epochs=1))
+    resumed, _ = fit(cfg_for(tmp_path, "split", epochs=2), resume=True)
+    assert same_state(straight.model.state_dict(), resumed.model.state_dict())
+    a, b = straight.optimizer.state_dict(), resumed.optimizer.state_dict()
+    assert all(same_state(a["state"][k], b["state"][k]) for k in a["state"])
+    assert strip_time(read_metrics(tmp_path / "straight")) == strip_time(read_metrics(tmp_path / "split"))
+    assert resumed.step == straight.step == 16
+
+
+def test_resume_in_the_middle_of_an_epoch_with_augmentation_is_exact(tmp_path):
+    straight, _ = fit(cfg_for(tmp_path, "straight"), augment=noise_augment)
+    part, _ = fit(cfg_for(tmp_path, "split", max_steps=11), augment=noise_augment)  # epoch 2, batch 3 of 8
+    assert part.step == 11 and part.epoch == 1
+    ck = load_checkpoint(tmp_path / "split" / "checkpoint.pt")
+    assert ck["epoch"] == 1 and ck["step"] == 11 and ck["extra"]["batch"] == 3
+    rows = read_metrics(tmp_path / "split")
+    assert [r["epoch"] for r in rows] == [1, 1.375]  # the partial epoch is shown, not kept in the history
+    resumed, _ = fit(cfg_for(tmp_path, "split"), resume=True, augment=noise_augment)
+    assert same_state(straight.model.state_dict(), resumed.model.state_dict())
+    assert strip_time(read_metrics(tmp_path / "straight")) == strip_time(read_metrics(tmp_path / "split"))
+
+
+def test_resume_without_a_checkpoint_never_starts_fresh(tmp_path):
+    with pytest.raises(CheckpointError, match="does not exist"):
+        fit(cfg_for(tmp_path), resume=True)
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_resume_with_a_changed_training_field_is_refused(tmp_path):
+    fit(cfg_for(tmp_path, epochs=1))
+    with pytest.raises(CheckpointError, match=r"lr: checkpoint 0\.01, now 0\.5"):
+        fit(cfg_for(tmp_path, epochs=2, lr=0.5), resume=True)
+
+
+def test_resume_into_a_different_model_object_is_refused(tmp_path):
+    cfg = cfg_for(tmp_path, epochs=1)
+    fit(cfg)
+    other = seq2d.mlp([16, 5, 4])  # the caller's own model, not the one the config describes
+    with pytest.raises(CheckpointError, match="does not fit this model"):
+        Trainer(dataclasses.replace(cfg, epochs=2), other, DATA).fit(resume=True)
+
+
+# ---------------------------------------------------------------------- NaN / inf
+class PoisonAt:
+    """Sets one weight to NaN after optimizer step ``step`` (the next forward gives a NaN loss)."""
+
+    def __init__(self, step):
+        self.at = step
+
+    def on_step_end(self, trainer, step):
+        if step == self.at:
+            with torch.no_grad():
+                trainer.model.block(1, 0).weight[0, 0] = float("nan")
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
+    cfg = cfg_for(tmp_path, epochs=3)
+    before = None
+
+    class Snapshot:
+        def on_epoch_end(self, trainer, epoch, row):
+            nonlocal before
+            before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+
+    with pytest.raises(NonFiniteLossError) as info:
+        fit(cfg, callbacks=[Snapshot(), PoisonAt(11)])  # epoch 2 has steps 9..16
+    err = info.value
+    msg = str(err)
+    assert "training loss is nan at epoch 2, step 12" in msg
+    assert str(cfg.run_dir() / "checkpoint.pt") in msg and "after 1 epochs" in msg
+    assert err.epoch == 2 and err.step == 12 and err.checkpoint == cfg.run_dir() / "checkpoint.pt"
+    ck = load_checkpoint(err.checkpoint)
+    assert ck["epoch"] == 1 and ck["step"] == 8
+    assert all(torch.isfinite(v).all() for v in ck["model"].values())
+    assert same_state(ck["model"], before)
+    assert [r["epoch"] for r in read_metrics(cfg.run_dir())] == [1]
+
+
+def test_nan_in_the_first_epoch_says_there_is_no_checkpoint(tmp_path):
+    cfg = cfg_for(tmp_path)
+    with pytest.raises(NonFiniteLossError, match="No checkpoint was written yet") as info:
+        fit(cfg, callbacks=[PoisonAt(2)])
+    assert info.value.checkpoint is None and not (cfg.run_dir() / "checkpoint.pt").exists()
+
+
+def test_diverging_lr_is_caught(tmp_path):
+    # a huge SGD step on an unnormalised input blows the weights up to inf within the first epoch
+    data = {"train": (DATA["train"][0] * 1e4, DATA["train"][1]), "test": DATA["test"]}
+    cfg = cfg_for(tmp_path, lr=1e12, optimizer="sgd", epochs=1)
+    with pytest.raises(NonFiniteLossError, match="loss is (nan|inf)"):
+        fit(cfg, data=data)
+
+
+# ---------------------------------------------------------------------- config
+def test_unknown_key_is_rejected_with_the_valid_list(tmp_path):
+    with pytest.raises(ValueError, match=r"unknown key 'epoch' \(did you mean 'epochs'\?\)\. Valid keys: model, sizes"):
+        load_config({"epoch": 3})
+    p = tmp_path / "c.toml"
+    p.write_text('epochs = 2\nbatchsize = 8\n')
+    with pytest.raises(ValueError, match=r"c\.toml: unknown key 'batchsize' \(did you mean 'batch_size'\?\)"):
+        load_config(p)
+    with pytest.raises(ValueError, match="unknown key 'nope'"):
+        load_config(None, ["nope=1"])
+    p.write_text('[train]\nepochs = 2\n')
+    with pytest.raises(ValueError, match="flat"):
+        load_config(p)
+
+
+def test_bad_types_and_values_are_rejected():
+    with pytest.raises(TypeError, match=r"config field 'epochs': expected int, got str '3'"):
+        load_config({"epochs": "3"})
+    with pytest.raises(TypeError, match=r"'lr': expected float, got bool True"):
+        TrainConfig(lr=True)
+    with pytest.raises(TypeError, match=r"'sizes\[1\]': expected int, got float 2\.5"):
+        load_config({"sizes": [4, 2.5]})
+    with pytest.raises(TypeError, match="'iterations': expected int or None"):
+        load_config({"iterations": "x"})
+    with pytest.raises(ValueError, match=r"'optimizer': unknown value 'adamw' \(did you mean 'adam'\?\)\. Select from 'adam', 'sgd'"):
+        load_config({"optimizer": "adamw"})
+    with pytest.raises(ValueError, match="'batch_size': expected a positive int, got 0"):
+        load_config({"batch_size": 0})
+    with pytest.raises(ValueError, match=r"probability in \[0, 1\]"):
+        load_config({"erasing_p": 1.5})
+    with pytest.raises(TypeError, match=r"'epochs': expected int, got the string 'two'"):
+        load_config(None, ["epochs=two"])
+
+
+def test_overrides_are_parsed_to_the_field_types():
+    cfg = load_config({"epochs": 5}, ["sizes=784,100,10", "lr=3e-4", "download=true", "model_seed=none",
+                                      "iterations=2", "batch-size=128", "name=x"])
+    assert cfg.sizes == [784, 100, 10] and cfg.lr == 3e-4 and cfg.download is True
+    assert cfg.model_seed is None and cfg.iterations == 2 and cfg.batch_size == 128 and cfg.epochs == 5
+    assert load_config(None, {"lr": 1}).lr == 1.0 and isinstance(load_config(None, {"lr": 1}).lr, float)
+    assert load_config(None, ["sizes=[4, 3]"]).sizes == [4, 3]
+
+
+def test_toml_and_dict_round_trip(tmp_path):
+    cfg = TrainConfig(sizes=[9, 5, 3], iterations=4, lr=0.25, data_root=None, model_seed=7, name="x", download=True)
+    save_config(cfg, tmp_path / "c.toml")
+    text = (tmp_path / "c.toml").read_text()
+    assert "sizes = [9, 5, 3]" in text and "# data_root = (None)" in text and "# passes over the training set" in text
+    assert load_config(tmp_path / "c.toml") == cfg
+    assert tomllib.loads(text)["lr"] == 0.25
+    assert config_from_dict(config_to_dict(cfg)) == cfg
+    assert json.loads(json.dumps(config_to_dict(cfg))) == config_to_dict(cfg)
+
+
+def test_command_line_flags(tmp_path):
+    (tmp_path / "c.toml").write_text("epochs = 7\nlr = 0.5\nbatch_size = 16\n")
+    ap = add_config_args(argparse.ArgumentParser())
+    args = ap.parse_args(["--config", str(tmp_path / "c.toml"), "--set", "lr=0.1", "--batch-size", "8",
+                          "--sizes", "16", "8", "4", "--download", "--model-seed", "none"])
+    cfg = config_from_args(args)
+    assert (cfg.epochs, cfg.lr, cfg.batch_size, cfg.sizes, cfg.download, cfg.model_seed) == (7, 0.1, 8, [16, 8, 4], True, None)
+    assert config_from_args(ap.parse_args([])) == TrainConfig()
+    assert config_from_args(ap.parse_args(["--no-download"]), base={"download": True}).download is False
+    # layers: base < --config file < --set < flags
+    layered = config_from_args(ap.parse_args(["--config", str(tmp_path / "c.toml")]), base={"epochs": 1, "seed": 5})
+    assert (layered.epochs, layered.seed, layered.lr) == (7, 5, 0.5)
+    assert "(default: 64)" in ap.format_help()  # the dataclass default is the flag's help
+    with pytest.raises(TypeError, match="'epochs'"):
+        config_from_args(ap.parse_args(["--epochs", "1.5"]))
+
+
+# ---------------------------------------------------------------------- model building
+def test_build_model_from_the_config():
+    a = build_model(TrainConfig(sizes=[16, 8, 4]))
+    b = build_model(TrainConfig(sizes=[16, 8, 4]))
+    c = build_model(TrainConfig(sizes=[16, 8, 4], seed=1))
+    d = build_model(TrainConfig(sizes=[16, 8, 4], seed=1, model_seed=0))
+    assert same_state(a.state_dict(), b.state_dict()) and same_state(a.state_dict(), d.state_dict())
+    assert not same_state(a.state_dict(), c.state_dict())
+    rng = torch.get_rng_state()
+    assert build_model(TrainConfig(sizes=[16, 8, 4], iterations=1)).steps == 1
+    assert torch.equal(rng, torch.get_rng_state())  # building leaves the global RNG alone
+    assert build_model(TrainConfig(model="mlp:16,8,4")).sizes == (16, 8, 4)
+    with pytest.raises(ValueError, match=r"'granularity' are set, but model 'mlp' does not use them"):
+        build_model(TrainConfig(sizes=[16, 8, 4], granularity="tile"))
+    with pytest.raises(ValueError, match="unknown model 'mpl'. Select from .*'mlp'"):
+        build_model(TrainConfig(model="mpl"))
+
+
+def test_model_and_data_sizes_must_agree(tmp_path):
+    with pytest.raises(ValueError, match="the model takes 16 input features but the data has 9"):
+        Trainer(cfg_for(tmp_path), seq2d.mlp([16, 8, 4]), synthetic_data(9, 4, n_train=8, n_test=8))
+    with pytest.raises(ValueError, match="must divide evenly over"):
+        from seq2d.train import DistContext
+
+        Trainer(cfg_for(tmp_path, batch_size=33), seq2d.mlp([16, 8, 4]), DATA, dist=DistContext(world_size=2))
