@@ -573,13 +573,13 @@ class Sequential2D(nn.Module):
             self.__dict__["_simple_cache"] = cache
         return cache
 
-    def _step(self, state: State, active=None, context=None) -> State:
+    def _step(self, state: State, active=None, context=None, cache: dict | None = None) -> State:
         """One Jacobi update of the non-held slots in ``active`` (all when None)."""
         context = context or {}
         rows = list(self._rows) if active is None else [i for i in self._rows if i in active]
         simple = self._simple_rows()
         lin_rows = [i for i in rows if i in self._lin_row_set and i not in simple]
-        lin = self._linear(state, lin_rows) if lin_rows else None
+        lin = self._linear(state, lin_rows, cache) if lin_rows else None
         like = self._batch_like(state)
         batch = like.shape[:-1]
         new = list(state)
@@ -616,13 +616,13 @@ class Sequential2D(nn.Module):
             new[i] = self.acts[i](acc)
         return new
 
-    def _linear(self, state: State, rows: list[int]) -> list[Tensor | None]:
+    def _linear(self, state: State, rows: list[int], cache: dict | None = None) -> list[Tensor | None]:
         """``sum_j W_ij x_j`` over the linear blocks of ``rows``: one fused or one
-        block-sparse product."""
+        block-sparse product. ``cache`` lives for one forward call (weights assembled once)."""
         if self.engine is not None:
-            return self.engine.forward_state(state, rows, self._lin_cols)
+            return self.engine.forward_state(state, rows, self._lin_cols, cache)
         op = self._fused if len(rows) == len(self._fused.rows) else self._fused.restrict(rows)
-        return op(state, self.backend)
+        return op(state, self.backend, cache)
 
     def to_blocksparse(self, tile: int = 64, backend: str = "auto") -> "Sequential2D":
         """Move every linear block into one block-sparse engine (in place; returns self).
@@ -668,8 +668,9 @@ class Sequential2D(nn.Module):
         if hold is not None:
             held = set(self._check_slot_list("hold", hold, self.n))
             active = {i for i in self._rows if i not in held}
+        cache: dict = {}  # weights assembled once for all the steps of this call
         for _ in range(steps):
-            state = self._step(state, active=active, context=context)
+            state = self._step(state, active=active, context=context, cache=cache)
         return state
 
     def split_inputs(self, x: Tensor) -> State:
@@ -753,6 +754,7 @@ class Sequential2D(nn.Module):
         d = self.delays() if pipeline else (0,) * self.n
         D = max((d[i] for i in self._rows), default=0)
         ys: list[list[Tensor | None]] = [[None] * len(self.outputs) for _ in range(T)]
+        cache: dict = {}
         for s in range(T + D):
             if s < T:
                 parts = self.split_inputs(xs[s])
@@ -761,7 +763,7 @@ class Sequential2D(nn.Module):
                 if s == 0:
                     state = self.check_state(state)
             active = {i for i in self._rows if d[i] <= s < T + d[i]}
-            state = self._step(state, active=active, context=context)
+            state = self._step(state, active=active, context=context, cache=cache)
             for k, o in enumerate(self.outputs):
                 if d[o] <= s < T + d[o]:
                     ys[s - d[o]][k] = state[o]

@@ -14,9 +14,11 @@ name      what it does
           matmul. The plain reference every fast backend is tested against.
 ========  ====================================================================
 
-Backends are functions ``fn(op: FusedLinear, xs) -> list[Tensor | None]``
-registered with :func:`register_backend`; the block-sparse engine adds its own
-here and nothing else in the core changes.
+Backends are functions ``fn(op: FusedLinear, xs, cache=None) -> list[Tensor | None]``
+registered with :func:`register_backend`. ``cache`` is a dict that lives for one
+``Sequential2D.forward`` call: a backend may keep what does not change between the steps
+of one forward there (the dense backend keeps its assembled weight, so a 4-step forward
+assembles it once and autograd accumulates its gradient over the steps).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from .blocks import LinearBlock
 
 __all__ = ["FusedLinear", "register_backend", "available_backends", "fused_linear"]
 
-BackendFn = Callable[["FusedLinear", Sequence[Tensor | None]], list[Tensor | None]]
+BackendFn = Callable[..., list[Tensor | None]]  # fn(op, xs, cache=None)
 _BACKENDS: dict[str, BackendFn] = {}
 
 
@@ -119,17 +121,18 @@ class FusedLinear:
             cache[key] = FusedLinear(self.sizes, [e for e in self.entries if e[0] in keep])
         return cache[key]
 
-    def __call__(self, xs: Sequence[Tensor | None], backend: str = "dense") -> list[Tensor | None]:
-        return get_backend(backend)(self, xs)
+    def __call__(self, xs: Sequence[Tensor | None], backend: str = "dense", cache: dict | None = None) -> list[Tensor | None]:
+        return get_backend(backend)(self, xs, cache)
 
 
-def fused_linear(op: FusedLinear, xs: Sequence[Tensor | None], backend: str = "dense") -> list[Tensor | None]:
+def fused_linear(op: FusedLinear, xs: Sequence[Tensor | None], backend: str = "dense",
+                 cache: dict | None = None) -> list[Tensor | None]:
     """``out[i] = sum_j W_ij x_j`` over linear blocks with present inputs; ``None`` where no term."""
-    return op(xs, backend)
+    return op(xs, backend, cache)
 
 
 @register_backend("loop")
-def _loop_backend(op: FusedLinear, xs: Sequence[Tensor | None]) -> list[Tensor | None]:
+def _loop_backend(op: FusedLinear, xs: Sequence[Tensor | None], cache: dict | None = None) -> list[Tensor | None]:
     out: list[Tensor | None] = [None] * op.n
     for i, j, blk in op.entries:
         x = xs[j]
@@ -141,14 +144,19 @@ def _loop_backend(op: FusedLinear, xs: Sequence[Tensor | None]) -> list[Tensor |
 
 
 @register_backend("dense")
-def _dense_backend(op: FusedLinear, xs: Sequence[Tensor | None]) -> list[Tensor | None]:
+def _dense_backend(op: FusedLinear, xs: Sequence[Tensor | None], cache: dict | None = None) -> list[Tensor | None]:
     out: list[Tensor | None] = [None] * op.n
     cols = [j for j in op.cols if xs[j] is not None]
     if not cols:
         return out
     colset = set(cols)
     rows = sorted({i for i, j, _ in op.entries if j in colset})
-    w = op.dense_weight(rows, cols)  # (R, C)
+    key = ("dense", tuple(rows), tuple(cols))
+    w = cache.get(key) if cache is not None else None
+    if w is None:
+        w = op.dense_weight(rows, cols)  # (R, C)
+        if cache is not None:
+            cache[key] = w
     x = xs[cols[0]] if len(cols) == 1 else torch.cat([xs[j] for j in cols], dim=-1)  # (*batch, C)
     y = F.linear(x, w)  # (*batch, R)
     parts = y.split([op.sizes[i] for i in rows], dim=-1)

@@ -203,7 +203,8 @@ class BlockSparseLinear(nn.Module):
         return out[:so, :si]
 
     # ------------------------------------------------------------------ forward over a state
-    def forward_state(self, state: Sequence[Tensor | None], rows: Sequence[int], cols: Sequence[int]) -> list[Tensor | None]:
+    def forward_state(self, state: Sequence[Tensor | None], rows: Sequence[int], cols: Sequence[int],
+                      cache: dict | None = None) -> list[Tensor | None]:
         """``out[i] = sum_j W_ij x_j`` for the rows holding linear blocks (None elsewhere)."""
         T = self.tile
         n = len(self.sizes)
@@ -218,7 +219,11 @@ class BlockSparseLinear(nn.Module):
         for j in present:
             o = self.toff[j] * T
             x[..., o : o + self.sizes[j]] = state[j]
-        L, wp = self._rows_layout(rows)
+        key = ("engine", tuple(rows))
+        hit = cache.get(key) if cache is not None else None
+        L, wp = hit if hit is not None else self._rows_layout(rows)
+        if cache is not None:
+            cache[key] = (L, wp)  # the masked tiles are formed once per forward, not per step
         kernel = resolve_backend(self.backend, x.device, x.dtype, L.density)
         y = bsmm(x, wp, L, kernel)
         for i in rows:
