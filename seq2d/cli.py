@@ -252,7 +252,7 @@ def _cmd_mnist(args) -> int:
     import json
     from pathlib import Path
 
-    from .sparsity import MODELS, PROTOCOLS, compare, format_table
+    from .sparsity import MODELS, PROTOCOLS, compare, configs_for, format_table
     from .train.config import load_config
 
     proto = dict(PROTOCOLS["full" if args.full else "quick"])
@@ -275,7 +275,7 @@ def _cmd_mnist(args) -> int:
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else ([0, 1, 2, 3, 4] if args.full else [0])
     base = load_config(proto)
     out = Path(args.out)
-    rows = compare(base, models, seeds, out, resume=not args.fresh)
+    rows = compare(configs_for(base, models), seeds, out, resume=not args.fresh)
     table = format_table(rows)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({"protocol": proto, "models": models, "seeds": seeds, "rows": rows}, indent=1))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .train.config import TrainConfig, load_config
 
-__all__ = ["MODELS", "PROTOCOLS", "compare", "summarize", "difference", "format_table"]
+__all__ = ["MODELS", "PROTOCOLS", "configs_for", "compare", "summarize", "difference", "format_table"]
 
 # The models of the comparison: config overrides on top of the protocol.
 MODELS: dict[str, dict] = {
@@ -53,24 +53,31 @@ def _t_quantile_975(df: float) -> float:
     return 1.96 + 2.4 / df  # ~ the t quantile for large df
 
 
-def compare(base: TrainConfig | Mapping | str | None, models: Sequence[str], seeds: Sequence[int], out_dir: str | Path, *,
-            overrides: Mapping | None = None, resume: bool = True, log=print) -> list[dict]:
-    """Train every model in ``models`` (keys of :data:`MODELS`, or ``name=key:value;...``
-    custom entries as dicts in ``overrides['models']``) for every seed; one run per
-    (model, seed) in ``out_dir/<model>/seed<seed>``. Finished runs are reused (their
-    ``summary.json``) unless ``resume`` is False. Returns one row per run."""
-    from .train.trainer import run
-
-    base_cfg = load_config(base) if not isinstance(base, TrainConfig) else base
-    out_dir = Path(out_dir)
-    rows = []
+def configs_for(base: TrainConfig | Mapping | str | None, models: Sequence[str],
+                overrides: Mapping | None = None) -> dict[str, TrainConfig]:
+    """One config per model name of :data:`MODELS` on top of ``base`` (and ``overrides``)."""
+    base_cfg = base if isinstance(base, TrainConfig) else load_config(base)
+    out = {}
     for name in models:
         if name not in MODELS:
             raise ValueError(f"Unknown model {name!r}. Select from " + ", ".join(repr(m) for m in MODELS))
+        out[name] = dataclasses.replace(base_cfg, **MODELS[name], **(overrides or {}))
+    return out
+
+
+def compare(configs: Mapping[str, TrainConfig], seeds: Sequence[int], out_dir: str | Path, *,
+            resume: bool = True, log=print) -> list[dict]:
+    """Train every named config for every seed, one run per (model, seed) in
+    ``out_dir/<model>/seed<seed>``. Finished runs are reused (their ``summary.json``) unless
+    ``resume`` is False; an interrupted run continues from its checkpoint. One row per run."""
+    from .train.trainer import run
+
+    out_dir = Path(out_dir)
+    rows = []
+    for name, base_cfg in configs.items():
         for seed in seeds:
             run_dir = out_dir / name / f"seed{seed}"
-            cfg = dataclasses.replace(base_cfg, **MODELS[name], **(overrides or {}), seed=seed, name=f"{name}-s{seed}",
-                                      out_dir=str(run_dir))
+            cfg = dataclasses.replace(base_cfg, seed=seed, name=f"{name}-s{seed}", out_dir=str(run_dir))
             summary_path = run_dir / "summary.json"
             if resume and summary_path.is_file():
                 summary = json.loads(summary_path.read_text())
