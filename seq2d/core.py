@@ -20,7 +20,7 @@ from .activations import activation_name, is_identity, make_activation
 from .blocks import ContextModule, Identity, LinearBlock, LinearLike
 from .fused import FusedLinear, get_backend
 
-__all__ = ["Sequential2D", "block_kind"]
+__all__ = ["Sequential2D", "block_kind", "core_of"]
 
 State = list[Tensor | None]
 
@@ -34,6 +34,17 @@ def block_kind(block: nn.Module | None) -> str:
     if isinstance(block, LinearLike):
         return "linear"
     return "module"
+
+
+def core_of(model, what: str = "expected") -> "Sequential2D":
+    """The Sequential2D of ``model``: itself, or the ``.core`` of an interface wrapper
+    (``seq2d.RNN``, ``TruncatedRNN``, the transformer wrappers)."""
+    if isinstance(model, Sequential2D):
+        return model
+    core = getattr(model, "core", None)
+    if isinstance(core, Sequential2D):
+        return core
+    raise TypeError(f"{what} a Sequential2D (or a model with a .core Sequential2D), got {type(model).__name__}")
 
 
 def _is_pos_int(v) -> bool:

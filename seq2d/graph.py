@@ -25,18 +25,13 @@ from __future__ import annotations
 import networkx as nx
 
 from .activations import activation_name
-from .core import Sequential2D
+from .core import Sequential2D, core_of
 
 __all__ = ["to_networkx", "is_acyclic", "depths", "distances", "recurrent_cores", "memory", "influence"]
 
 
 def _core(model) -> Sequential2D:
-    if isinstance(model, Sequential2D):
-        return model
-    core = getattr(model, "core", None)
-    if isinstance(core, Sequential2D):
-        return core
-    raise TypeError(f"expected a Sequential2D (or a model with a .core Sequential2D), got {type(model).__name__}")
+    return core_of(model)
 
 
 def to_networkx(model) -> nx.DiGraph:

@@ -37,21 +37,12 @@ from torch import Tensor
 
 from .activations import activation_name
 from .constructors import from_mask
-from .core import Sequential2D
+from .core import Sequential2D, core_of
 from .registry import register_model
 
 __all__ = ["randomize", "region_mask"]
 
 GRANULARITIES = ("element", "tile", "block")
-
-
-def _core(template) -> Sequential2D:
-    if isinstance(template, Sequential2D):
-        return template
-    core = getattr(template, "core", None)
-    if isinstance(core, Sequential2D):
-        return core
-    raise TypeError(f"randomize expects a Sequential2D (or a model with .core), got {type(template).__name__}")
 
 
 def region_mask(core: Sequential2D, region=None) -> Tensor:
@@ -129,7 +120,7 @@ def randomize(template, granularity: str = "element", region=None, seed: int = 0
     """
     if granularity not in GRANULARITIES:
         raise ValueError(f"Unknown granularity {granularity!r}. Select from " + ", ".join(repr(g) for g in GRANULARITIES))
-    core = _core(template)
+    core = core_of(template, "randomize expects")
     target = template.num_parameters()
     sizes = core.sizes
     n = core.n
