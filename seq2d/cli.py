@@ -192,6 +192,105 @@ def _cmd_equivalence(args) -> int:
     return 0 if worst_all else 1
 
 
+def _stability_model(text: str, kwargs: list[str]):
+    """(model, description): a checkpoint written by seq2d.train (a file, or a run folder holding
+    checkpoint.pt), rebuilt from its stored config; else a preset / spec / registered name."""
+    p = Path(text)
+    if p.is_dir() and (p / "checkpoint.pt").is_file():
+        p = p / "checkpoint.pt"
+    if p.is_file() and p.suffix.lower() not in (".toml", ".json"):
+        with open(p, "rb") as f:
+            zipped = f.read(4) == b"PK\x03\x04"  # torch.save's zip archive (a spec file is text)
+    if p.is_file() and p.suffix.lower() not in (".toml", ".json") and (zipped or p.suffix.lower() in (".pt", ".pth")):
+        from .train.checkpoint import CheckpointError, load_checkpoint
+        from .train.config import config_from_dict
+        from .train.trainer import build_model
+
+        try:
+            ckpt = load_checkpoint(p, map_location="cpu")
+            cfg = config_from_dict(ckpt["config"], where=f"the config stored in {str(p)!r}")
+            model = build_model(cfg)
+            model.load_state_dict(ckpt["model"])
+        except (CheckpointError, RuntimeError) as e:
+            raise ValueError(f"cannot load the model of checkpoint {str(p)!r}: {e}") from e
+        return model, f"checkpoint {p} (model {cfg.model!r}, epoch {ckpt['epoch']}, step {ckpt['step']})"
+    return _resolve(text, kwargs), text
+
+
+def _fmt(v) -> str:
+    return "n/a" if v is None else f"{v:.6g}"
+
+
+def _cmd_stability(args) -> int:
+    import torch
+
+    from . import graph as G
+    from .recurrent import RNN
+    from .stability import certified_lambda, data_lambda, rnn_constants, stacked_truncation_length
+
+    if not args.eps > 0:
+        raise ValueError(f"--eps must be positive, got {args.eps}")
+    if not args.input_bound > 0:
+        raise ValueError(f"--input-bound must be positive, got {args.input_bound}")
+    if args.data_steps < 1 or args.batch < 1:
+        raise ValueError(f"--data-steps and --batch must be positive, got {args.data_steps} and {args.batch}")
+    with torch.random.fork_rng(devices=[]):  # a preset's random initial weights: the same on every call
+        torch.manual_seed(args.seed)
+        model, what = _stability_model(args.model, args.kwargs)
+    core = getattr(model, "core", model)
+    print(f"model: {what} ({type(model).__name__})")
+    cores = G.recurrent_cores(core)
+    if not cores:
+        mem = G.memory(core)
+        print("recurrent cores: none (the block graph is acyclic)")
+        print("certified lambda: n/a (no recurrence)")
+        print("data lambda: n/a (no recurrence)")
+        print("truncation: n/a; memory is finite: " + (f"the outputs forget the initial state after {mem} step(s) (seq2d.graph.memory)"
+                                                      if mem is not None else "none (a held non-input slot reaches an output)"))
+        return 0
+    try:
+        cert = certified_lambda(core)
+    except ValueError as e:
+        cert = None
+        print(f"certified lambda: not certifiable ({e})")
+    if cert is not None:
+        for c in cert["cores"]:
+            print(f"core {{{', '.join(map(str, c['slots']))}}}: L_act = {_fmt(c['lipschitz_act'])}, ||W_rec||_2 = {c['norm']:.6g} "
+                  f"({c['norm_method']}), certified lambda <= {_fmt(c['lambda'])}")
+        print(f"certified lambda (max over cores): {_fmt(cert['lambda'])}"
+              + ("" if cert["lambda"] is None else ("  (stable)" if cert["stable"] else "  (not certified stable: >= 1)")))
+    # random inputs uniform in the ball ||x_t|| <= B (the bound Lemma 1 assumes)
+    g = torch.Generator().manual_seed(args.seed)
+    T, Bn, n = args.data_steps, args.batch, core.in_features
+    xs = torch.randn(T, Bn, n, generator=g, dtype=torch.float64)
+    radius = args.input_bound * torch.rand(T, Bn, 1, generator=g, dtype=torch.float64) ** (1.0 / n)
+    xs = xs / xs.norm(dim=-1, keepdim=True).clamp_min(1e-12) * radius
+    data = data_lambda(core, xs, iters=args.iters, generator=g)
+    for c in data["cores"]:
+        print(f"core {{{', '.join(map(str, c['slots']))}}}: data lambda max {c['max']:.6g}, mean {c['mean']:.6g} "
+              f"(||d state_t / d state_(t-1)||_2 over {c['per_step'].shape[0]} steps x {Bn} random sequences, ||x_t|| <= {args.input_bound:g})")
+    print(f"data lambda (max over cores): {data['max']:.6g}")
+    if not isinstance(model, RNN):
+        print("k for eps: n/a (the Lemma 1 bound is implemented for RNN layers; see seq2d.stability.lemma1_bound)")
+        return 0
+    layers = [rnn_constants(model, l) for l in range(1, model.num_layers + 1)]
+    unstable = [l + 1 for l, c in enumerate(layers) if c["lam"] >= 1]
+    if unstable:
+        print(f"k for eps={args.eps:g}: no guarantee: lambda >= 1 (layer(s) {unstable})")
+    else:
+        k = stacked_truncation_length(layers, args.eps, input_bound=args.input_bound)
+        print(f"k for eps={args.eps:g}: {k} (Lemma 1: ||h_t - h_t^k|| <= eps for every t when ||x_t|| <= {args.input_bound:g}; "
+              f"seq2d.truncated_rnn(model, {k}))")
+    data_max = [c["max"] for c in data["cores"]]
+    if len(data_max) == len(layers) and all(v < 1 for v in data_max):
+        est = [dict(c, lam=v) for c, v in zip(layers, data_max)]
+        k = stacked_truncation_length(est, args.eps, input_bound=args.input_bound)
+        print(f"k with the data lambda in place of the certified one: {k} (an estimate for inputs like these, not a guarantee)")
+    else:
+        print("k with the data lambda in place of the certified one: n/a (data lambda >= 1 on these inputs)")
+    return 0
+
+
 _MODEL_HELP = "a preset (see below), a .toml/.json spec file, or a registered constructor name (see `seq2d models`)"
 
 
@@ -204,7 +303,7 @@ def _presets_epilog(examples: str) -> str:
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="seq2d", description="Sequential2D block networks: inspect, draw and check models.",
                                  epilog=__doc__.split("\n\n")[1], formatter_class=_FMT)
-    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{mnist,train,models,show,draw,equivalence}")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{mnist,train,models,show,draw,equivalence,stability}")
     p = sub.add_parser("models", help="list the registered constructors",
                        description="List the registered constructor names (usable with `seq2d show NAME key=value`).")
     p.set_defaults(fn=_cmd_models)
@@ -244,6 +343,29 @@ def build_parser() -> argparse.ArgumentParser:
                                    "exit status 1 when an error exceeds its tolerance."))
     p.add_argument("--seeds", type=int, default=1, help="number of random seeds per case (default: 1)")
     p.set_defaults(fn=_cmd_equivalence)
+
+    p = sub.add_parser(
+        "stability", help="certified and data-dependent contraction constant (lambda) and the truncation length k",
+        description=_wrap("For every recurrent core (strongly connected part of the block graph): the certified bound "
+                          "lambda <= L_act * ||W_rec||_2 (exact float64 SVD), the data-dependent lambda (largest state-"
+                          "Jacobian norm along trajectories on random inputs with ||x_t|| <= B, by power iteration), "
+                          "and for RNNs the truncation length k that Lemma 1 of Miller & Hardt (Stable Recurrent "
+                          "Models) guarantees for --eps. MODEL may also be a checkpoint written by `seq2d train` (or "
+                          "its run folder)."),
+        epilog=_presets_epilog("  seq2d stability rnn:8,16,layers=2\n  seq2d stability rnn:8,16 --eps 1e-4 --input-bound 2\n"
+                               "  seq2d stability runs/myrun/checkpoint.pt\n"),
+        formatter_class=_FMT)
+    p.add_argument("model", help=_MODEL_HELP + ", or a seq2d.train checkpoint (.pt) / run folder")
+    p.add_argument("kwargs", nargs="*", help="constructor arguments as key=value (only with a registered name)")
+    p.add_argument("--eps", type=float, default=1e-3, help="target gap ||h_t - h_t^k|| (default: 1e-3)")
+    p.add_argument("--input-bound", dest="input_bound", type=float, default=1.0,
+                   help="bound B on ||x_t||_2 for Lemma 1 and for the random inputs (default: 1)")
+    p.add_argument("--data-steps", dest="data_steps", type=int, default=100,
+                   help="length of the random input sequences for the data lambda (default: 100)")
+    p.add_argument("--batch", type=int, default=8, help="number of random sequences (default: 8)")
+    p.add_argument("--iters", type=int, default=20, help="power-iteration rounds per step (default: 20)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs and of a preset's initial weights (default: 0)")
+    p.set_defaults(fn=_cmd_stability)
     _add_run_commands(sub)
     return ap
 

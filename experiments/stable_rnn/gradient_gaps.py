@@ -1,0 +1,307 @@
+"""Gradient and weight gaps between a stable RNN and its truncation during training
+(Miller & Hardt, "Stable Recurrent Models": Lemma 2, Proposition 2, Fig. 1).
+
+    python experiments/stable_rnn/gradient_gaps.py                          # full
+    python experiments/stable_rnn/gradient_gaps.py --quick --out /tmp/gaps  # CI (seconds)
+
+What the paper proves (for a lambda-stable model, with Lipschitz and smoothness constants
+folded into gamma and beta): the gradients of the recurrent model's loss and of its
+k-truncation's loss differ by at most ``gamma k lambda^k`` (Lemma 2); and if both models
+start from the same weights and are trained by projected gradient descent with step
+``alpha / t``, their weights after ``N`` steps differ by an amount geometric in ``k`` and only
+polynomial in ``N`` (Proposition 2). The per-step recursion behind it (the projection is
+non-expansive, the gradient is beta-Lipschitz)::
+
+    d_{t+1} <= (1 + a_t beta) d_t + a_t gamma k lambda^k,   d_t = ||w_t^recurrent - w_t^truncated||
+
+gives ``d_N <= alpha gamma k lambda^k N^{alpha beta} (1 + 1/(alpha beta))`` for ``a_t = alpha/t``,
+but ``((1 + alpha beta)^N - 1) gamma k lambda^k / beta`` (exponential in ``N``) for a constant
+step ``a_t = alpha``: the reason for the decaying step in the theory. Both stay geometric in k.
+
+The instance (random, Gaussian, as in the paper's Fig. 1): inputs ``x_t ~ N(0, I)``; targets
+``y_t = c . h*_t + noise`` from a random teacher tanh RNN (``||W*||_2 = teacher_lambda``); the
+student is ``seq2d.rnn`` (tanh) with a linear readout, squared loss on the last ``n_out``
+positions of each sequence. The truncated student is ``seq2d.truncated_rnn(student, k)`` (the
+feed-forward, weight-tied model that sees the last k inputs) with a copy of the readout. Both
+are trained full-batch by projected gradient descent: after each step the recurrent matrix is
+projected onto ``||W_hh||_2 <= lambda`` (:class:`seq2d.stability.SpectralClip` for the RNN,
+:func:`seq2d.stability.project_spectral_` for the truncated model's tied block).
+
+Measured: (a) the gradient gap ``||grad_full - grad_trunc||`` at the shared initialisation,
+against k; (b) the weight gap after N steps, against k, for steps ``alpha/t`` and a constant
+``alpha``. Outputs in ``--out``: ``gradient_gaps.json`` (config, seed, all numbers, fitted
+slopes of log gap against k compared with log lambda) and ``gradient_gaps.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+import seq2d
+from seq2d.stability import SpectralClip, certified_lambda, data_lambda, project_spectral_
+
+# ----------------------------------------------------------------------------- defaults
+FULL = dict(
+    input=8,              # input features d
+    hidden=32,            # student hidden size H
+    teacher_hidden=32,
+    teacher_lambda=0.8,   # ||W*||_2 of the teacher
+    noise=0.1,            # target noise std
+    T=64,                 # sequence length
+    n_out=16,             # loss on the last n_out positions (each needs k <= T - n_out + 1)
+    n=64,                 # sequences (full batch)
+    lam=0.8,              # projection radius: ||W_hh||_2 <= lam (tanh: L = 1)
+    ks=[1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 18, 22, 26, 30, 35, 40, 45],
+    steps=300,            # N
+    alpha=0.2,            # step alpha / t, and the constant step alpha for contrast
+    noise_floor=1e-13,    # gaps below this (relative to the gradient / weight norm) are rounding noise
+    seed=0,
+)
+QUICK = dict(FULL, input=4, hidden=12, teacher_hidden=12, T=32, n_out=8, n=32, ks=[1, 2, 3, 4, 6, 8, 12, 16, 20, 25],
+             steps=25)
+
+NAMES = ["W_ih", "W_hh", "b", "readout.weight", "readout.bias"]
+
+
+def make_data(cfg: dict, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """X (T, n, d) ~ N(0, 1); Y (n_out, n): the teacher's readout of its last n_out states + noise."""
+    d, Ht, T, n = cfg["input"], cfg["teacher_hidden"], cfg["T"], cfg["n"]
+    W = torch.randn(Ht, Ht, generator=g, dtype=torch.float64)
+    W = W * (cfg["teacher_lambda"] / torch.linalg.matrix_norm(W, ord=2))
+    U = torch.randn(Ht, d, generator=g, dtype=torch.float64) / math.sqrt(d)
+    c = torch.randn(Ht, generator=g, dtype=torch.float64) / math.sqrt(Ht) * 2
+    X = torch.randn(T, n, d, generator=g, dtype=torch.float64)
+    h = torch.zeros(n, Ht, dtype=torch.float64)
+    ys = []
+    for t in range(T):
+        h = torch.tanh(h @ W.T + X[t] @ U.T)
+        ys.append(h @ c)
+    Y = torch.stack(ys)[T - cfg["n_out"]:] + cfg["noise"] * torch.randn(cfg["n_out"], n, generator=g, dtype=torch.float64)
+    return X, Y
+
+
+class Full:
+    """The student RNN (seq2d.rnn) + readout; loss on the last n_out positions."""
+
+    def __init__(self, rnn: seq2d.RNN, readout: nn.Linear, n_out: int):
+        self.rnn, self.readout, self.n_out = rnn, readout, n_out
+        self.params = [rnn.core.block(1, 0).weight, rnn.core.block(1, 1).weight, rnn.core.bias(1),
+                       readout.weight, readout.bias]
+        self.whh = rnn.core.block(1, 1).weight
+
+    def predict(self, X):
+        hs = self.rnn(X)[0][-self.n_out:]  # (n_out, n, H)
+        return self.readout(hs).squeeze(-1)
+
+
+class Truncated:
+    """seq2d.truncated_rnn(rnn, k) + a copy of the readout, applied to the last n_out windows."""
+
+    def __init__(self, rnn: seq2d.RNN, readout: nn.Linear, k: int, n_out: int):
+        self.tr, self.readout, self.k, self.n_out = seq2d.truncated_rnn(rnn, k), copy.deepcopy(readout), k, n_out
+        core = self.tr.core  # slots: x_1..x_k, then h_1..h_k (see seq2d.TruncatedRNN)
+        # k = 1 has no W_hh position (one step from a zero state): it keeps its initial value
+        whh = core.block(k + 1, k).weight if k > 1 else nn.Parameter(rnn.core.block(1, 1).weight.detach().clone())
+        self.params = [core.block(k, 0).weight, whh, core.bias(k), self.readout.weight, self.readout.bias]
+        self.whh = whh if k > 1 else None
+
+    def predict(self, X):
+        T, n, d = X.shape
+        win = X.unfold(0, self.k, 1)[-self.n_out:]  # (n_out, n, d, k): the last n_out windows
+        win = win.permute(0, 1, 3, 2).reshape(self.n_out, n, self.k * d)  # oldest input first
+        return self.readout(self.tr.core(win)).squeeze(-1)
+
+
+def loss_fn(model, X, Y):
+    return 0.5 * ((model.predict(X) - Y) ** 2).mean()
+
+
+def grads(model, X, Y) -> list[torch.Tensor]:
+    loss = loss_fn(model, X, Y)
+    gs = torch.autograd.grad(loss, model.params, allow_unused=True)
+    return [torch.zeros_like(p) if g is None else g for p, g in zip(model.params, gs)]
+
+
+def flat(ts) -> torch.Tensor:
+    return torch.cat([t.detach().reshape(-1) for t in ts])
+
+
+def train(model, X, Y, cfg: dict, rule: str, project) -> float:
+    """N steps of projected gradient descent; returns the final loss."""
+    for t in range(1, cfg["steps"] + 1):
+        a = cfg["alpha"] / t if rule == "alpha/t" else cfg["alpha"]
+        gs = grads(model, X, Y)
+        with torch.no_grad():
+            for p, g in zip(model.params, gs):
+                p.sub_(a * g)
+        project()
+    with torch.no_grad():
+        return float(loss_fn(model, X, Y))
+
+
+def fit_slope(ks, ys, floor):
+    pts = [(k, math.log(v)) for k, v in zip(ks, ys) if v > floor]
+    if len(pts) < 3:
+        return None
+    n = len(pts)
+    mk, my = sum(k for k, _ in pts) / n, sum(v for _, v in pts) / n
+    return sum((k - mk) * (v - my) for k, v in pts) / sum((k - mk) ** 2 for k, _ in pts)
+
+
+def run(cfg: dict) -> dict:
+    if max(cfg["ks"]) > cfg["T"] - cfg["n_out"] + 1:
+        raise ValueError(f"every k must be <= T - n_out + 1 = {cfg['T'] - cfg['n_out'] + 1}, got {max(cfg['ks'])}")
+    g = torch.Generator().manual_seed(cfg["seed"])
+    X, Y = make_data(cfg, g)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg["seed"])
+        rnn0 = seq2d.rnn(cfg["input"], cfg["hidden"], dtype=torch.float64)
+        readout0 = nn.Linear(cfg["hidden"], 1, dtype=torch.float64)
+    SpectralClip(rnn0, cfg["lam"]).project()  # start inside the constraint set
+    lam_cert = certified_lambda(rnn0)["lambda"]
+    # the gaps decay at the rate of products of state Jacobians: at most lambda per step, and
+    # for a generic (non-normal) W_hh closer to its spectral radius than to its norm
+    rho = float(torch.linalg.eigvals(rnn0.core.block(1, 1).weight.detach()).abs().max())
+    dl = data_lambda(rnn0, X, iters=20, generator=torch.Generator().manual_seed(cfg["seed"]))
+
+    # (a) gradient gap at the shared initialisation
+    full0 = Full(copy.deepcopy(rnn0), copy.deepcopy(readout0), cfg["n_out"])
+    gf = grads(full0, X, Y)
+    g_full = flat(gf)
+    w0 = flat(full0.params)
+    grad_gap, grad_gap_parts = [], []
+    for k in cfg["ks"]:
+        g_tr = grads(Truncated(rnn0, readout0, k, cfg["n_out"]), X, Y)
+        grad_gap.append(float((g_full - flat(g_tr)).norm()))
+        grad_gap_parts.append({nm: float((a - b).norm()) for nm, a, b in zip(NAMES, gf, g_tr)})
+
+    # (b) weight gap after N steps of projected gradient descent, two step rules
+    rules = {}
+    for rule in ("alpha/t", "constant"):
+        t0 = time.perf_counter()
+        full = Full(copy.deepcopy(rnn0), copy.deepcopy(readout0), cfg["n_out"])
+        clip = SpectralClip(full.rnn, cfg["lam"])
+        full_loss = train(full, X, Y, cfg, rule, clip.project)
+        w_full = flat(full.params)
+        w_gap, tr_loss, moved = [], [], float((w_full - w0).norm())
+        for k in cfg["ks"]:
+            tr = Truncated(rnn0, readout0, k, cfg["n_out"])
+            proj = (lambda tr=tr: project_spectral_(tr.whh.data, cfg["lam"])) if tr.whh is not None else (lambda: None)
+            tr_loss.append(train(tr, X, Y, cfg, rule, proj))
+            w_gap.append(float((w_full - flat(tr.params)).norm()))
+        rules[rule] = {"weight_gap": w_gap, "full_final_loss": full_loss, "truncated_final_loss": tr_loss,
+                       "distance_travelled_full": moved, "final_certified_lambda": certified_lambda(full.rnn)["lambda"],
+                       "slope": fit_slope(cfg["ks"], w_gap, cfg["noise_floor"] * max(1.0, float(w_full.norm()))),
+                       "seconds": time.perf_counter() - t0}
+    with torch.no_grad():
+        init_loss = float(loss_fn(full0, X, Y))
+    return {
+        "ks": cfg["ks"], "certified_lambda_init": lam_cert, "log_lambda": math.log(cfg["lam"]),
+        "spectral_radius_init": rho, "log_spectral_radius_init": math.log(rho),
+        "data_lambda_init": {"max": dl["max"], "mean": dl["mean"]}, "initial_loss": init_loss,
+        "grad_norm_full": float(g_full.norm()), "gradient_gap": grad_gap, "gradient_gap_by_parameter": grad_gap_parts,
+        "gradient_gap_slope": fit_slope(cfg["ks"], grad_gap, cfg["noise_floor"] * max(1.0, float(g_full.norm()))),
+        "rules": rules,
+    }
+
+
+def plot(res: dict, cfg: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ks, lam, lam_d = res["ks"], cfg["lam"], res["data_lambda_init"]["mean"]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.6))
+    gg = res["gradient_gap"]
+    a.semilogy(ks, gg, "o-", label="||∇ full − ∇ truncated|| at init")
+    for lm, ls, name in ((lam, "--", "certified λ"), (lam_d, ":", "data λ (mean)"),
+                         (res["spectral_radius_init"], "-.", "ρ(W_hh)")):
+        ref = [k * lm ** k for k in ks]
+        a.semilogy(ks, [gg[0] * r / ref[0] for r in ref], ls, color="gray", label=f"∝ k r^k, r = {name} = {lm:.3f}")
+    a.set_xlabel("truncation length k")
+    a.set_ylabel("gradient gap")
+    s = res["gradient_gap_slope"]
+    a.set_title(f"(a) gradient gap (Lemma 2): slope {'n/a' if s is None else f'{s:.3f}'} vs log λ {math.log(lam):.3f}",
+                fontsize=10)
+    a.legend(fontsize=8)
+    for rule, mk in (("alpha/t", "o-"), ("constant", "s-")):
+        r = res["rules"][rule]
+        lab = f"step α/t (α={cfg['alpha']})" if rule == "alpha/t" else f"constant step α={cfg['alpha']}"
+        sl = "n/a" if r["slope"] is None else f"{r['slope']:.3f}"
+        b.semilogy(ks, [max(v, 1e-17) for v in r["weight_gap"]], mk, label=f"{lab}: slope {sl}")
+    b.set_xlabel("truncation length k")
+    b.set_ylabel(f"||w_full − w_trunc|| after N = {cfg['steps']} steps")
+    b.set_title("(b) weight gap after projected gradient descent (Prop. 2)", fontsize=10)
+    b.legend(fontsize=8)
+    fig.suptitle(f"random Gaussian instances: d={cfg['input']}, H={cfg['hidden']}, T={cfg['T']}, n={cfg['n']}, "
+                 f"||W_hh|| ≤ λ = {lam}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small CI run (H=12, T=32, 10 values of k, 25 steps)")
+    ap.add_argument("--out", default="runs/stable_rnn", help="output folder (default runs/stable_rnn)")
+    ap.add_argument("--seed", type=int, default=None, help="override the seed (default 0)")
+    ap.add_argument("--steps", type=int, default=None, help="override N, the number of training steps")
+    ap.add_argument("--alpha", type=float, default=None, help="override the step alpha")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    args = ap.parse_args(argv)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(args.threads)
+    try:
+        return _main(args)
+    finally:
+        torch.set_num_threads(threads)  # main() may run in-process (tests): leave torch as it was
+
+
+def _main(args) -> int:
+    cfg = dict(QUICK if args.quick else FULL)
+    for key in ("seed", "steps", "alpha"):
+        if getattr(args, key) is not None:
+            cfg[key] = getattr(args, key)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    res = run(cfg)
+    plot(res, cfg, out / "gradient_gaps.png")
+    doc = {"experiment": "gradient and weight gaps (Lemma 2, Proposition 2)", "mode": "quick" if args.quick else "full",
+           "config": cfg, "seed": cfg["seed"], "torch": torch.__version__, "python": sys.version.split()[0],
+           "machine": platform.machine(), "seconds": time.perf_counter() - t0, **res}
+    (out / "gradient_gaps.json").write_text(json.dumps(doc, indent=1))
+    print(f"gradient / weight gaps, RNN vs k-truncation: d={cfg['input']}, H={cfg['hidden']}, T={cfg['T']}, n={cfg['n']}, "
+          f"lambda={cfg['lam']}, N={cfg['steps']}, alpha={cfg['alpha']}, seed {cfg['seed']} ({doc['mode']} mode, "
+          f"{doc['seconds']:.1f} s)")
+    print(f"init: certified lambda {res['certified_lambda_init']:.4f}, data lambda max {res['data_lambda_init']['max']:.4f} "
+          f"mean {res['data_lambda_init']['mean']:.4f}, loss {res['initial_loss']:.4f}, ||grad|| {res['grad_norm_full']:.3g}")
+    head = f"{'k':>4}{'grad gap':>12}{'w gap a/t':>12}{'w gap const':>13}{'loss a/t':>10}{'loss const':>12}"
+    print(head)
+    ra, rc = res["rules"]["alpha/t"], res["rules"]["constant"]
+    for i, k in enumerate(res["ks"]):
+        print(f"{k:>4}{res['gradient_gap'][i]:>12.3e}{ra['weight_gap'][i]:>12.3e}{rc['weight_gap'][i]:>13.3e}"
+              f"{ra['truncated_final_loss'][i]:>10.4f}{rc['truncated_final_loss'][i]:>12.4f}")
+    fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+    print(f"full RNN final loss: a/t {ra['full_final_loss']:.4f}, constant {rc['full_final_loss']:.4f}; "
+          f"fitted slopes of log gap vs k: gradient {fmt(res['gradient_gap_slope'])}, weight a/t {fmt(ra['slope'])}, "
+          f"weight constant {fmt(rc['slope'])}; log(lambda) = {math.log(cfg['lam']):.3f}, "
+          f"log(data lambda mean) = {math.log(res['data_lambda_init']['mean']):.3f}, "
+          f"log(spectral radius of W_hh at init) = {res['log_spectral_radius_init']:.3f}")
+    print(f"wrote {out / 'gradient_gaps.json'} and {out / 'gradient_gaps.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,441 @@
+"""WikiText-2 word-level language models, stable vs unstable (Miller & Hardt, arXiv 1805.10369, Sec. 4).
+
+Four models, each trained the classic ``word_language_model`` way (SGD lr 20 divided by 4 when
+the validation loss stops improving, gradient-norm clip 0.25, batch 20, BPTT 35 with the hidden
+state carried and detached, the best-validation weights kept):
+
+    tanh-unstable   a 2-layer tanh RNN in Sequential2D form (seq2d.rnn), free
+    tanh-stable     the same, every W_hh projected onto ||W_hh||_2 <= --rnn-lambda after every
+                    step (seq2d.stability.SpectralClip on the recurrent core)
+    lstm-unstable   nn.LSTM, free
+    lstm-stable     nn.LSTM projected after every step (seq2d.lstm.LSTMProjection: the
+                    published gate bounds, forget bias <= 0, embeddings clipped to [-1, 1])
+
+Then: test perplexity of each, of its k-truncated feed-forward version for k in --ks, the
+certified contraction constant of its weights, and ``||d loss_{t+i} / d x_t||`` for
+i = 0 .. --grad-distance (the paper's Fig. 2).
+
+    # quick mode: a slice of the corpus, one epoch, small models (CPU, about a minute)
+    python experiments/stable_rnn/wikitext.py --quick --threads 1 --doc docs/results/stability.md
+    # the paper's settings (GPU): emb 200, hidden 200, 2 layers, dropout 0.2, 40 epochs
+    python experiments/stable_rnn/wikitext.py --out runs/stable_rnn/wikitext_full --doc docs/results/stability.md
+
+Data: ``--data-root`` (else ``$SEQ2D_DATA``) holding ``wikitext-2/{train,valid,test}.txt``.
+Outputs in ``--out``: ``results.json``, ``results.md`` (the tables), ``grad_norm_vs_distance.png``,
+``truncation.png``, per model ``<model>/metrics.{jsonl,csv}`` (and ``checkpoint.pt`` with
+``--save-checkpoints``, the default in full mode). ``--doc`` writes the WikiText section of a
+results page between ``<!-- wikitext:begin -->`` and ``<!-- wikitext:end -->`` (the rest of the
+page is left alone; the file is created when absent).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import json
+import math
+import platform
+import shlex
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.ticker  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from seq2d.data.wikitext import Corpus, batchify, get_batch  # noqa: E402
+from seq2d.lm import RNNLM, evaluate, evaluate_truncated, grad_norm_vs_distance, perplexity  # noqa: E402
+from seq2d.lstm import LSTMProjection, lstm_contraction_bound  # noqa: E402
+from seq2d.train.checkpoint import save_checkpoint  # noqa: E402
+from seq2d.train.trainer import write_metrics  # noqa: E402
+
+MODELS = {  # name -> (cell, stable)
+    "tanh-unstable": ("tanh", False),
+    "tanh-stable": ("tanh", True),
+    "lstm-unstable": ("lstm", False),
+    "lstm-stable": ("lstm", True),
+}
+#: Test perplexities reported in the paper (Table 1, WikiText-2): (unstable, stable).
+PAPER = {"tanh": (146.7, 143.5), "lstm": (92.3, 95.1)}
+
+# The author's settings (those of PyTorch's word_language_model example) ...
+FULL = dict(emb=200, hidden=200, layers=2, dropout=0.2, epochs=40, tokens=None, eval_tokens=None,
+            ks="2,5,10,20", grad_seqs=32)
+# ... and the quick mode: a slice of the corpus, one epoch, small models (CPU).
+QUICK = dict(emb=64, hidden=64, layers=2, dropout=0.2, epochs=1, tokens=20_000, eval_tokens=5_000,
+             ks="2,5,10", grad_seqs=8)
+BEGIN, END = "<!-- wikitext:begin -->", "<!-- wikitext:end -->"
+
+
+# ---------------------------------------------------------------------- stabilizers
+def make_stabilizer(model: RNNLM, args):
+    """``(project, description)``: ``project()`` is called after every optimizer step."""
+    if model.cell == "lstm":
+        proj = LSTMProjection(model.rnn, embedding=model.encoder, embedding_clip=args.embedding_clip)
+        return proj.project, (f"seq2d.lstm.LSTMProjection (recurrent gate blocks' row l1 norms <= {proj.gate_bounds}, "
+                              f"forget-gate input rows <= {proj.forget_input_bound}, forget bias <= "
+                              f"{proj.forget_bias_bound}, embeddings clipped to [-{args.embedding_clip}, {args.embedding_clip}])")
+    from seq2d.stability import SpectralClip  # lazily: the tanh models' projection
+
+    # Every layer's hidden slot is its own recurrent core (its W_hh; W_ih and the dropout
+    # block sit between cores), so this bounds ||W_hh^l||_2 <= lam for every layer l.
+    clip = SpectralClip(model.rnn, args.rnn_lambda)
+    return clip.project, f"seq2d.stability.SpectralClip(lam={args.rnn_lambda}): ||W_hh||_2 <= {args.rnn_lambda} in every layer"
+
+
+def certified_lambda(model: RNNLM) -> float:
+    """tanh: ``seq2d.stability.certified_lambda`` (max over layers of ``||W_hh^l||_2``, tanh being
+    1-Lipschitz); LSTM: ``seq2d.lstm.lstm_contraction_bound`` with the embeddings' actual bound."""
+    if model.cell == "tanh":
+        from seq2d.stability import certified_lambda as rnn_lambda
+
+        return rnn_lambda(model.rnn)["lambda"]
+    return lstm_contraction_bound(model.rnn, float(model.encoder.weight.detach().abs().max()))
+
+
+# ---------------------------------------------------------------------- training
+def repackage(h):
+    return tuple(x.detach() for x in h) if isinstance(h, tuple) else h.detach()
+
+
+def train(name: str, model: RNNLM, data: dict, args, device, out: Path, stabilize=None) -> dict:
+    """The classic loop; returns the history and keeps the best-validation weights in ``model``."""
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr)
+    train_data, valid = data["train"], data["valid"]
+    lr, best, best_state, history, step = args.lr, math.inf, None, [], 0
+    diverged = None
+    t_start = time.perf_counter()
+    for epoch in range(1, args.epochs + 1):
+        model.train()
+        hidden = model.init_hidden(args.batch_size)
+        total, count, t0 = 0.0, 0, time.perf_counter()
+        for b, i in enumerate(range(0, train_data.shape[0] - 1, args.bptt)):
+            if args.max_batches is not None and b >= args.max_batches:
+                break
+            x, y = get_batch(train_data, i, args.bptt)
+            hidden = repackage(hidden)
+            opt.zero_grad(set_to_none=True)
+            logits, hidden = model(x, hidden)
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+            if not torch.isfinite(loss):
+                diverged = f"non-finite training loss at epoch {epoch}, batch {b + 1}"
+                break
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
+            opt.step()
+            step += 1
+            if stabilize is not None:
+                stabilize()
+            total += float(loss.detach()) * y.numel()
+            count += y.numel()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        epoch_time = time.perf_counter() - t0
+        if diverged:
+            print(f"[{name}] {diverged}: keeping the best weights so far", flush=True)
+            break
+        val = evaluate(model, valid, args.bptt)
+        row = {"epoch": epoch, "step": step, "train_loss": total / max(count, 1), "lr": lr,
+               "epoch_time_s": round(epoch_time, 3), "device": str(device), "valid_loss": val,
+               "valid_ppl": perplexity(val), "train_ppl": perplexity(total / max(count, 1))}
+        history.append(row)
+        print(f"[{name}] epoch {epoch}/{args.epochs}  lr {lr:g}  train ppl {row['train_ppl']:.2f}  "
+              f"valid ppl {row['valid_ppl']:.2f}  ({epoch_time:.1f}s)", flush=True)
+        if val < best:
+            best, best_state = val, copy.deepcopy(model.state_dict())
+        else:  # validation stopped improving: anneal
+            lr /= 4.0
+            for g in opt.param_groups:
+                g["lr"] = lr
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    (out / name).mkdir(parents=True, exist_ok=True)
+    if history:
+        write_metrics(out / name, history)
+    if args.save_checkpoints:
+        save_checkpoint(out / name / "checkpoint.pt", model=model, optimizer=opt, epoch=len(history), step=step,
+                        config={k: v for k, v in vars(args).items() if isinstance(v, (int, float, str, bool, type(None)))},
+                        metrics={"history": history, "best": min(history, key=lambda r: r["valid_loss"]) if history else {},
+                                 "last": history[-1] if history else {}})
+    return {"history": history, "best_valid_loss": best, "steps": step, "diverged": diverged,
+            "train_time_s": round(time.perf_counter() - t_start, 3)}
+
+
+# ---------------------------------------------------------------------- outputs
+def _finite(v):
+    """JSON-safe: inf/nan become None (strict JSON has neither)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    return v
+
+
+def _fmt(v, nd=1):
+    return "--" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.{nd}f}"
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def tables(results: dict) -> str:
+    models, ks = results["models"], results["ks"]
+    lines = ["Test perplexity (lower is better; paper: Miller & Hardt, Table 1):", "",
+             "| model | unstable | stable | paper unstable | paper stable |", "|---|---:|---:|---:|---:|"]
+    for cell, label in (("tanh", "tanh RNN (Sequential2D)"), ("lstm", "LSTM (nn.LSTM)")):
+        u, s = models.get(f"{cell}-unstable"), models.get(f"{cell}-stable")
+        lines.append(f"| {label} | {_fmt(u['test_ppl']) if u else '--'} | {_fmt(s['test_ppl']) if s else '--'} | "
+                     f"{PAPER[cell][0]} | {PAPER[cell][1]} |")
+    lines += ["", "Truncated feed-forward versions (test perplexity; each prediction sees only the last k tokens) "
+              "and the certified contraction constant of the trained weights:", "",
+              "| model | " + " | ".join(f"k = {k}" for k in ks) + " | full | certified lambda | epochs | train time (s) |",
+              "|---|" + "---:|" * (len(ks) + 4)]
+    for name, r in models.items():
+        lam = r["certified_lambda"]
+        lines.append(f"| {name} | " + " | ".join(_fmt(r["truncated"].get(str(k))) for k in ks)
+                     + f" | {_fmt(r['test_ppl'])} | {_fmt(lam, 4)}{' (stable)' if lam is not None and lam < 1 else ''} | "
+                     f"{len(r['history'])} | {r['train_time_s']:.0f} |")
+    return "\n".join(lines)
+
+
+def plot_grad(results: dict, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for name, curve in results["grad_curve"].items():
+        # exact zeros (float32 underflow through saturated units) cannot be drawn on a log scale
+        ax.semilogy(range(len(curve)), [c if c > 0 else float("nan") for c in curve], label=name,
+                    ls="-" if name.endswith("unstable") else "--", color="C0" if name.startswith("tanh") else "C1")
+    ax.set_xlabel("distance i (tokens)")
+    ax.set_ylabel(r"$\|\partial\, \mathrm{loss}_{t+i} / \partial x_t\|_2$")
+    ax.set_title(f"WikiText-2: gradient norm vs distance ({results['mode']} mode)\n"
+                 "(gaps: gradients exactly 0 in float32)", fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_truncation(results: dict, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    ks = results["ks"]
+    for i, (name, r) in enumerate(results["models"].items()):
+        ys = [r["truncated"].get(str(k)) for k in ks]
+        c = f"C{i}"
+        ax.plot(ks, [y if y is not None else float("nan") for y in ys], marker="o", color=c, label=name)
+        if r["test_ppl"] is not None:
+            ax.axhline(r["test_ppl"], color=c, ls=":", lw=1)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xticks(ks, [str(k) for k in ks])
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_xlabel("truncation length k (dotted: the full recurrent model)")
+    ax.set_ylabel("test perplexity")
+    ax.set_title(f"WikiText-2: truncated feed-forward models ({results['mode']} mode)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def doc_section(results: dict, table: str, images: dict[str, str]) -> str:
+    env, c = results["env"], results["corpus"]
+    quick = results["mode"] == "quick"
+    a = results["config"]
+    lines = [BEGIN, "## WikiText-2 word-level language models", "",
+             "<!-- Written by experiments/stable_rnn/wikitext.py --doc; rerun it rather than editing numbers. -->", ""]
+    if quick:
+        lines += [f"**Quick mode, CPU.** These numbers come from the quick mode: the first {c['train_tokens']:,} training "
+                  f"tokens (vocabulary {c['vocab']:,} words built from that slice; other words of the first "
+                  f"{c['valid_tokens']:,} validation and {c['test_tokens']:,} test tokens count as `<unk>`), "
+                  f"{a['epochs']} epoch(s), embedding {a['emb']}, hidden {a['hidden']}. They show the pipeline "
+                  "runs end to end and nothing more: they are not comparable with the paper's numbers. The full mode "
+                  "(the author's settings on the whole corpus) needs a GPU, which this run did not have.", ""]
+    lines += [f"Command: `{results['command']}`", "",
+              f"Mode `{results['mode']}`; seed {a['seed']} (every model starts from `torch.manual_seed({a['seed']})`); "
+              f"device {env['device']} ({env['hardware']}); torch {env['torch']}; {env['date']}.", "",
+              f"Settings: embedding {a['emb']}, hidden {a['hidden']}, {a['layers']} layers, dropout {a['dropout']}, "
+              f"SGD lr {a['lr']} divided by 4 when validation stops improving, gradient clip {a['clip']}, batch "
+              f"{a['batch_size']}, BPTT {a['bptt']}, {a['epochs']} epoch(s); corpus {c['train_tokens']:,} / "
+              f"{c['valid_tokens']:,} / {c['test_tokens']:,} tokens, vocabulary {c['vocab']:,}.", "",
+              "Stable models: " + "; ".join(f"{k}: {v}" for k, v in results["stabilizers"].items()) + ".", "",
+              table, "",
+              "Reading the tables: \"paper\" columns are Miller & Hardt's numbers at the full settings (40 epochs, "
+              "the whole corpus); \"full\" is the recurrent model itself (hidden state carried through the test "
+              "stream), \"k = ...\" its k-truncated feed-forward version (each prediction sees only the last k "
+              "tokens; `RNNLM.truncated`). \"certified lambda\" is a bound on the contraction constant of the "
+              "trained weights: for the tanh RNN the largest `||W_hh||_2` over layers (tanh is 1-Lipschitz), for "
+              "the LSTM the l-infinity bound of `seq2d.lstm.lstm_contraction_bound` (derivation in "
+              "[docs/stability.md](../stability.md), \"LSTM stability\"); below 1 the model is provably stable, "
+              "above 1 nothing is certified (the model may still behave stably on data). The gradient curve is "
+              "`||d loss_{t+i} / d x_t||_2` (x_t the embedding input) averaged over "
+              f"{a['grad_seqs']} test positions, from a zero state {10} tokens before t.", ""]
+    for title, rel in images.items():
+        lines += [f"![{title}]({rel})", ""]
+    lines += [END]
+    return "\n".join(lines)
+
+
+def write_doc(doc: Path, section: str) -> None:
+    """Replace the text between the markers (or append it); create the page when absent."""
+    if doc.exists():
+        text = doc.read_text()
+        if BEGIN in text and END in text and text.index(BEGIN) < text.index(END):
+            head, rest = text.split(BEGIN, 1)
+            tail = rest.split(END, 1)[1]
+            text = head + section + tail
+        else:
+            text = text.rstrip("\n") + "\n\n" + section + "\n"
+    else:
+        doc.parent.mkdir(parents=True, exist_ok=True)
+        text = "# Stable recurrent models: results\n\n" + section + "\n"
+    doc.write_text(text)
+    print(f"wrote {doc}")
+
+
+# ---------------------------------------------------------------------- main
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="a slice of the corpus, one epoch, small models (CPU)")
+    ap.add_argument("--out", default=None, help="output folder (default runs/stable_rnn/wikitext[_quick])")
+    ap.add_argument("--data-root", default=None, help="folder holding wikitext-2/ (default: $SEQ2D_DATA)")
+    ap.add_argument("--models", default=",".join(MODELS), help=f"comma-separated subset of {', '.join(MODELS)}")
+    ap.add_argument("--tokens", type=int, default=None, help="training tokens to keep (quick: 20000; full: all)")
+    ap.add_argument("--eval-tokens", type=int, default=None, help="validation/test tokens to keep (quick: 5000)")
+    ap.add_argument("--epochs", type=int, default=None, help="quick: 1; full: 40")
+    ap.add_argument("--emb", type=int, default=None, help="embedding size (quick: 64; full: 200)")
+    ap.add_argument("--hidden", type=int, default=None, help="hidden size (quick: 64; full: 200)")
+    ap.add_argument("--layers", type=int, default=None, help="recurrent layers (2)")
+    ap.add_argument("--dropout", type=float, default=None, help="dropout (0.2)")
+    ap.add_argument("--lr", type=float, default=20.0, help="initial SGD learning rate (divided by 4 on plateau)")
+    ap.add_argument("--clip", type=float, default=0.25, help="gradient-norm clip")
+    ap.add_argument("--batch-size", type=int, default=20)
+    ap.add_argument("--eval-batch-size", type=int, default=10)
+    ap.add_argument("--bptt", type=int, default=35)
+    ap.add_argument("--ks", default=None, help="truncation lengths (quick: 2,5,10; full: 2,5,10,20)")
+    ap.add_argument("--rnn-lambda", type=float, default=0.99,
+                    help="tanh-stable: bound on ||W_hh||_2 of every layer, the contraction rate (default 0.99)")
+    ap.add_argument("--embedding-clip", type=float, default=1.0, help="lstm-stable: embeddings clipped to [-c, c]")
+    ap.add_argument("--grad-distance", type=int, default=50, help="largest distance i of the gradient curve")
+    ap.add_argument("--grad-seqs", type=int, default=None, help="positions averaged in the gradient curve (quick 8, full 32)")
+    ap.add_argument("--seed", type=int, default=1111, help="the classic example's seed")
+    ap.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda, cuda:1 ...")
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    ap.add_argument("--max-batches", type=int, default=None, help="stop each epoch after this many batches (smoke tests)")
+    ap.add_argument("--save-checkpoints", action=argparse.BooleanOptionalAction, default=None,
+                    help="write <model>/checkpoint.pt (default: on in full mode, off in quick mode)")
+    ap.add_argument("--doc", default=None, help="write the WikiText section of this results page (images next to it)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> dict:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    mode = "quick" if args.quick else "full"
+    for k, v in (QUICK if args.quick else FULL).items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
+    if args.save_checkpoints is None:
+        args.save_checkpoints = not args.quick
+    names = [m.strip() for m in args.models.split(",") if m.strip()]
+    for m in names:
+        if m not in MODELS:
+            raise SystemExit(f"Unknown model {m!r}. Select from {', '.join(MODELS)}")
+    ks = sorted({int(k) for k in str(args.ks).split(",") if k.strip()})
+    if not ks or min(ks) <= 0:
+        raise SystemExit(f"--ks must list positive ints, got {args.ks!r}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
+                          ("cpu" if args.device == "auto" else args.device))
+    out = Path(args.out or f"runs/stable_rnn/wikitext{'_quick' if args.quick else ''}")
+    out.mkdir(parents=True, exist_ok=True)
+
+    t0 = time.perf_counter()
+    corpus = Corpus(args.data_root, limit_tokens=args.tokens, limit_eval_tokens=args.eval_tokens)
+    print(corpus, flush=True)
+    data = {"train": batchify(corpus.train, args.batch_size).to(device),
+            "valid": batchify(corpus.valid, args.eval_batch_size).to(device),
+            "test": batchify(corpus.test, args.eval_batch_size).to(device)}
+    V = corpus.vocab_size
+    results = {
+        "mode": mode,
+        "command": "python experiments/stable_rnn/wikitext.py " + " ".join(shlex.quote(a) for a in argv),
+        "config": {**vars(args), "ks": ks},
+        "ks": ks,
+        "env": {"device": str(device), "hardware": torch.cuda.get_device_name(device) if device.type == "cuda"
+                else f"{cpu_name()}, {torch.get_num_threads()} thread(s)", "torch": torch.__version__,
+                "python": platform.python_version(), "date": datetime.date.today().isoformat()},
+        "corpus": {"path": str(corpus.path), "vocab": V, "train_tokens": corpus.train.numel(),
+                   "valid_tokens": corpus.valid.numel(), "test_tokens": corpus.test.numel()},
+        "paper": {f"{c}-{s}": PAPER[c][j] for c in PAPER for j, s in enumerate(("unstable", "stable"))},
+        "stabilizers": {},
+        "models": {},
+        "grad_curve": {},
+    }
+    for name in names:
+        cell, stable = MODELS[name]
+        torch.manual_seed(args.seed)
+        model = RNNLM(V, args.emb, args.hidden, args.layers, args.dropout, cell=cell).to(device)
+        stabilize = None
+        if stable:
+            stabilize, desc = make_stabilizer(model, args)
+            stabilize()  # start feasible
+            results["stabilizers"][name] = desc
+        info = train(name, model, data, args, device, out, stabilize)
+        model.eval()
+        test_loss = evaluate(model, data["test"], args.bptt)
+        trunc = {}
+        for k in ks:
+            trunc[str(k)] = perplexity(evaluate_truncated(model.truncated(k).to(device), data["test"], args.bptt))
+        curve = grad_norm_vs_distance(model, corpus.test.to(device), max_distance=args.grad_distance,
+                                      n_seqs=args.grad_seqs)
+        results["grad_curve"][name] = curve
+        results["models"][name] = {
+            "cell": cell, "stable": stable, "test_loss": test_loss, "test_ppl": perplexity(test_loss),
+            "valid_ppl": perplexity(info["best_valid_loss"]), "truncated": trunc,
+            "certified_lambda": certified_lambda(model), **info,
+        }
+        print(f"[{name}] test ppl {perplexity(test_loss):.2f}  truncated "
+              + ", ".join(f"k={k}: {v:.2f}" for k, v in trunc.items())
+              + f"  certified lambda {results['models'][name]['certified_lambda']:.4f}", flush=True)
+    results["total_time_s"] = round(time.perf_counter() - t0, 2)
+
+    table = tables(results)
+    (out / "results.md").write_text(f"# WikiText-2 ({mode} mode)\n\n`{results['command']}`\n\n{table}\n")
+    plot_grad(results, out / "grad_norm_vs_distance.png")
+    plot_truncation(results, out / "truncation.png")
+    (out / "results.json").write_text(json.dumps(_finite(results), indent=2) + "\n")
+    print(table)
+    print(f"wrote {out}/results.json, results.md and plots ({results['total_time_s']:.1f}s)")
+    if args.doc:
+        doc = Path(args.doc)
+        img_dir = doc.parent / "stability"
+        img_dir.mkdir(parents=True, exist_ok=True)
+        images = {}
+        for src, dst, title in (("grad_norm_vs_distance.png", "wikitext_grad_norm.png", "gradient norm vs distance"),
+                                ("truncation.png", "wikitext_truncation.png", "truncated models")):
+            shutil.copyfile(out / src, img_dir / dst)
+            images[f"WikiText-2 {title}"] = f"stability/{dst}"
+        write_doc(doc, doc_section(results, table, images))
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""The stable-RNN experiment scripts (experiments/stable_rnn/) in quick mode: they run, write
+their JSON and plots, and the numbers say what the theory says (robust checks only)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1] / "experiments" / "stable_rnn"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"stable_rnn_{name}", ROOT / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _png(path: pathlib.Path) -> bool:
+    return path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000
+
+
+def test_truncation_quick(tmp_path, capsys):
+    assert _load("truncation").main(["--quick", "--out", str(tmp_path)]) == 0
+    assert "slope" in capsys.readouterr().out
+    doc = json.loads((tmp_path / "truncation.json").read_text())
+    assert doc["mode"] == "quick" and doc["seed"] == 0 and _png(tmp_path / "truncation.png")
+    rows = {r["lambda"]: r for r in doc["rows"] if r["family"] == "orthogonal"}
+    assert sorted(rows) == [0.5, 0.8, 0.9, 0.99, 1.5]
+    # the fitted decay rate of the gap matches log(lambda) for ||W|| = rho(W) = lambda
+    assert rows[0.5]["slope"] == pytest.approx(math.log(0.5), abs=0.3)
+    for lam in (0.5, 0.8, 0.9, 0.99):
+        r = rows[lam]
+        assert r["bound_violations"] == 0 and r["max_gap_over_bound"] <= 1  # Lemma 1 holds
+        assert r["slope"] <= math.log(lam) + 0.05  # tanh' <= 1: never slower than lambda
+        assert r["data_lambda_max"] <= r["certified_lambda"] * (1 + 1e-9)
+        assert len(r["gap_max"]) == len(r["bound"]) == len(r["ks"]) == doc["config"]["k_max"]
+    # lambda = 1.5: no bound, and the gap does not decay
+    assert rows[1.5]["bound"] is None and rows[1.5]["slope"] > -0.1
+
+
+def test_gradient_gaps_quick(tmp_path, capsys):
+    assert _load("gradient_gaps").main(["--quick", "--out", str(tmp_path)]) == 0
+    assert "grad gap" in capsys.readouterr().out
+    doc = json.loads((tmp_path / "gradient_gaps.json").read_text())
+    assert doc["mode"] == "quick" and doc["seed"] == 0 and _png(tmp_path / "gradient_gaps.png")
+    ks, gg = doc["ks"], doc["gradient_gap"]
+    assert len(gg) == len(ks) and ks == doc["config"]["ks"]
+    assert doc["certified_lambda_init"] <= doc["config"]["lam"] + 1e-9
+    # (a) the gradient gap at the shared start shrinks geometrically in k
+    assert gg[-1] < 1e-4 * gg[0] and doc["gradient_gap_slope"] < 0.5 * math.log(doc["config"]["lam"])
+    # (b) so does the weight gap after N projected steps, for both step rules
+    for rule in ("alpha/t", "constant"):
+        r = doc["rules"][rule]
+        assert len(r["weight_gap"]) == len(ks)
+        assert r["weight_gap"][-1] < 1e-4 * r["weight_gap"][0] and r["slope"] < 0
+        assert r["final_certified_lambda"] <= doc["config"]["lam"] + 1e-9  # the projection held
+        assert math.isfinite(r["full_final_loss"]) and r["full_final_loss"] < doc["initial_loss"]
+    # the constant step moves the weights further, and the two models apart more
+    assert doc["rules"]["constant"]["weight_gap"][0] > doc["rules"]["alpha/t"]["weight_gap"][0]
