@@ -186,11 +186,11 @@ def main(argv=None) -> int:
         print("\naccuracy vs iterations (randomized model, element granularity):")
         print(sweep_table)
     if args.doc:
-        write_doc(Path(args.doc), out, env, table, sweep_table, rows)
+        write_doc(Path(args.doc), out, env, table, sweep_table, rows, sweep_rows)
     return 0
 
 
-def write_doc(doc: Path, out: Path, env: dict, table: str, sweep_table: str | None, rows) -> None:
+def write_doc(doc: Path, out: Path, env: dict, table: str, sweep_table: str | None, rows, sweep_rows=()) -> None:
     import shutil
 
     img_dir = doc.parent / "mnist"
@@ -199,6 +199,8 @@ def write_doc(doc: Path, out: Path, env: dict, table: str, sweep_table: str | No
     for p in pics:
         shutil.copy(out / p, img_dir / p)
     p = env["protocol"]
+    sweep_epochs = sorted({r["epochs"] for r in sweep_rows}) or "?"
+    sweep_seeds = sorted({r["seed"] for r in sweep_rows}) or "?"
     lines = [
         "<!-- Written by experiments/mnist_sparsity/run.py --doc; rerun it rather than editing numbers. -->",
         "# MNIST: MLP vs randomized Sequential2D of equal parameter count",
@@ -214,6 +216,8 @@ def write_doc(doc: Path, out: Path, env: dict, table: str, sweep_table: str | No
         f"- date: {env['date']}; hardware: {env['hardware']}; torch {env['torch']}",
         f"- protocol: data={p['data']}, epochs={p['epochs']}, batch {p['batch_size']}, {p['optimizer']} lr {p['lr']}, "
         f"inputs {p['image_size']}x{p['image_size']} normalised (0.1307, 0.3081), no augmentation; seeds {env['seeds']}",
+        "- time per epoch is wall-clock on the machine named above; on a shared machine it also measures whatever "
+        "else ran meanwhile, so compare accuracies, and read times as rough.",
         "",
         table,
         "",
@@ -223,7 +227,8 @@ def write_doc(doc: Path, out: Path, env: dict, table: str, sweep_table: str | No
     ]
     if sweep_table:
         lines += ["", "## Accuracy vs number of iterations (randomized model, element granularity)", "",
-                  "The paper leaves open how many iterations the randomized model needs. Same protocol, iterations 1-6:",
+                  "The paper leaves open how many iterations the randomized model needs. Same protocol, iterations 1-6 "
+                  f"({sweep_epochs} epoch(s), seed(s) {sweep_seeds}):",
                   "", sweep_table, "", "![accuracy vs iterations](mnist/accuracy_vs_iterations.png)"]
     doc.write_text("\n".join(lines) + "\n")
     print(f"wrote {doc}")
