@@ -26,7 +26,6 @@ import argparse
 import dataclasses
 import datetime
 import json
-import platform
 import shlex
 import sys
 from pathlib import Path
@@ -37,28 +36,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
+from seq2d.envinfo import device_name  # noqa: E402
 from seq2d.sparsity import compare, format_table, summarize  # noqa: E402
 from seq2d.train.config import load_config  # noqa: E402
 from seq2d.train.trainer import read_metrics  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 CONFIGS = {"mlp": "mlp.toml", "random-element": "random_element.toml", "random-tile": "random_tile.toml"}
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def device_name(device: str) -> str:
-    if device.startswith("cuda") and torch.cuda.is_available():
-        return torch.cuda.get_device_name(0)
-    return f"{cpu_name()} ({torch.get_num_threads()} threads)"
 
 
 def plot_epochs(rows, path: Path) -> None:

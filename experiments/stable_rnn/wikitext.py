@@ -51,6 +51,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from seq2d.data.wikitext import Corpus, batchify, get_batch  # noqa: E402
+from seq2d.envinfo import cpu_name  # noqa: E402
 from seq2d.lm import RNNLM, evaluate, evaluate_truncated, grad_norm_vs_distance, perplexity  # noqa: E402
 from seq2d.lstm import LSTMProjection, lstm_contraction_bound  # noqa: E402
 from seq2d.train.checkpoint import save_checkpoint  # noqa: E402
@@ -182,16 +183,6 @@ def _finite(v):
 
 def _fmt(v, nd=1):
     return "--" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.{nd}f}"
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def tables(results: dict) -> str:
