@@ -23,9 +23,12 @@ from .layout import BlockSparseLayout
 
 __all__ = ["bsmm", "resolve_backend", "DENSE_CROSSOVER"]
 
-# Density above which a dense GEMM over the materialised matrix beats the block-sparse
-# kernels (forward + backward), measured with benchmarks/blocksparse.py (docs/performance.md).
-DENSE_CROSSOVER = {"cpu": 0.5, "cuda": 0.75}
+# Density from which the dense kernel (W materialised from the tiles, then dense GEMMs) beats
+# the block-sparse kernels, forward + backward. CPU: measured with
+# `benchmarks/blocksparse.py --sweep-crossover` (N=4096, batch 256, tile 64, float32, 2 threads;
+# docs/performance.md): materialising W costs more than it saves at every density up to 1.0, so
+# "auto" never picks it on the CPU. CUDA: not measured yet (no GPU in the first session).
+DENSE_CROSSOVER = {"cpu": float("inf"), "cuda": 0.75}
 
 
 def resolve_backend(backend: str, device: torch.device, dtype: torch.dtype, density: float) -> KernelBackend:
