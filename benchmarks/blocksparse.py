@@ -102,6 +102,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from seq2d.envinfo import cpu_name
 from seq2d.sparse import DENSE_CROSSOVER, bsmm, layout_from_tile_mask, resolve_backend
 
 # ------------------------------------------------------------------------------ defaults
@@ -619,16 +620,6 @@ def loadavg() -> list[str]:
         return ["?"]
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _source_hash() -> str:
     """sha256 of the seq2d.sparse sources (the code under test), first 16 hex digits."""
     import seq2d.sparse
@@ -646,7 +637,7 @@ def environment(args, devices) -> dict:
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "torch": torch.__version__,
         "python": platform.python_version(),
-        "cpu": cpu_model(),
+        "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "threads": torch.get_num_threads(),
