@@ -67,6 +67,14 @@ class LinearBlock(LinearLike):
     The same ``LinearBlock`` object may sit at several grid positions (weight tying):
     its gradient then accumulates over the positions and it is counted once.
 
+    **Handle into a store.** A LinearBlock on its own owns its ``weight`` Parameter and
+    its ``mask``/``frozen`` buffers. Once placed in a :class:`~seq2d.Sequential2D`, the
+    model's parameter store (:mod:`seq2d.engines`) takes the values over and the block
+    becomes a *handle*: ``weight``, ``mask``, ``frozen`` are views of the store's region
+    (writes through them, ``blk.mask = m`` and in-place edits, are seen by the next
+    forward), ``grad`` is the region of the store's gradient, and the model's
+    ``parameters()`` yield the store's tensors, not the block's.
+
     Args:
         in_features: size of the input slot.
         out_features: size of the output slot.
@@ -74,6 +82,8 @@ class LinearBlock(LinearLike):
         frozen: optional tensor (out_features, in_features) of fixed values.
         device, dtype: as for ``nn.Linear``.
     """
+
+    _HANDLE_ATTRS = ("weight", "mask", "frozen")
 
     def __init__(
         self,
@@ -87,13 +97,23 @@ class LinearBlock(LinearLike):
     ) -> None:
         factory_kwargs = {"device": device, "dtype": dtype}
         super().__init__()
+        object.__setattr__(self, "_store", None)
         for name, v in (("in_features", in_features), ("out_features", out_features)):
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise ValueError(f"LinearBlock: {name} must be a positive int, got {v!r}")
         self.in_features = in_features
         self.out_features = out_features
         shape = (out_features, in_features)
-        what = f"LinearBlock({in_features}, {out_features})"
+        mask, frozen = self._checked(mask, frozen, device=device, dtype=dtype)
+        self.register_parameter("weight", nn.Parameter(torch.empty(shape, **factory_kwargs)))
+        self.register_buffer("mask", mask)
+        self.register_buffer("frozen", None if frozen is None else frozen.to(self.weight.dtype))
+        self.reset_parameters()
+
+    def _checked(self, mask, frozen, device=None, dtype=None):
+        """Validate ``mask``/``frozen`` for this block's shape; returns own copies (or None)."""
+        shape = (self.out_features, self.in_features)
+        what = f"LinearBlock({self.in_features}, {self.out_features})"
         if mask is not None:
             _check_matrix("mask", mask, shape, what)
             if mask.dtype != torch.bool:
@@ -106,26 +126,99 @@ class LinearBlock(LinearLike):
                     f"{what}: frozen values need a mask saying which entries are trainable "
                     "(frozen entries are those where mask is False)"
                 )
-            frozen = frozen.to(**{k: v for k, v in factory_kwargs.items() if v is not None}).clone()
-            if bool((frozen[mask] != 0).any()):
+            frozen = frozen.to(**{k: v for k, v in (("device", device), ("dtype", dtype)) if v is not None}).clone()
+            if bool((frozen[mask.to(frozen.device)] != 0).any()):
                 raise ValueError(f"{what}: frozen must be zero wherever mask is True (those entries are trainable)")
         if mask is not None and bool(mask.all()):
             mask = frozen = None  # all trainable (frozen is then all zero): store nothing
-        self.weight = nn.Parameter(torch.empty(shape, **factory_kwargs))
-        self.register_buffer("mask", mask)
-        self.register_buffer("frozen", None if frozen is None else frozen.to(self.weight.dtype))
-        self.reset_parameters()
+        return mask, frozen
+
+    # ------------------------------------------------------------------ handle plumbing
+    @property
+    def store(self):
+        """The parameter store this block is a handle into, or None (it owns its tensors)."""
+        return self.__dict__.get("_store")
+
+    def _bind(self, store, key) -> None:
+        """Become a handle into ``store`` at ``key`` (the store has copied the values)."""
+        for name in self._HANDLE_ATTRS:
+            self._parameters.pop(name, None)
+            self._buffers.pop(name, None)
+        object.__setattr__(self, "_store", store)
+        object.__setattr__(self, "_key", key)
+
+    def _release(self) -> None:
+        """Own the current values again (the store is going away, e.g. ``to_blocksparse``)."""
+        store = self.store
+        if store is None:
+            return
+        w, m, f = store.region(self._key, "weight"), self.mask, self.frozen
+        w = w.detach().clone()
+        req = store.region_requires_grad(self._key)
+        object.__setattr__(self, "_store", None)
+        self.register_parameter("weight", nn.Parameter(w, requires_grad=req))
+        self.register_buffer("mask", None if m is None else m.clone())
+        self.register_buffer("frozen", None if f is None else f.clone())
+
+    def __getattr__(self, name):
+        store = self.__dict__.get("_store")
+        if store is not None and name in LinearBlock._HANDLE_ATTRS:
+            return store.region(self.__dict__["_key"], name)
+        return super().__getattr__(name)
+
+    def __setattr__(self, name, value):
+        store = self.__dict__.get("_store")
+        if store is not None and name in LinearBlock._HANDLE_ATTRS:
+            self._set_region(name, value)
+            return
+        super().__setattr__(name, value)
+
+    @torch.no_grad()
+    def _set_region(self, name: str, value) -> None:
+        store, key = self.store, self._key
+        if name == "weight":
+            _check_matrix("weight", value, self.shape, f"LinearBlock({self.in_features}, {self.out_features})")
+            store.region(key, "weight").copy_(value)
+            self.apply_mask_()
+            return
+        mask = self.mask if name == "frozen" else value
+        frozen = self.frozen if name == "mask" else value
+        if name == "mask" and mask is None:
+            frozen = None  # all trainable again: no entry can be frozen
+        mask, frozen = self._checked(mask, frozen, device=store.device)
+        store.set_region(key, mask, frozen)
+        self.apply_mask_()
+
+    @property
+    def grad(self) -> Tensor | None:
+        """The gradient of ``weight`` (the store's region when this block is a handle)."""
+        store = self.store
+        if store is None:
+            return self._parameters["weight"].grad
+        return store.region(self._key, "grad")
 
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
         """``nn.Linear``'s default init (U(-1/sqrt(in), 1/sqrt(in))), then masked entries zeroed."""
-        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5), generator=generator)
+        if self.store is None:
+            nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5), generator=generator)
+        else:  # same numbers as an unbound block: draw into a contiguous tensor, copy into the region
+            w = self.weight
+            fresh = torch.empty(w.shape, dtype=w.dtype, device=w.device)
+            nn.init.kaiming_uniform_(fresh, a=math.sqrt(5), generator=generator)
+            with torch.no_grad():
+                w.copy_(fresh)
         self.apply_mask_()
 
     @torch.no_grad()
     def apply_mask_(self) -> None:
-        """Zero the parameter at non-trainable entries (keeps the invariant after a manual edit)."""
-        if self.mask is not None:
-            self.weight.mul_(self.mask)
+        """Zero the parameter at non-trainable entries (keeps the invariant after a manual edit).
+        On a handle: every non-trainable entry of the store (entries outside all blocks too)."""
+        if self.store is not None:
+            self.store.apply_mask_()
+            return
+        m = self.mask
+        if m is not None:
+            self.weight.mul_(m)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -134,31 +227,41 @@ class LinearBlock(LinearLike):
     def effective_weight(self) -> Tensor:
         """``frozen + weight * mask`` as a dense (out_features, in_features) tensor."""
         w = self.weight
-        if self.mask is not None:
-            w = w * self.mask
-        if self.frozen is not None:
-            w = w + self.frozen
+        m = self.mask
+        if m is not None:
+            w = w * m
+        f = self.frozen
+        if f is not None:
+            w = w + f
         return w
+
+    def _weight_requires_grad(self) -> bool:
+        store = self.store
+        return self.weight.requires_grad if store is None else store.region_requires_grad(self._key)
 
     def num_trainable(self) -> int:
         """Number of trainable entries (mask count; all entries without a mask)."""
-        if not self.weight.requires_grad:
+        if not self._weight_requires_grad():
             return 0
-        if self.mask is None:
-            return self.weight.numel()
-        return int(self.mask.sum())
+        m = self.mask
+        if m is None:
+            return self.in_features * self.out_features
+        return int(m.sum())
 
     def num_stored(self) -> int:
         """Entries that take part in the product: trainable ones and non-zero frozen ones."""
-        n = self.weight.numel() if self.mask is None else int(self.mask.sum())
-        if self.frozen is not None:
-            n += int((self.frozen != 0).sum())
+        m = self.mask
+        n = self.in_features * self.out_features if m is None else int(m.sum())
+        f = self.frozen
+        if f is not None:
+            n += int((f != 0).sum())
         return n
 
     def trainable_mask(self) -> Tensor:
-        if self.mask is None:
+        m = self.mask
+        if m is None:
             return torch.ones(self.shape, dtype=torch.bool, device=self.weight.device)
-        return self.mask
+        return m
 
     def forward(self, x: Tensor) -> Tensor:
         return F.linear(x, self.effective_weight())
@@ -166,7 +269,9 @@ class LinearBlock(LinearLike):
     def extra_repr(self) -> str:
         s = f"in_features={self.in_features}, out_features={self.out_features}"
         if self.mask is not None:
-            s += f", trainable={self.num_trainable()}/{self.weight.numel()}"
+            s += f", trainable={self.num_trainable()}/{self.in_features * self.out_features}"
         if self.frozen is not None:
             s += ", frozen=True"
+        if self.store is not None:
+            s += ", handle"
         return s

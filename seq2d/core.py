@@ -13,12 +13,12 @@ from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .activations import activation_name, is_identity, make_activation
-from .blocks import ContextModule, Identity, LinearBlock, LinearLike
-from .fused import FusedLinear, get_backend
+from .blocks import ContextModule, Identity, LinearBlock, LinearLike  # noqa: F401 (ContextModule: re-exported)
+from .engines import STORES, DenseStore, TiledStore, choose_store
+from .flat import SlotBias, build_plan, run_plan
 
 __all__ = ["Sequential2D", "block_kind", "core_of"]
 
@@ -161,42 +161,72 @@ class Sequential2D(nn.Module):
         self.inputs = self._check_slot_list("inputs", held if inputs is None else inputs, n)
         self.outputs = self._check_slot_list("outputs", [n - 1] if outputs is None else outputs, n)
         self.acts = self._build_activations(activations, held, factory_kwargs)
-        self.biases = self._build_biases(bias, held, factory_kwargs)
-        self.backend = backend
-        get_backend(backend)  # reject unknown names now, not at the first forward
-        self.engine = self._find_engine()
-        self._fused = FusedLinear(
-            self.sizes, [(i, j, blk) for i, j, kind, blk in self.positions() if isinstance(blk, LinearBlock)]
-        )
-        self._lin_rows = sorted({i for i, j, kind, _ in self.positions() if kind == "linear"})
-        self._lin_cols = sorted({j for i, j, kind, _ in self.positions() if kind == "linear"})
-        self._lin_row_set = frozenset(self._lin_rows)
+        self.slot_bias = self._build_biases(bias, held, factory_kwargs)
+        if not isinstance(backend, str) or backend not in STORES:
+            raise ValueError(f"Unknown backend {backend!r}. Select from " + ", ".join(repr(k) for k in STORES))
+        self._backend = backend
         self.depth = self._compute_depth()
         self.use_plan = True  # evaluate acyclic models level by level (see forward)
         if steps is None:
             steps = self.depth
         self.steps = None if steps is None else self._check_steps(steps)
+        self._plans: dict = {}
+        self.store = self._build_store()
         self.reset_bias_parameters()
 
-    def _find_engine(self):
-        """The block-sparse engine shared by TiledBlock views, or None (dense LinearBlocks)."""
-        views = [(i, j, b) for i, j, _, b in self.positions() if isinstance(b, LinearLike) and not isinstance(b, LinearBlock)]
-        if not views:
+    @property
+    def backend(self) -> str:
+        """The store name given at construction ('dense', 'loop' or 'auto'). Setting 'dense' or
+        'loop' switches a dense store between one GEMM per box and one F.linear per block."""
+        return self._backend
+
+    @backend.setter
+    def backend(self, name: str) -> None:
+        if not isinstance(name, str) or name not in STORES:
+            raise ValueError(f"Unknown backend {name!r}. Select from " + ", ".join(repr(k) for k in STORES))
+        self._backend = name
+        if isinstance(self.store, DenseStore):
+            self.store.mode = "loop" if name == "loop" else "dense"
+
+    def _build_store(self):
+        """The model's parameter store (:mod:`seq2d.engines`), or None without linear blocks."""
+        linear = [(i, j, b) for i, j, k, b in self.positions() if k == "linear"]
+        # a LinearBlock bound to another model's store and used here inside a module block
+        # owns its values again (it is trained as part of that module)
+        for i, j, k, blk in self.positions():
+            if k == "module":
+                for m in blk.modules():
+                    if isinstance(m, LinearBlock) and m.store is not None:
+                        m._release()
+        if not linear:
             return None
-        engines = {id(b.engine): b.engine for _, _, b in views}
-        if len(engines) != 1:
-            raise ValueError(f"all tiled blocks of one Sequential2D must share one engine, got {len(engines)}")
-        eng = next(iter(engines.values()))
-        if tuple(eng.sizes) != self.sizes:
-            raise ValueError(f"the block-sparse engine was built for sizes {list(eng.sizes)}, not {list(self.sizes)}")
-        dense = [(i, j) for i, j, _, b in self.positions() if isinstance(b, LinearBlock)]
-        if dense:
-            raise ValueError(f"blocks {dense} are dense LinearBlocks in a model whose linear part is block-sparse; "
-                             "convert the whole model with to_blocksparse()")
-        placed = {(i, j) for i, j, _ in eng.placements}
-        if placed != {(i, j) for i, j, _ in views}:
-            raise ValueError("the grid's tiled blocks do not match the engine's placements")
-        return eng
+        tiled = [(i, j, b) for i, j, b in linear if not isinstance(b, LinearBlock)]
+        if tiled:
+            engines = {id(b.engine): b.engine for _, _, b in tiled}
+            if len(engines) != 1:
+                raise ValueError(f"all tiled blocks of one Sequential2D must share one engine, got {len(engines)}")
+            eng = next(iter(engines.values()))
+            if tuple(eng.sizes) != self.sizes:
+                raise ValueError(f"the block-sparse engine was built for sizes {list(eng.sizes)}, not {list(self.sizes)}")
+            dense = [(i, j) for i, j, b in linear if isinstance(b, LinearBlock)]
+            if dense:
+                raise ValueError(f"blocks {dense} are dense LinearBlocks in a model whose linear part is block-sparse; "
+                                 "convert the whole model with to_blocksparse()")
+            if {(i, j) for i, j, _ in eng.placements} != {(i, j) for i, j, _ in tiled}:
+                raise ValueError("the grid's tiled blocks do not match the engine's placements")
+            return TiledStore(eng, self._levels)
+        mode = "loop" if self.backend == "loop" else "dense"
+        store = DenseStore(self.sizes, linear, self._levels, mode=mode)
+        if self.backend == "auto":
+            mask = [[False] * self.n for _ in range(self.n)]
+            for i, j, _ in linear:
+                mask[i][j] = True
+            kind, tile = choose_store(self.sizes, mask, store.device.type)
+            if kind == "tiled":
+                self.store = store
+                self.to_blocksparse(tile)
+                return self.store
+        return store
 
     # ------------------------------------------------------------------ construction checks
     @staticmethod
@@ -304,7 +334,7 @@ class Sequential2D(nn.Module):
             acts.append(make_activation(spec, self.sizes[i], slot=i, **factory_kwargs))
         return nn.ModuleList(acts)
 
-    def _build_biases(self, bias, held, factory_kwargs) -> nn.ParameterDict:
+    def _build_biases(self, bias, held, factory_kwargs) -> SlotBias:
         n = len(self.sizes)
         if isinstance(bias, bool):
             per = [bias and i not in held for i in range(n)]
@@ -314,7 +344,7 @@ class Sequential2D(nn.Module):
             per = list(bias)
         else:
             raise TypeError(f"bias must be a bool or a per-slot list, got {type(bias).__name__}")
-        params = nn.ParameterDict()
+        given: dict[int, Tensor] = {}
         self._fresh_bias: set[int] = set()
         for i, b in enumerate(per):
             if b is None or b is False:
@@ -322,15 +352,15 @@ class Sequential2D(nn.Module):
             if i in held:
                 raise ValueError(f"slot {i} has no incoming blocks (it is held), so it cannot have a bias")
             if b is True:
-                params[str(i)] = nn.Parameter(torch.empty(self.sizes[i], **factory_kwargs))
+                given[i] = torch.empty(self.sizes[i], **factory_kwargs)
                 self._fresh_bias.add(i)
             elif isinstance(b, Tensor):
                 if tuple(b.shape) != (self.sizes[i],):
                     raise ValueError(f"bias of slot {i} must have shape ({self.sizes[i]},), got {tuple(b.shape)}")
-                params[str(i)] = b if isinstance(b, nn.Parameter) else nn.Parameter(b.detach().clone())
+                given[i] = b
             else:
                 raise TypeError(f"bias of slot {i} must be a bool, a tensor or None, got {type(b).__name__}")
-        return params
+        return SlotBias(self.sizes, given, self._fresh_bias, **factory_kwargs)
 
     @torch.no_grad()
     def reset_bias_parameters(self, generator: torch.Generator | None = None) -> None:
@@ -339,7 +369,7 @@ class Sequential2D(nn.Module):
         for i in sorted(self._fresh_bias):
             fan_in = sum(self.sizes[j] for j in self._rows.get(i, []))
             bound = 1.0 / math.sqrt(max(fan_in, 1))
-            self.biases[str(i)].uniform_(-bound, bound, generator=generator)
+            self.slot_bias.view(i).uniform_(-bound, bound, generator=generator)
 
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
         """The one entry point for (re)initialisation: every LinearBlock (``nn.Linear``'s
@@ -403,7 +433,32 @@ class Sequential2D(nn.Module):
 
     @property
     def offsets(self) -> tuple[int, ...]:
-        return self._fused.offsets
+        """Start of each slot in the concatenated (unpadded) state, length n + 1."""
+        off = [0]
+        for s in self.sizes:
+            off.append(off[-1] + s)
+        return tuple(off)
+
+    @property
+    def flat_offsets(self) -> tuple[int, ...]:
+        """Start of each slot in the flat state of :meth:`forward_flat` (length n + 1). Equal to
+        :attr:`offsets` except with the tiled store, which pads every slot to whole tiles."""
+        return self.store.offsets if self.store is not None else self.offsets
+
+    @property
+    def flat_size(self) -> int:
+        """Width of the flat state (``flat_offsets[-1]``)."""
+        return self.flat_offsets[-1]
+
+    @property
+    def engine(self):
+        """The block-sparse matrix (``seq2d.sparse.BlockSparseLinear``) of a tiled model, else None."""
+        return self.store.matrix if isinstance(self.store, TiledStore) else None
+
+    @property
+    def biases(self) -> dict[str, Tensor]:
+        """``{str(slot): bias view}`` for every slot with a bias (views into one vector)."""
+        return {str(i): self.slot_bias.view(i) for i in sorted(self.slot_bias.pos)}
 
     def block(self, i: int, j: int) -> nn.Module | None:
         """The block at F[i][j], or None."""
@@ -421,27 +476,27 @@ class Sequential2D(nn.Module):
         return tuple(i for i in range(self.n) if i not in self._rows)
 
     def bias(self, i: int) -> Tensor | None:
-        return self.biases[str(i)] if str(i) in self.biases else None
+        return self.slot_bias.view(i % self.n)
 
     def linear_weight(self) -> Tensor:
         """The N x N effective weight of all linear blocks over the concatenated state
         (dense; for inspection and tests, never used by the forward pass)."""
+        if self.store is not None:
+            return self.store.dense_weight()
         ref = next(self.parameters(), None)
         N = self.offsets[-1]
-        if self.engine is not None:
-            entries = [(i, j, blk) for i, j, kind, blk in self.positions() if kind == "linear"]
-            return FusedLinear(self.sizes, entries).dense_weight(range(self.n), range(self.n))
-        if not self._fused.entries:
-            return torch.zeros(N, N, dtype=ref.dtype if ref is not None else None,
-                               device=ref.device if ref is not None else None)
-        return self._fused.dense_weight(range(self.n), range(self.n))
+        return torch.zeros(N, N, dtype=ref.dtype if ref is not None else None,
+                           device=ref.device if ref is not None else None)
 
     def num_parameters(self) -> int:
         """Trainable entries: masked and frozen entries excluded, tied weights counted once."""
         seen: set[int] = set()
         total = 0
+        if self.store is not None:
+            total += self.store.num_trainable()
+            seen.update(id(p) for p in self.store.parameters())
         for m in self.modules():
-            if isinstance(m, LinearBlock) and id(m.weight) not in seen:
+            if isinstance(m, LinearBlock) and m.store is None and id(m.weight) not in seen:
                 seen.add(id(m.weight))
                 total += m.num_trainable()
             elif type(m).__name__ == "BlockSparseLinear" and id(m.data) not in seen:
@@ -570,80 +625,143 @@ class Sequential2D(nn.Module):
                 return x
         raise ValueError("every slot of the state is None: give at least one slot so the batch shape is known")
 
-    def _simple_rows(self) -> dict[int, tuple[int, LinearBlock]]:
-        """Rows whose only block is one plain LinearBlock (no mask, no frozen values): they
-        are evaluated as ``F.linear(x_j, W, b_i)`` (bias fused into the GEMM). Dense models only."""
-        cache = self.__dict__.get("_simple_cache")
-        if cache is None:
-            cache = {}
-            if self.engine is None:
-                for i, cols in self._rows.items():
-                    blk = self.blocks[f"{i}_{cols[0]}"]
-                    if len(cols) == 1 and type(blk) is LinearBlock and blk.mask is None and blk.frozen is None:
-                        cache[i] = (cols[0], blk)
-            self.__dict__["_simple_cache"] = cache
-        return cache
-
-    def _step(self, state: State, active=None, context=None, cache: dict | None = None) -> State:
-        """One Jacobi update of the non-held slots in ``active`` (all when None)."""
-        context = context or {}
-        rows = list(self._rows) if active is None else [i for i in self._rows if i in active]
-        simple = self._simple_rows()
-        lin_rows = [i for i in rows if i in self._lin_row_set and i not in simple]
-        lin = self._linear(state, lin_rows, cache) if lin_rows else None
+    # ------------------------------------------------------------------ the flat state
+    def to_flat(self, state: State) -> tuple[Tensor, frozenset]:
+        """``(flat, present)``: the state list as one ``(*batch, flat_size)`` tensor (``None``
+        slots and tile padding as zeros; one ``cat``) and the set of non-None slots."""
         like = self._batch_like(state)
         batch = like.shape[:-1]
-        new = list(state)
-        for i in rows:
-            key = str(i)
-            bias = self.biases[key] if key in self.biases else None
-            if i in simple:
-                j, blk = simple[i]
-                x = state[j]
-                acc = F.linear(x, blk.weight, bias) if x is not None else bias
-            else:
-                acc = lin[i] if lin is not None else None
-                for j in self._rows[i]:
-                    x = state[j]
-                    if x is None:
-                        continue
-                    blk = self.blocks[f"{i}_{j}"]
-                    if isinstance(blk, LinearLike):
-                        continue  # already in lin[i]
-                    if isinstance(blk, Identity):
-                        y = x
-                    elif isinstance(blk, (ContextModule, Sequential2D)):
-                        y = blk(x, **context)
-                    else:
-                        y = blk(x)
-                    acc = y if acc is None else acc + y
-                if bias is not None:
-                    acc = bias if acc is None else acc + bias
-            shape = (*batch, self.sizes[i])
-            if acc is None:
-                acc = like.new_zeros(shape)
-            elif acc.shape != shape:
-                acc = acc.expand(shape)
-            new[i] = self.acts[i](acc)
-        return new
+        off = self.flat_offsets
+        parts: list[Tensor] = []
+        gap = 0
+        for i, x in enumerate(state):
+            w = off[i + 1] - off[i]
+            if x is None:
+                gap += w
+                continue
+            if gap:
+                parts.append(like.new_zeros(*batch, gap))
+            parts.append(x)
+            gap = w - self.sizes[i]
+        if gap:
+            parts.append(like.new_zeros(*batch, gap))
+        flat = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
+        return flat, frozenset(i for i, x in enumerate(state) if x is not None)
 
-    def _linear(self, state: State, rows: list[int], cache: dict | None = None) -> list[Tensor | None]:
-        """``sum_j W_ij x_j`` over the linear blocks of ``rows``: one fused or one
-        block-sparse product. ``cache`` lives for one forward call (weights assembled once)."""
-        if self.engine is not None:
-            return self.engine.forward_state(state, rows, self._lin_cols, cache)
-        op = self._fused if len(rows) == len(self._fused.rows) else self._fused.restrict(rows)
-        return op(state, self.backend, cache)
+    def from_flat(self, flat: Tensor, present=None, keep: State | None = None, touched=None) -> State:
+        """The flat state as a list of slot views (one ``split``); slots not in ``present`` are
+        None, slots not in ``touched`` are returned as the tensors of ``keep``."""
+        off = self.flat_offsets
+        widths, index = [], []
+        for i in range(self.n):
+            index.append(len(widths))
+            widths.append(self.sizes[i])
+            pad = off[i + 1] - off[i] - self.sizes[i]
+            if pad:
+                widths.append(pad)
+        parts = flat.split(widths, dim=-1) if len(widths) > 1 else (flat,)
+        out: State = []
+        for i in range(self.n):
+            if present is not None and i not in present:
+                out.append(None)
+            elif keep is not None and touched is not None and i not in touched:
+                out.append(keep[i])
+            else:
+                out.append(parts[index[i]])
+        return out
+
+    def _plan(self, upd: tuple[int, ...], present: frozenset):
+        key = (upd, present if self._reads_present else None)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = build_plan(self, upd, present)
+        return plan
+
+    @property
+    def _reads_present(self) -> bool:
+        """True when a step depends on which slots are None (module or identity blocks)."""
+        v = self.__dict__.get("_reads_present_v")
+        if v is None:
+            v = self.__dict__["_reads_present_v"] = any(k in ("module", "identity") for _, _, k, _ in self.positions())
+        return v
+
+    def _advance(self, x: Tensor, present: frozenset, upd: tuple[int, ...], context, cache) -> tuple[Tensor, frozenset]:
+        """One Jacobi update of the slots ``upd`` on the flat state."""
+        if not upd:
+            return x, present
+        x = run_plan(self, self._plan(upd, present), x, context, cache)
+        return x, (present if present.issuperset(upd) else present | frozenset(upd))
+
+    def _iterate(self, x: Tensor, present: frozenset, steps: int, hold, context) -> tuple[Tensor, frozenset, frozenset]:
+        """``steps`` updates on the flat state (the plan when it applies). Returns the new
+        state, the present slots and the slots that were updated."""
+        if steps == 0:
+            return x, present, frozenset()
+        cache: dict = {}  # weights formed once for all the steps of this call
+        if hold is None and self.use_plan and self._levels is not None and steps >= self.depth:
+            # Acyclic and at least `depth` steps: Jacobi iteration has reached its fixed
+            # point, which is evaluating each slot once, level by level (proof in
+            # docs/graphs.md; tested against plain iteration in tests/test_plan.py).
+            for level in self._level_rows:
+                x, present = self._advance(x, present, level, context, cache)
+            return x, present, self._all_rows
+        upd = self._all_rows_t
+        if hold is not None:
+            held = set(self._check_slot_list("hold", hold, self.n))
+            upd = tuple(i for i in upd if i not in held)
+        for _ in range(steps):
+            x, present = self._advance(x, present, upd, context, cache)
+        return x, present, frozenset(upd)
+
+    @property
+    def _all_rows_t(self) -> tuple[int, ...]:
+        return tuple(sorted(self._rows))
+
+    @property
+    def _all_rows(self) -> frozenset:
+        return frozenset(self._rows)
+
+    @property
+    def _level_rows(self) -> list[tuple[int, ...]]:
+        return [tuple(sorted(level)) for level in self._levels]
+
+    def _check_flat(self, x) -> Tensor:
+        if not isinstance(x, Tensor):
+            raise TypeError(f"the flat state must be a tensor of shape (*batch, {self.flat_size}), got {type(x).__name__}")
+        if x.dim() == 0 or x.shape[-1] != self.flat_size:
+            raise RuntimeError(f"the flat state must have shape (*batch, {self.flat_size}) (slots at flat_offsets "
+                               f"{list(self.flat_offsets)}), got {tuple(x.shape)}")
+        ref = self._param_ref()
+        if ref is not None and (x.dtype != ref.dtype or x.device != ref.device):
+            raise TypeError(f"the flat state is {x.dtype} on {x.device} but the model's parameters are "
+                            f"{ref.dtype} on {ref.device}; convert one with .to()")
+        return x
+
+    def forward_flat(self, x: Tensor, steps: int | None = None, *, hold=None, **context) -> Tensor:
+        """``steps`` Jacobi updates on a flat state ``x`` of shape ``(*batch, flat_size)`` (slot
+        ``i`` at ``[flat_offsets[i], flat_offsets[i] + sizes[i])``; every slot present).
+        Returns the new flat state. The same computation as :meth:`forward` on
+        ``from_flat(x)``, without the list conversion at either end."""
+        x = self._check_flat(x)
+        steps = self._resolve_steps(steps)
+        return self._iterate(x, frozenset(range(self.n)), steps, hold, context)[0]
+
+    def step_flat(self, x: Tensor, **context) -> Tensor:
+        """One Jacobi update of every non-held slot on a flat state (see :meth:`forward_flat`)."""
+        x = self._check_flat(x)
+        return self._advance(x, frozenset(range(self.n)), self._all_rows_t, context, None)[0]
 
     def to_blocksparse(self, tile: int = 64, backend: str = "auto") -> "Sequential2D":
         """Move every linear block into one block-sparse engine (in place; returns self).
 
         Slots are padded to whole tiles; tiles with no trainable or frozen entry are not
         stored; tied LinearBlocks share tiles. Outputs are unchanged (within dtype rounding).
-        The LinearBlocks are replaced in the grid by :class:`seq2d.sparse.TiledBlock` views."""
-        from .sparse.linear import BlockSparseLinear, TiledBlock
+        The LinearBlocks are replaced in the grid by :class:`seq2d.engines.TiledBlock` views
+        (the old LinearBlock objects own their current values again)."""
+        from .engines import TiledBlock
+        from .sparse.linear import BlockSparseLinear
 
-        if self.engine is not None:
+        if isinstance(self.store, TiledStore):
             raise ValueError("this model is already block-sparse")
         entries = [(i, j, blk) for i, j, _, blk in self.positions() if isinstance(blk, LinearBlock)]
         if not entries:
@@ -652,14 +770,18 @@ class Sequential2D(nn.Module):
         views: dict[int, TiledBlock] = {}  # one view per group: tied positions stay one object
         for (i, j, _), g in zip(entries, groups):
             self.blocks[f"{i}_{j}"] = views.setdefault(g, TiledBlock(eng, g))
-        self.engine = eng
-        self._fused = FusedLinear(self.sizes, [])
-        self.__dict__.pop("_simple_cache", None)
+        for blk in {id(b): b for _, _, b in entries}.values():
+            blk._release()
+        self.store = TiledStore(eng, self._levels)
+        self._plans.clear()
         return self
 
     def step(self, state, **context) -> State:
         """One Jacobi update of every non-held slot."""
-        return self._step(self.check_state(state), context=context)
+        state = self.check_state(state)
+        x, present = self.to_flat(state)
+        x, present = self._advance(x, present, self._all_rows_t, context, None)
+        return self.from_flat(x, present, state, self._all_rows)
 
     def forward(self, state, steps: int | None = None, *, hold=None, **context):
         """Run ``steps`` Jacobi updates (see the class docstring). ``hold``: optional slots
@@ -668,21 +790,11 @@ class Sequential2D(nn.Module):
             return self._forward_tensor(state, steps, context, hold)
         state = self.check_state(state)
         steps = self._resolve_steps(steps)
-        if hold is None and self.use_plan and self._levels is not None and steps >= self.depth:
-            # Acyclic and at least `depth` steps: Jacobi iteration has reached its fixed
-            # point, which is evaluating each slot once, level by level (proof in
-            # docs/graphs.md; tested against plain iteration in tests/test_plan.py).
-            for level in self._levels:
-                state = self._step(state, active=level, context=context)
-            return state
-        active = None
-        if hold is not None:
-            held = set(self._check_slot_list("hold", hold, self.n))
-            active = {i for i in self._rows if i not in held}
-        cache: dict = {}  # weights assembled once for all the steps of this call
-        for _ in range(steps):
-            state = self._step(state, active=active, context=context, cache=cache)
-        return state
+        if steps == 0:
+            return list(state)
+        x, present = self.to_flat(state)
+        x, present, touched = self._iterate(x, present, steps, hold, context)
+        return self.from_flat(x, present, state, touched)
 
     def split_inputs(self, x: Tensor) -> State:
         """A state with ``x`` (*batch, in_features) split over the input slots, others None."""
@@ -702,9 +814,24 @@ class Sequential2D(nn.Module):
         outs = [state[i] if state[i] is not None else like.new_zeros((*like.shape[:-1], self.sizes[i])) for i in self.outputs]
         return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
 
+    def _read_outputs(self, x: Tensor, present: frozenset) -> Tensor:
+        """The output slots of a flat state, concatenated (zeros for absent ones)."""
+        off = self.flat_offsets
+        outs = []
+        for o in self.outputs:
+            if o in present:
+                outs.append(x[..., off[o]:off[o] + self.sizes[o]])
+            else:
+                outs.append(x.new_zeros(*x.shape[:-1], self.sizes[o]))
+        return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
+
     def _forward_tensor(self, x: Tensor, steps, context, hold=None) -> Tensor:
-        state = self.forward(self.split_inputs(x), steps, hold=hold, **context)
-        return self.join_outputs(state)
+        state = self.split_inputs(x)
+        self.check_state(state)
+        steps = self._resolve_steps(steps)
+        flat, present = self.to_flat(state)
+        flat, present, _ = self._iterate(flat, present, steps, hold, context)
+        return self._read_outputs(flat, present)
 
     # ------------------------------------------------------------------ sequence mode
     def delays(self) -> tuple[int, ...]:
@@ -761,22 +888,66 @@ class Sequential2D(nn.Module):
         T = xs.shape[0]
         if state is None:
             state = [None] * self.n
-        state = self.check_state(list(state))
+        state = list(state)
+        if len(state) == self.n:
+            for i, p in zip(self.inputs, self._split_in(xs[0])):
+                state[i] = p
+        state = self.check_state(state)
         d = self.delays() if pipeline else (0,) * self.n
         D = max((d[i] for i in self._rows), default=0)
+        x, present = self.to_flat(state)
+        off = self.flat_offsets
+        in_runs = self._input_runs()
+        outs_by_delay: dict[int, list[int]] = {}
+        for k, o in enumerate(self.outputs):
+            outs_by_delay.setdefault(d[o], []).append(k)
         ys: list[list[Tensor | None]] = [[None] * len(self.outputs) for _ in range(T)]
         cache: dict = {}
+        upd_cache: dict = {}
+        rows = self._all_rows_t
         for s in range(T + D):
-            if s < T:
-                parts = self.split_inputs(xs[s])
-                for i in self.inputs:
-                    state[i] = parts[i]
-                if s == 0:
-                    state = self.check_state(state)
-            active = {i for i in self._rows if d[i] <= s < T + d[i]}
-            state = self._step(state, active=active, context=context, cache=cache)
+            if s < T and s > 0:
+                x = self._write_inputs(x, xs[s], in_runs)
+            key = (min(s, D), max(s - T + 1, 0))
+            upd = upd_cache.get(key)
+            if upd is None:
+                upd = upd_cache[key] = tuple(i for i in rows if key[1] <= d[i] <= key[0])
+            x, present = self._advance(x, present, upd, context, cache)
             for k, o in enumerate(self.outputs):
                 if d[o] <= s < T + d[o]:
-                    ys[s - d[o]][k] = state[o]
-        rows = [r[0] if len(r) == 1 else torch.cat(r, dim=-1) for r in ys]
-        return torch.stack(rows, dim=0), state
+                    ys[s - d[o]][k] = x[..., off[o]:off[o] + self.sizes[o]] if o in present else \
+                        x.new_zeros(*x.shape[:-1], self.sizes[o])
+        rows_out = [r[0] if len(r) == 1 else torch.cat(r, dim=-1) for r in ys]
+        return torch.stack(rows_out, dim=0), self.from_flat(x, present)
+
+    def _split_in(self, x: Tensor) -> tuple[Tensor, ...]:
+        return x.split([self.sizes[i] for i in self.inputs], dim=-1) if len(self.inputs) > 1 else (x,)
+
+    def _input_runs(self) -> list[tuple[int, int, int, int]]:
+        """``(flat start, flat end, input start, input end)`` runs where the input tensor is
+        written into the flat state (consecutive input slots without padding merge)."""
+        off = self.flat_offsets
+        runs: list[list[int]] = []
+        c = 0
+        for i in self.inputs:
+            a, s = off[i], self.sizes[i]
+            if runs and runs[-1][1] == a and runs[-1][3] == c:
+                runs[-1][1] += s
+                runs[-1][3] += s
+            else:
+                runs.append([a, a + s, c, c + s])
+            c += s
+        return [tuple(r) for r in sorted(runs)]
+
+    def _write_inputs(self, x: Tensor, xin: Tensor, runs) -> Tensor:
+        """The flat state with the input slots replaced by ``xin`` (one ``cat``)."""
+        parts: list[Tensor] = []
+        pos = 0
+        for a, b, ca, cb in runs:
+            if a > pos:
+                parts.append(x[..., pos:a])
+            parts.append(xin if (ca == 0 and cb == xin.shape[-1]) else xin[..., ca:cb])
+            pos = b
+        if pos < x.shape[-1]:
+            parts.append(x[..., pos:])
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)

@@ -97,7 +97,8 @@ def _randomized(pos, kw):
 def _blocksparse_random(pos, kw):
     """Tiles placed at random (tile density p) over every non-input row x every column."""
     from .core import Sequential2D
-    from .sparse import TILE_SIZES, BlockSparseLinear, TiledBlock
+    from .engines import TiledBlock
+    from .sparse import TILE_SIZES, BlockSparseLinear
 
     _check_density(kw["density"])
     if kw["tile"] not in TILE_SIZES:

@@ -204,7 +204,8 @@ def _scatter(elem: Tensor, blocks, counts, picks: Tensor, sizes, off) -> None:
 
 def _tile_model(core: Sequential2D, reg: Tensor, W: int, T: int, gen: torch.Generator, *, backend, activations,
                 bias, inputs, outputs, steps, device, dtype) -> Sequential2D:
-    from .sparse.linear import BlockSparseLinear, Group, TiledBlock
+    from .engines import TiledBlock
+    from .sparse.linear import BlockSparseLinear, Group
 
     sizes = core.sizes
     n = core.n

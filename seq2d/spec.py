@@ -201,7 +201,7 @@ from torch import Tensor, nn
 from .activations import ACTIVATIONS, activation_name
 from .blocks import Identity, LinearBlock
 from .core import Sequential2D
-from .fused import available_backends
+from .engines import STORES
 
 __all__ = ["from_spec", "to_spec", "load_spec", "save_spec"]
 
@@ -625,7 +625,7 @@ def _parse(spec) -> _Spec:
     if "seed" in spec:
         p.seed = _int(spec["seed"], "seed", 0, 2**64 - 1, "an int in [0, 2**64)")
     if "backend" in spec:
-        p.backend = _enum(spec["backend"], tuple(available_backends()), "backend", "backend")
+        p.backend = _enum(spec["backend"], STORES, "backend", "backend")
     if "name" in spec:
         p.name = _str(spec["name"], "name")
     return p
@@ -955,9 +955,9 @@ def to_spec(model: Sequential2D, *, weights: bool = False) -> dict:
             s["activation"] = name
         b = model.bias(i)
         if b is not None:
-            if id(b) in bias_owner:
-                raise ValueError(f"to_spec: slots {bias_owner[id(b)]} and {i} share one bias Parameter; a spec gives every slot its own bias")
-            bias_owner[id(b)] = i
+            if model.slot_bias.pos[i] in bias_owner:
+                raise ValueError(f"to_spec: slots {bias_owner[model.slot_bias.pos[i]]} and {i} share one bias Parameter; a spec gives every slot its own bias")
+            bias_owner[model.slot_bias.pos[i]] = i
             s["bias"] = True
             if weights:
                 s["bias_value"] = _floats(b)

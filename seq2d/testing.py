@@ -25,7 +25,7 @@ from .convert import from_torch
 from .core import Sequential2D
 from .recurrent import truncated_rnn
 
-__all__ = ["TOLERANCE", "EquivCase", "CASES", "compare", "example_input"]
+__all__ = ["TOLERANCE", "EquivCase", "CASES", "compare", "example_input", "grads_of", "view_grad"]
 
 # Max abs error allowed for outputs and gradients vs the torch reference.
 TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-10}
@@ -50,6 +50,45 @@ def _first(out):
     return out[0] if isinstance(out, tuple) else out
 
 
+def view_grad(t: Tensor) -> Tensor | None:
+    """``t.grad`` for a leaf; for a view of a leaf (a handle's ``weight``, ``model.bias(i)``)
+    the same view of the leaf's ``.grad``."""
+    base = t._base if (t.grad_fn is not None and t._base is not None) else None
+    if base is None:
+        return t.grad
+    g = base.grad
+    if g is None:
+        return None
+    g = g.contiguous() if g.stride() != base.stride() else g
+    return g.as_strided(tuple(t.size()), tuple(t.stride()), t.storage_offset() - base.storage_offset())
+
+
+def grads_of(loss: Tensor, tensors: list[Tensor]) -> list[Tensor | None]:
+    """Gradients of ``loss`` for leaves and for views of leaves (a LinearBlock handle's
+    ``weight`` and ``model.bias(i)`` are views into the model's parameter store): the
+    gradient of a view is the same view of its leaf's gradient."""
+    leaves: list[Tensor] = []
+    where: list[tuple[int, tuple | None]] = []
+    for t in tensors:
+        base = t._base if (t.grad_fn is not None and t._base is not None and t._base.grad_fn is None) else None
+        leaf = t if base is None else base
+        k = next((n for n, x in enumerate(leaves) if x is leaf), None)
+        if k is None:
+            k = len(leaves)
+            leaves.append(leaf)
+        view = None if base is None else (tuple(t.size()), tuple(t.stride()), t.storage_offset() - base.storage_offset())
+        where.append((k, view))
+    gs = torch.autograd.grad(loss, leaves, allow_unused=True)
+    out = []
+    for k, view in where:
+        g = gs[k]
+        if g is not None and view is not None:
+            g = g.contiguous() if g.stride() != leaves[k].stride() else g
+            g = g.as_strided(*view)
+        out.append(g)
+    return out
+
+
 def compare(case: EquivCase, dtype: torch.dtype = torch.float64, seed: int = 0) -> dict[str, float]:
     """Max abs errors ``{'output', 'grad_input', 'grad_params'}`` of ``case`` at ``dtype``."""
     torch.manual_seed(seed)
@@ -66,10 +105,8 @@ def compare(case: EquivCase, dtype: torch.dtype = torch.float64, seed: int = 0) 
         w = torch.randn(o.shape, generator=g, dtype=torch.float64).to(o.dtype)
         loss_o = loss_o + (o * w).sum()
         loss_r = loss_r + (r * w).sum()
-    params_o = [p for p, _ in b.pairs]
-    params_r = [p for _, p in b.pairs]
-    go = torch.autograd.grad(loss_o, [xs_o[0]] + params_o, allow_unused=True)
-    gr = torch.autograd.grad(loss_r, [xs_r[0]] + params_r, allow_unused=True)
+    go = grads_of(loss_o, [xs_o[0]] + [p for p, _ in b.pairs])
+    gr = grads_of(loss_r, [xs_r[0]] + [p for _, p in b.pairs])
 
     def diff(a, c):
         a = torch.zeros(()) if a is None else a

@@ -76,14 +76,16 @@ def test_two_process_torchrun_matches_one_process(tmp_path):
 
 
 def test_unused_parameters_are_found():
-    """DDP needs every trainable parameter in each backward; a Sequential2D run for fewer
-    steps than its depth leaves the last blocks out (and says which)."""
+    """DDP needs every trainable parameter in each backward; a module block whose input slot
+    is still None is skipped, so its parameters take no part (and the probe says which).
+    Linear blocks live in the store and always take part (a None slot is zeros there)."""
     model = seq2d.mlp([6, 5, 4, 3])
     x = torch.randn(2, 6)
     assert unused_parameters(model, x) == []
-    # 2 Jacobi steps from the input alone: x3 = W3 x2 + b3 with x2 = relu(b2) from step 1 (x1 is
-    # still None then), so the first two layers' weights and b1 never reach the output
-    model.steps = 2
-    assert sorted(unused_parameters(model, x)) == ["biases.1", "blocks.1_0.weight", "blocks.2_1.weight"]
+    model.steps = 2  # fewer steps than the depth: the store still takes part in full
+    assert unused_parameters(model, x) == []
+    model = seq2d.Sequential2D([6, 5, 3], {(1, 0): seq2d.LinearBlock(6, 5), (2, 1): torch.nn.Linear(5, 3)}, steps=1)
+    # one Jacobi step from the input alone: slot 1 is None when row 2 reads it
+    assert sorted(unused_parameters(model, x)) == ["blocks.2_1.bias", "blocks.2_1.weight"]
     assert all(p.grad is None for p in model.parameters())  # the probe leaves no gradients behind
     assert wrap_model(model, DistContext()) is model  # one process: no DDP at all

@@ -103,7 +103,7 @@ def test_every_constructor_graph_matches_grid(name):
                 total += g.edges[j, i]["params"]
         else:
             total += g.edges[j, i]["params"]
-    total += sum(p.numel() for p in core.biases.parameters()) + sum(p.numel() for p in core.acts.parameters())
+    total += sum(p.numel() for p in core.slot_bias.parameters()) + sum(p.numel() for p in core.acts.parameters())
     assert total == core.num_parameters()
     if core.depth is not None:
         assert graph.is_acyclic(model) and max(d for d in graph.depths(model).values()) == core.depth

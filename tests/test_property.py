@@ -85,7 +85,8 @@ def test_fused_gradients_equal_docstring_loop(case):
         return
     gr = torch.autograd.grad(lr, params, allow_unused=True)
     go = torch.autograd.grad(lo, params, allow_unused=True)
-    for a, b in zip(go, gr):
-        assert (a is None) == (b is None)
-        if a is not None:
-            torch.testing.assert_close(a, b, rtol=0, atol=1e-11)
+    for p, a, b in zip(params, go, gr):
+        # a linear block reading a None slot multiplies zeros: a zero gradient where the loop has none
+        a = torch.zeros_like(p) if a is None else a
+        b = torch.zeros_like(p) if b is None else b
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-11)

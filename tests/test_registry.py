@@ -112,7 +112,11 @@ def test_repr_and_pickle(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_num_parameters_counts_unique_trainable(name):
     model = build(name)
-    expected = sum(p.numel() for p in model.parameters())  # parameters() already de-duplicates ties
     core = core_of(model)
-    masked = sum(int((~blk.trainable_mask()).sum()) for blk in {id(b): b for _, _, k, b in core.positions() if k == "linear"}.values())
-    assert model.num_parameters() == expected - masked
+    store = {id(p) for p in core.store.parameters()} if core.store is not None else set()
+    # every parameter outside the linear store (biases, norms, module blocks) counts in full;
+    # parameters() already de-duplicates ties
+    expected = sum(p.numel() for p in model.parameters() if id(p) not in store)
+    # linear blocks count their trainable entries, each tied block once
+    expected += sum(int(blk.trainable_mask().sum()) for blk in {id(b): b for _, _, k, b in core.positions() if k == "linear"}.values())
+    assert model.num_parameters() == expected

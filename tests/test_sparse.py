@@ -139,7 +139,7 @@ def _grads_as_tiles(dense_model, engine):
     for blk in blocks.values():
         f = copy.deepcopy(blk)
         with torch.no_grad():
-            f.weight.copy_(blk.weight.grad if blk.weight.grad is not None else torch.zeros_like(blk.weight))
+            f.weight.copy_(blk.grad if blk.grad is not None else torch.zeros_like(blk.weight))
         fake.append(f)
     eng = copy.deepcopy(engine)
     eng.load_blocks(fake)
@@ -198,7 +198,7 @@ def test_tied_blocks_share_tiles():
 
 def test_engine_state_is_proportional_to_stored_tiles():
     eng = BlockSparseLinear.random([256] * 8, 32, 0.05, generator=torch.Generator().manual_seed(0))
-    m = Sequential2D(eng.sizes, {(i, j): seq2d.sparse.TiledBlock(eng, g) for i, j, g in eng.placements},
+    m = Sequential2D(eng.sizes, {(i, j): seq2d.engines.TiledBlock(eng, g) for i, j, g in eng.placements},
                      bias=True, activations="tanh", inputs=[0], steps=3)
     P = eng.nnz_tiles
     assert eng.data.numel() == P * 32 * 32
@@ -212,7 +212,7 @@ def test_engine_state_is_proportional_to_stored_tiles():
 
 def test_state_errors_for_mixed_engines():
     eng = BlockSparseLinear.random([32, 32], 16, 0.5, generator=torch.Generator().manual_seed(0))
-    views = {(i, j): seq2d.sparse.TiledBlock(eng, g) for i, j, g in eng.placements}
+    views = {(i, j): seq2d.engines.TiledBlock(eng, g) for i, j, g in eng.placements}
     views[(1, 1) if (1, 0) in views else (1, 0)] = seq2d.LinearBlock(32, 32)
     with pytest.raises(ValueError, match="dense LinearBlocks|do not match"):
         Sequential2D([32, 32], views)
@@ -227,7 +227,8 @@ def test_huge_sparse_state_never_allocates_n_by_n():
     resident memory stays far below one N x N float32 matrix (16 GiB)."""
     code = textwrap.dedent("""
         import resource, torch, seq2d
-        from seq2d.sparse import BlockSparseLinear, TiledBlock
+        from seq2d.sparse import BlockSparseLinear
+        from seq2d.engines import TiledBlock
         torch.set_num_threads(2)
         sizes = [4096] * 16
         eng = BlockSparseLinear.random(sizes, 64, 0.001, generator=torch.Generator().manual_seed(0), backend="cpu")

@@ -19,6 +19,7 @@ from torch import nn
 
 from seq2d.blocks import Identity, LinearBlock
 from seq2d.core import Sequential2D
+from seq2d.testing import grads_of, view_grad
 from seq2d.registry import create_model, list_models
 from seq2d.transformer import (
     AttentionCore,
@@ -113,7 +114,7 @@ def _compare(ours, ref, pairs, x, kw_ours, kw_ref=None, seed=1) -> dict[str, flo
     assert torch.isfinite(out_r).all()
     g = torch.Generator().manual_seed(seed)
     w = torch.randn(out_r.shape, generator=g, dtype=torch.float64).to(out_r.dtype)
-    go = torch.autograd.grad((out_o * w).sum(), [xo] + [p for _, p, _ in pairs])
+    go = grads_of((out_o * w).sum(), [xo] + [p for _, p, _ in pairs])
     gr = torch.autograd.grad((out_r * w).sum(), [xr] + [q for _, _, q in pairs])
     errs = {"output": float((out_o - out_r).detach().abs().max()), "grad_input": float((go[0] - gr[0]).abs().max())}
     for (name, _, _), a, b in zip(pairs, go[1:], gr[1:]):
@@ -419,14 +420,16 @@ def test_fresh_model_init_dtype_and_gradients_reach_every_parameter():
     ours = transformer_encoder(D, H, 2, FF, norm_first=True, final_norm=True, dtype=torch.float64)
     assert all(p.dtype == torch.float64 for p in ours.parameters())
     named = ours.torch_named_parameters()
-    assert len({id(p) for p in named.values()}) == len(list(ours.parameters()))  # the map covers every parameter
+    bases = {id(p if p._base is None else p._base) for p in named.values()}  # views into the stores
+    assert bases == {id(p) for p in ours.parameters()}  # the map covers every parameter
     assert torch.all(named["layers.0.self_attn.in_proj_bias"] == 0)  # torch's init
     assert torch.all(named["layers.1.norm2.weight"] == 1)
     assert not torch.equal(named["layers.0.linear1.weight"], named["layers.1.linear1.weight"])
     x = _x(torch.float64)
     ours(x, mask=nn.Transformer.generate_square_subsequent_mask(T, dtype=torch.float64)).square().sum().backward()
     for name, p in named.items():
-        assert p.grad is not None and torch.isfinite(p.grad).all(), name
+        g = view_grad(p)
+        assert g is not None and torch.isfinite(g).all(), name
 
 
 def test_registry_state_dict_and_pickle():

@@ -2,12 +2,13 @@
 
 Layers (as in stk): :mod:`.layout` (the type) -> :mod:`.ops` (public ops) ->
 :mod:`.autograd` (the Function) -> :mod:`.backends` (kernels). :mod:`.linear` holds the
-module a Sequential2D uses (``model.to_blocksparse(tile)``).
+tiles as a module (``BlockSparseLinear``); how a Sequential2D steps with it is
+:mod:`seq2d.engines.tiled`.
 """
 
 from .backends import available_kernels, get_kernel
 from .layout import TILE_SIZES, BlockSparseLayout, layout_from_tile_mask
-from .linear import BlockSparseLinear, TiledBlock
+from .linear import BlockSparseLinear
 from .ops import DENSE_CROSSOVER, bsmm, resolve_backend
 
 __all__ = [
@@ -15,10 +16,16 @@ __all__ = [
     "TILE_SIZES",
     "BlockSparseLayout",
     "BlockSparseLinear",
-    "TiledBlock",
     "available_kernels",
     "bsmm",
     "get_kernel",
     "layout_from_tile_mask",
     "resolve_backend",
 ]
+
+
+def __getattr__(name):
+    if name == "TiledBlock":
+        raise AttributeError("seq2d.sparse.TiledBlock moved to seq2d.engines.TiledBlock "
+                             "(seq2d.sparse knows nothing of Sequential2D grids)")
+    raise AttributeError(f"module 'seq2d.sparse' has no attribute {name!r}")

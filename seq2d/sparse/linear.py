@@ -16,9 +16,10 @@ Storage (all proportional to the stored tiles, never N x N):
 
 A *group* is one weight object (a LinearBlock before conversion): its tile pattern and
 data tiles are shared by all grid positions it sits at (weight tying). The grid of the
-Sequential2D holds :class:`TiledBlock` views, one per position, that read their dense
-weight from the engine on demand (for inspection and the reference loop only; the
-forward pass never does).
+Sequential2D holds ``seq2d.engines.TiledBlock`` views, one per position, that read their
+dense weight from here on demand (for inspection and the reference loop only). How a
+Sequential2D step uses the matrix (flat padded state, plan levels) is
+:mod:`seq2d.engines.tiled`: this package knows nothing of slots or steps.
 """
 
 from __future__ import annotations
@@ -27,14 +28,12 @@ import math
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..blocks import LinearBlock, LinearLike
+from ..blocks import LinearBlock
 from .layout import TILE_SIZES, BlockSparseLayout
-from .ops import bsmm, resolve_backend
 
-__all__ = ["BlockSparseLinear", "TiledBlock", "Group"]
+__all__ = ["BlockSparseLinear", "Group"]
 
 
 class Group:
@@ -202,57 +201,6 @@ class BlockSparseLinear(nn.Module):
             out = full.permute(0, 2, 1, 3).reshape(rt * T, ct * T)
         return out[:so, :si]
 
-    # ------------------------------------------------------------------ forward over a state
-    def forward_state(self, state: Sequence[Tensor | None], rows: Sequence[int], cols: Sequence[int],
-                      cache: dict | None = None) -> list[Tensor | None]:
-        """``out[i] = sum_j W_ij x_j`` for the rows holding linear blocks (None elsewhere)."""
-        T = self.tile
-        n = len(self.sizes)
-        out: list[Tensor | None] = [None] * n
-        present = [j for j in cols if state[j] is not None]
-        if not present:
-            return out
-        like = state[present[0]]
-        batch = like.shape[:-1]
-        Np = self.toff[-1] * T
-        x = like.new_zeros(*batch, Np)
-        for j in present:
-            o = self.toff[j] * T
-            x[..., o : o + self.sizes[j]] = state[j]
-        key = ("engine", tuple(rows))
-        hit = cache.get(key) if cache is not None else None
-        L, wp = hit if hit is not None else self._rows_layout(rows)
-        if cache is not None:
-            cache[key] = (L, wp)  # the masked tiles are formed once per forward, not per step
-        kernel = resolve_backend(self.backend, x.device, x.dtype, L.density)
-        y = bsmm(x, wp, L, kernel)
-        for i in rows:
-            o = self.toff[i] * T
-            out[i] = y[..., o : o + self.sizes[i]]
-        return out
-
-    def _rows_layout(self, rows: Sequence[int]) -> tuple[BlockSparseLayout, Tensor]:
-        """Layout and per-position tiles restricted to the tile-rows of slots ``rows``
-        (the execution plan evaluates one level of slots at a time). Cached per row set."""
-        full = self._layout
-        wp = self.position_tiles()
-        row_slots = {i for i, _, _ in self.placements}
-        if set(rows) >= row_slots:
-            return full.to(self.data.device), wp
-        key = tuple(sorted(rows))
-        cache = self.__dict__.setdefault("_row_layouts", {})
-        if key not in cache:
-            keep = torch.zeros(full.Mt, dtype=torch.bool)
-            for i in key:
-                keep[self.toff[i] : self.toff[i + 1]] = True
-            idx = keep[full.row.cpu()].nonzero().squeeze(1)
-            sub = BlockSparseLayout(self.tile, (full.Mt, full.Kt), full.row.cpu()[idx], full.col.cpu()[idx],
-                                    full.data_index.cpu()[idx], full.n_data)
-            cache[key] = (sub, idx)
-        sub, idx = cache[key]
-        dev = self.data.device
-        return sub.to(dev), wp.index_select(0, idx.to(dev))
-
     # ------------------------------------------------------------------ builders
     @classmethod
     def from_blocks(cls, sizes: Sequence[int], entries: Sequence[tuple[int, int, LinearBlock]], tile: int, *,
@@ -375,72 +323,3 @@ class BlockSparseLinear(nn.Module):
         self.data.copy_(u.to(self.data.dtype) * bound[row_of][:, None, :])
         if m is not None:
             self.data.mul_(m)
-
-
-class TiledBlock(LinearLike):
-    """A grid position's view of its group's tiles in a :class:`BlockSparseLinear`.
-
-    Holds no parameters (the engine does). ``effective_weight()`` assembles the dense
-    (out, in) weight for inspection and the reference loop; the model's forward pass uses
-    the engine directly.
-    """
-
-    def __init__(self, engine: BlockSparseLinear, group: int):
-        super().__init__()
-        object.__setattr__(self, "_engine", engine)  # not a submodule: the model owns the engine
-        self.group = group
-        self.out_features, self.in_features = engine.groups[group].shape
-
-    @property
-    def engine(self) -> BlockSparseLinear:
-        return self._engine
-
-    def effective_weight(self) -> Tensor:
-        return self._engine.group_dense(self.group, "weight")
-
-    @property
-    def weight(self) -> Tensor:
-        return self.effective_weight()
-
-    def trainable_mask(self) -> Tensor:
-        return self._engine.group_dense(self.group, "mask")
-
-    @property
-    def mask(self) -> Tensor | None:
-        m = self.trainable_mask()
-        return None if bool(m.all()) else m
-
-    @property
-    def frozen(self) -> Tensor | None:
-        if self._engine.frozen is None:
-            return None
-        return self._engine.group_dense(self.group, "frozen")
-
-    def _tile_sum(self, t) -> int:
-        idx = torch.tensor(self._engine.groups[self.group].data_index, dtype=torch.long, device=t.device)
-        return int(t.index_select(0, idx).sum()) if idx.numel() else 0
-
-    def num_trainable(self) -> int:
-        """Trainable entries of this group's tiles (read from the tile mask: no dense block)."""
-        eng = self._engine
-        if not eng.data.requires_grad:
-            return 0
-        if eng.tmask is None:
-            return eng.groups[self.group].n_tiles * eng.tile * eng.tile
-        return self._tile_sum(eng.tmask)
-
-    def num_stored(self) -> int:
-        """Entries that take part in the product: trainable ones and non-zero frozen ones."""
-        eng = self._engine
-        n = self.num_trainable() if eng.data.requires_grad else self._tile_sum(eng.tmask) if eng.tmask is not None \
-            else eng.groups[self.group].n_tiles * eng.tile * eng.tile
-        if eng.frozen is not None:
-            n += self._tile_sum(eng.frozen != 0)
-        return n
-
-    def forward(self, x: Tensor) -> Tensor:
-        return F.linear(x, self.effective_weight())
-
-    def extra_repr(self) -> str:
-        g = self._engine.groups[self.group]
-        return f"in_features={self.in_features}, out_features={self.out_features}, group={self.group}, tiles={g.n_tiles}"

@@ -1,0 +1,26 @@
+"""Engines: where a Sequential2D's linear weights live and how a step multiplies them.
+
+One seam for every fast path. A model holds one engine (``model.store``):
+
+==========  ===========================================================================
+``dense``   :class:`DenseStore`: dense boxes (one ``(R, C)`` parameter for an iterated
+            model, one per level for a plan-evaluated acyclic one), masks and frozen
+            values as buffers over them; one GEMM per box per step.
+``loop``    the same storage, one ``F.linear`` per block position (the reference).
+``tiled``   :class:`TiledStore`: the block-sparse tiles of :mod:`seq2d.sparse`
+            (``model.to_blocksparse(tile)``), one block-sparse product per step.
+``auto``    ``tiled`` where the measured crossover says the tiles win, else ``dense``
+            (:func:`choose_store`).
+==========  ===========================================================================
+
+Layers: :mod:`.base` (interface, flat layout) -> :mod:`.dense` / :mod:`.tiled`.
+"""
+
+from __future__ import annotations
+
+from .base import Engine, contiguous_runs
+from .dense import DenseStore
+from .tiled import TiledBlock, TiledStore
+from .choose import STORES, choose_store
+
+__all__ = ["Engine", "DenseStore", "TiledStore", "TiledBlock", "STORES", "choose_store", "contiguous_runs"]

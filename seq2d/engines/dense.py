@@ -1,0 +1,325 @@
+"""The dense parameter store: every LinearBlock of a Sequential2D in a few dense boxes.
+
+A *box* is one dense ``(R, C)`` parameter over a set of output slots (rows) and the slots
+they read (columns), in the order of the model's flat state. An iterated (cyclic) model
+has one box: all rows that hold linear blocks x all columns those blocks read. An acyclic
+model evaluated level by level (the execution plan) has one box per level, so a level's
+product touches its own weights only (an MLP's boxes are exactly its ``nn.Linear`` weights).
+
+Per box, buffers over the same ``(R, C)`` grid:
+
+- ``mask_b`` (bool, or None when every entry is trainable): trainable entries; entries
+  outside every block are False, so they stay exactly zero and get no gradient;
+- ``frozen_b`` (or None): fixed values at non-trainable entries;
+- ties (a LinearBlock at several positions): a gather index per box holding a tied
+  position says where each entry reads its value in the concatenation of the boxes; a
+  tied position reads its first position's region, so the gradients of tied positions add
+  up there (a box of tied positions only owns no Parameter at all).
+
+The effective weight of box b is ``frozen_b + weight_b * mask_b`` (then gathered through
+``src_b`` when tied); it is formed once per forward call and reused by every step.
+LinearBlocks become handles into their (first) region: see :class:`seq2d.LinearBlock`.
+
+``mode="loop"`` keeps the same storage but evaluates one ``F.linear`` per block position
+(the docstring loop; the slow, obviously right reference).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..blocks import LinearBlock
+from .base import Engine, contiguous_runs
+
+__all__ = ["DenseStore"]
+
+
+class _Box:
+    """Static facts of one box: its rows/cols (slots) and where each lies inside it."""
+
+    def __init__(self, rows: Sequence[int], cols: Sequence[int], sizes: Sequence[int], offsets: Sequence[int]):
+        self.rows, self.cols = tuple(rows), tuple(cols)
+        self.roff, self.coff = {}, {}
+        r = 0
+        for i in self.rows:
+            self.roff[i] = r
+            r += sizes[i]
+        c = 0
+        for j in self.cols:
+            self.coff[j] = c
+            c += sizes[j]
+        self.shape = (r, c)
+        # how to read the box's columns from the flat state: a slice when they are one run
+        runs = contiguous_runs(self.cols, offsets)
+        self.col_slice = runs[0] if len(runs) == 1 else None
+        idx = [k for a, b in runs for k in range(a, b)]
+        self.col_index = torch.tensor(idx, dtype=torch.long)
+
+
+class DenseStore(Engine):
+    """Dense boxes holding every linear block of a model (see the module docstring).
+
+    Args:
+        sizes: slot sizes of the model.
+        entries: ``(i, j, LinearBlock)`` for every linear grid position (tied blocks are the
+            same object at several positions).
+        box_rows: the rows of each box (e.g. the plan's levels); default one box of all rows.
+        mode: ``"dense"`` (one GEMM per box) or ``"loop"`` (one ``F.linear`` per position).
+    """
+
+    kind = "dense"
+
+    def __init__(self, sizes: Sequence[int], entries: Sequence[tuple[int, int, LinearBlock]],
+                 box_rows: Sequence[Sequence[int]] | None = None, *, mode: str = "dense"):
+        super().__init__(sizes)
+        if mode not in ("dense", "loop"):
+            raise ValueError(f"Unknown dense store mode {mode!r}. Select from 'dense' or 'loop'")
+        self.mode = mode
+        entries = sorted(entries, key=lambda e: (e[0], e[1]))
+        if not entries:
+            raise ValueError("a DenseStore needs at least one linear block")
+        lin_rows = sorted({i for i, _, _ in entries})
+        if box_rows is None:
+            box_rows = [lin_rows]
+        box_rows = [sorted(set(r) & set(lin_rows)) for r in box_rows]
+        box_rows = [r for r in box_rows if r]
+        covered = sorted(i for r in box_rows for i in r)
+        if covered != lin_rows:
+            raise ValueError(f"the boxes must cover every linear row exactly once: {box_rows} vs rows {lin_rows}")
+        box_of_row = {i: b for b, rows in enumerate(box_rows) for i in rows}
+        cols = [sorted({j for i, j, _ in entries if box_of_row[i] == b}) for b in range(len(box_rows))]
+        self.boxes = [_Box(r, c, self.sizes, self.offsets) for r, c in zip(box_rows, cols)]
+        self.rows = tuple(lin_rows)
+        self.box_of_row = box_of_row
+
+        ref = entries[0][2].weight
+        dev, dt = ref.device, ref.dtype
+        self.entries = [(i, j) for i, j, _ in entries]
+        primary: dict[int, tuple] = {}  # id(block) -> key of its first position
+        tied: list[tuple[tuple, tuple]] = []  # (secondary key, primary key)
+        self._keys: dict[tuple[int, int], tuple] = {}
+        blocks: dict[int, LinearBlock] = {}
+        for i, j, blk in entries:
+            b = box_of_row[i]
+            box = self.boxes[b]
+            key = (b, box.roff[i], box.coff[j], self.sizes[i], self.sizes[j])
+            self._keys[(i, j)] = key
+            if id(blk) in primary:
+                tied.append((key, primary[id(blk)]))
+            else:
+                primary[id(blk)] = key
+                blocks[id(blk)] = blk
+        # a box holds a Parameter only when some block has its first position there; a box of
+        # tied positions only (an unrolled RNN's later levels) is all gathered
+        owner = sorted({key[0] for key in primary.values()})
+        self._pidx = {b: k for k, b in enumerate(owner)}
+        self.weight = nn.ParameterList()
+        weights, masks, frozens = {}, {}, {}
+        for b in owner:
+            shape = self.boxes[b].shape
+            weights[b] = torch.zeros(shape, device=dev, dtype=dt)
+            masks[b] = torch.zeros(shape, device=dev, dtype=torch.bool)
+            frozens[b] = torch.zeros(shape, device=dev, dtype=dt)
+        with torch.no_grad():
+            for bid, key in primary.items():
+                blk = blocks[bid]
+                b, r0, c0, h, w = key
+                sl = (slice(r0, r0 + h), slice(c0, c0 + w))
+                if blk.weight.dtype != dt or blk.weight.device != dev:
+                    raise TypeError(f"all linear blocks of one model must share dtype and device: got "
+                                    f"{blk.weight.dtype} on {blk.weight.device} and {dt} on {dev}")
+                if blk.weight.requires_grad:
+                    m = blk.trainable_mask().to(dev)
+                    weights[b][sl] = blk.weight.detach() * m
+                    masks[b][sl] = m
+                    if blk.frozen is not None:
+                        frozens[b][sl] = blk.frozen
+                else:  # a block with requires_grad=False: all of it is fixed values
+                    frozens[b][sl] = blk.effective_weight().detach()
+        for k, b in enumerate(owner):
+            self.weight.append(nn.Parameter(weights[b]))
+            m, f = masks[b], frozens[b]
+            self.register_buffer(f"mask_{k}", None if bool(m.all()) else m)
+            self.register_buffer(f"frozen_{k}", f if bool((f != 0).any()) else None)
+        # ties: a gather index for every box holding a tied position, into the concatenation
+        # of the owned boxes followed by one zero
+        starts, total = {}, 0
+        for b in owner:
+            starts[b] = total
+            total += self.boxes[b].shape[0] * self.boxes[b].shape[1]
+        src: dict[int, Tensor] = {}
+        for b, box in enumerate(self.boxes):
+            if b not in self._pidx:
+                src[b] = torch.full(box.shape, total, dtype=torch.long)
+        for (b, r0, c0, h, w), (pb, pr0, pc0, _, _) in tied:
+            if b not in src:
+                R, C = self.boxes[b].shape
+                src[b] = torch.arange(starts[b], starts[b] + R * C).view(R, C)
+            pR, pC = self.boxes[pb].shape
+            p = torch.arange(starts[pb], starts[pb] + pR * pC).view(pR, pC)[pr0:pr0 + h, pc0:pc0 + w]
+            src[b][r0:r0 + h, c0:c0 + w] = p
+        self._src = {b: t.reshape(-1) for b, t in src.items()}  # index plans, moved to the device lazily
+        self.tied = bool(src)
+        for bid, key in primary.items():
+            blocks[bid]._bind(self, key)
+
+    # ------------------------------------------------------------------ handle support
+    @property
+    def device(self) -> torch.device:
+        return self.weight[0].device
+
+    def _buf(self, kind: str, k: int) -> Tensor | None:
+        """Buffer ``kind`` ('mask'/'frozen') of the k-th owned box."""
+        return getattr(self, f"{kind}_{k}")
+
+    def region(self, key, name: str) -> Tensor | None:
+        b, r0, c0, h, w = key
+        b = self._pidx[b]
+        sl = (slice(r0, r0 + h), slice(c0, c0 + w))
+        if name == "weight":
+            return self.weight[b][sl]
+        if name == "grad":
+            g = self.weight[b].grad
+            return None if g is None else g[sl]
+        t = self._buf("mask" if name == "mask" else "frozen", b)
+        if t is None:
+            return None
+        t = t[sl]
+        if name == "mask":
+            return None if bool(t.all()) else t
+        return t if bool((t != 0).any()) else None
+
+    @torch.no_grad()
+    def apply_mask_(self) -> None:
+        """Zero every weight entry that is not trainable (outside the blocks, masked, tied copies)."""
+        for k, W in enumerate(self.weight):
+            m = self._buf("mask", k)
+            if m is not None:
+                W.mul_(m)
+
+    def region_requires_grad(self, key) -> bool:
+        return self.weight[self._pidx[key[0]]].requires_grad
+
+    @torch.no_grad()
+    def set_region(self, key, mask: Tensor | None, frozen: Tensor | None) -> None:
+        """Replace the mask/frozen values of a block's region (None = all trainable / no values)."""
+        b, r0, c0, h, w = key
+        b = self._pidx[b]
+        sl = (slice(r0, r0 + h), slice(c0, c0 + w))
+        W = self.weight[b]
+        m = self._buf("mask", b)
+        if mask is not None or m is not None:
+            if m is None:
+                m = torch.ones(W.shape, dtype=torch.bool, device=W.device)
+            m[sl] = True if mask is None else mask.to(m.device)
+            setattr(self, f"mask_{b}", None if bool(m.all()) else m)
+        f = self._buf("frozen", b)
+        if frozen is not None or f is not None:
+            if f is None:
+                f = torch.zeros_like(W)
+            f[sl] = 0 if frozen is None else frozen.to(f)
+            setattr(self, f"frozen_{b}", f if bool((f != 0).any()) else None)
+
+    def num_trainable(self) -> int:
+        """Trainable entries (a tied position's region is masked out: it reads its source)."""
+        total = 0
+        for b, W in enumerate(self.weight):
+            if W.requires_grad:
+                m = self._buf("mask", b)
+                total += W.numel() if m is None else int(m.sum())
+        return total
+
+    def position_weight(self, i: int, j: int) -> Tensor:
+        """Effective (s_i, s_j) weight at grid position (i, j) (differentiable)."""
+        b, r0, c0, h, w = self._keys[(i, j)]
+        return self.effective()[b][r0:r0 + h, c0:c0 + w]
+
+    # ------------------------------------------------------------------ the product
+    def effective(self, cache: dict | None = None) -> list[Tensor]:
+        """``frozen + weight * mask`` of every box (tied positions gathered), once per forward."""
+        if cache is not None and "dense" in cache:
+            return cache["dense"]
+        own = []
+        for k, W in enumerate(self.weight):
+            m, f = self._buf("mask", k), self._buf("frozen", k)
+            e = W if m is None else W * m
+            if f is not None:
+                e = e + f
+            own.append(e)
+        if not self.tied:
+            effs = own
+        else:
+            flat = torch.cat([e.reshape(-1) for e in own] + [own[0].new_zeros(1)])
+            effs = []
+            for b, box in enumerate(self.boxes):
+                idx = self._src.get(b)
+                if idx is None:
+                    effs.append(own[self._pidx[b]])
+                    continue
+                if idx.device != flat.device:
+                    idx = self._src[b] = idx.to(flat.device)
+                effs.append(flat.index_select(0, idx).view(box.shape))
+        if cache is not None:
+            cache["dense"] = effs
+        return effs
+
+    def product(self, x: Tensor, boxes: Sequence[int], cache: dict | None = None) -> dict[int, Tensor]:
+        """``{box: x_cols @ W_box.T}`` (``(*batch, R_box)``) for the given boxes."""
+        out = {}
+        if self.mode == "loop":
+            for b in boxes:
+                out[b] = self._loop_box(x, b)
+            return out
+        effs = self.effective(cache)
+        N = x.shape[-1]
+        for b in boxes:
+            box = self.boxes[b]
+            if box.col_slice is not None:
+                a, c = box.col_slice
+                xc = x if (a == 0 and c == N) else x[..., a:c]
+            else:
+                idx = box.col_index
+                if idx.device != x.device:
+                    idx = box.col_index = idx.to(x.device)
+                xc = x.index_select(-1, idx)
+            out[b] = F.linear(xc, effs[b])
+        return out
+
+    def _loop_box(self, x: Tensor, b: int) -> Tensor:
+        """The reference: one ``F.linear`` per position, rows concatenated."""
+        box = self.boxes[b]
+        off = self.offsets
+        rows = []
+        for i in box.rows:
+            acc = None
+            for (pi, j) in self.entries:
+                if pi != i:
+                    continue
+                y = F.linear(x[..., off[j]:off[j] + self.sizes[j]], self.position_weight(i, j))
+                acc = y if acc is None else acc + y
+            rows.append(acc)
+        return rows[0] if len(rows) == 1 else torch.cat(rows, dim=-1)
+
+    def row_source(self, i: int) -> tuple[int, int]:
+        """(box, offset of slot i's rows in that box's output)."""
+        b = self.box_of_row[i]
+        return b, self.boxes[b].roff[i]
+
+    def dense_weight(self) -> Tensor:
+        """The N x N effective weight over the flat state (inspection and tests only)."""
+        N = self.offsets[-1]
+        effs = self.effective()
+        W = effs[0].new_zeros(N, N)
+        off = self.offsets
+        for i, j in self.entries:
+            b, r0, c0, h, w = self._keys[(i, j)]
+            W[off[i]:off[i] + h, off[j]:off[j] + w] = effs[b][r0:r0 + h, c0:c0 + w]
+        return W
+
+    def extra_repr(self) -> str:
+        shapes = ", ".join(f"{R}x{C}" for R, C in (box.shape for box in self.boxes))
+        return f"boxes=[{shapes}], mode={self.mode!r}, tied={self.tied}"

@@ -1,0 +1,180 @@
+"""The tiled store: a Sequential2D's linear part as one block-sparse matrix.
+
+Wraps a :class:`seq2d.sparse.BlockSparseLinear` (the tiles, their layout and the kernels)
+and adds what a Sequential2D step needs: the flat state layout (every slot padded to whole
+tiles, so slot ``i`` starts at ``toff[i] * T``), products restricted to the rows of one
+plan level (a cached sub-layout per row set) and :class:`TiledBlock` handles.
+``seq2d.sparse`` itself knows nothing of slots or steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..blocks import LinearLike
+from ..sparse.layout import BlockSparseLayout
+from ..sparse.linear import BlockSparseLinear
+from ..sparse.ops import bsmm, resolve_backend
+from .base import Engine
+
+__all__ = ["TiledStore", "TiledBlock"]
+
+
+class TiledStore(Engine):
+    """The store of a block-sparse model: ``matrix`` is the BlockSparseLinear."""
+
+    kind = "tiled"
+
+    def __init__(self, matrix: BlockSparseLinear, box_rows: Sequence[Sequence[int]] | None = None):
+        super().__init__(matrix.sizes)
+        self.matrix = matrix
+        T = matrix.tile
+        self.offsets = tuple(t * T for t in matrix.toff)  # padded flat layout
+        self.rows = tuple(sorted({i for i, _, _ in matrix.placements}))
+        rows = set(self.rows)
+        if box_rows is None:
+            box_rows = [self.rows]
+        self.boxes = [tuple(sorted(set(r) & rows)) for r in box_rows]
+        self.boxes = [b for b in self.boxes if b]
+        self.box_of_row = {i: b for b, r in enumerate(self.boxes) for i in r}
+        self._sub: dict[tuple[int, ...], tuple[BlockSparseLayout, Tensor]] = {}
+
+    @property
+    def device(self) -> torch.device:
+        return self.matrix.data.device
+
+    @property
+    def tile(self) -> int:
+        return self.matrix.tile
+
+    def boxes_for(self, rows) -> list:
+        """One product per step: the full layout when every linear row is updated, else the
+        sub-layout of exactly the updated linear rows (a plan level)."""
+        key = tuple(sorted(set(rows) & set(self.rows)))
+        return [key] if key else []
+
+    def row_source(self, i: int, box=None) -> tuple:
+        return box, self.offsets[i]
+
+    def num_trainable(self) -> int:
+        return self.matrix.num_trainable()
+
+    def _layout_for(self, key: tuple[int, ...]) -> tuple[BlockSparseLayout, Tensor | None]:
+        """Layout of the tile-rows of ``key``'s slots and the positions it keeps (None = all)."""
+        if key == self.rows:
+            return self.matrix.layout, None
+        if key not in self._sub:
+            full = self.matrix._layout
+            keep = torch.zeros(full.Mt, dtype=torch.bool)
+            for i in key:
+                keep[self.matrix.toff[i]:self.matrix.toff[i + 1]] = True
+            idx = keep[full.row.cpu()].nonzero().squeeze(1)
+            sub = BlockSparseLayout(self.tile, (full.Mt, full.Kt), full.row.cpu()[idx], full.col.cpu()[idx],
+                                    full.data_index.cpu()[idx], full.n_data)
+            self._sub[key] = (sub, idx)
+        sub, idx = self._sub[key]
+        dev = self.device
+        if idx.device != dev:
+            idx = idx.to(dev)
+            self._sub[key] = (sub, idx)
+        return sub.to(dev), idx
+
+    def product(self, x: Tensor, boxes, cache: dict | None = None) -> dict:
+        """``{box: x @ W_box.T}`` over the whole padded flat space (rows outside the box are 0)."""
+        out = {}
+        if cache is not None and "tiles" in cache:
+            wp = cache["tiles"]
+        else:
+            wp = self.matrix.position_tiles()
+            if cache is not None:
+                cache["tiles"] = wp  # the masked tiles are formed once per forward, not per step
+        for key in boxes:
+            L, idx = self._layout_for(key)
+            w = wp if idx is None else wp.index_select(0, idx)
+            kernel = resolve_backend(self.matrix.backend, x.device, x.dtype, L.density)
+            out[key] = bsmm(x, w, L, kernel)
+        return out
+
+    def dense_weight(self) -> Tensor:
+        """The unpadded N x N effective weight (inspection and tests only)."""
+        m = self.matrix
+        N = sum(self.sizes)
+        off = [0]
+        for s in self.sizes:
+            off.append(off[-1] + s)
+        W = m.data.new_zeros(N, N)
+        for i, j, g in m.placements:
+            W[off[i]:off[i + 1], off[j]:off[j + 1]] = m.group_dense(g, "weight")
+        return W
+
+
+class TiledBlock(LinearLike):
+    """A grid position's view of its group's tiles in a :class:`BlockSparseLinear`.
+
+    Holds no parameters (the engine does). ``effective_weight()`` assembles the dense
+    (out, in) weight for inspection and the reference loop; the model's forward pass uses
+    the engine directly.
+    """
+
+    def __init__(self, engine: BlockSparseLinear, group: int):
+        super().__init__()
+        object.__setattr__(self, "_engine", engine)  # not a submodule: the model owns the engine
+        self.group = group
+        self.out_features, self.in_features = engine.groups[group].shape
+
+    @property
+    def engine(self) -> BlockSparseLinear:
+        return self._engine
+
+    def effective_weight(self) -> Tensor:
+        return self._engine.group_dense(self.group, "weight")
+
+    @property
+    def weight(self) -> Tensor:
+        return self.effective_weight()
+
+    def trainable_mask(self) -> Tensor:
+        return self._engine.group_dense(self.group, "mask")
+
+    @property
+    def mask(self) -> Tensor | None:
+        m = self.trainable_mask()
+        return None if bool(m.all()) else m
+
+    @property
+    def frozen(self) -> Tensor | None:
+        if self._engine.frozen is None:
+            return None
+        return self._engine.group_dense(self.group, "frozen")
+
+    def _tile_sum(self, t) -> int:
+        idx = torch.tensor(self._engine.groups[self.group].data_index, dtype=torch.long, device=t.device)
+        return int(t.index_select(0, idx).sum()) if idx.numel() else 0
+
+    def num_trainable(self) -> int:
+        """Trainable entries of this group's tiles (read from the tile mask: no dense block)."""
+        eng = self._engine
+        if not eng.data.requires_grad:
+            return 0
+        if eng.tmask is None:
+            return eng.groups[self.group].n_tiles * eng.tile * eng.tile
+        return self._tile_sum(eng.tmask)
+
+    def num_stored(self) -> int:
+        """Entries that take part in the product: trainable ones and non-zero frozen ones."""
+        eng = self._engine
+        n = self._tile_sum(eng.tmask) if eng.tmask is not None else eng.groups[self.group].n_tiles * eng.tile * eng.tile
+        if eng.frozen is not None:
+            n += self._tile_sum(eng.frozen != 0)
+        return n
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.effective_weight())
+
+    def extra_repr(self) -> str:
+        g = self._engine.groups[self.group]
+        return f"in_features={self.in_features}, out_features={self.out_features}, group={self.group}, tiles={g.n_tiles}"

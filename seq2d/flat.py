@@ -1,0 +1,260 @@
+"""The flat state and the compiled step: how ``Sequential2D`` runs one Jacobi update.
+
+Internally a step works on one ``(*batch, N)`` buffer (``N = model.flat_size``; slot ``i``
+is ``[flat_offsets[i], flat_offsets[i] + sizes[i])``, the tiled store pads every slot to whole
+tiles). For each distinct (updated slots, present slots) pair the model compiles a
+:class:`StepPlan` once; running it costs, independently of the number of slots and of
+linear blocks:
+
+1. one product per box of the store (one for an iterated model, one per plan level);
+2. one bias add (a slice of the bias vector, or one gather when rows and biases differ);
+3. one activation call per run of consecutive slots with the same elementwise activation
+   (per slot only for non-elementwise ones such as LayerNorm);
+4. one call per module/identity block (they are arbitrary functions);
+5. one ``cat`` that writes the updated rows between the kept (held) ones.
+
+Equal to the docstring loop of :class:`seq2d.Sequential2D` (tests/test_store.py,
+tests/test_property.py): absent (``None``) slots are zeros for the linear product, which
+adds exactly zero, and are skipped for module blocks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["SlotBias", "StepPlan", "build_plan", "run_plan", "elementwise_key"]
+
+_ELEMENTWISE = (nn.Identity, nn.ReLU, nn.Tanh, nn.Sigmoid, nn.GELU, nn.SiLU, nn.LeakyReLU, nn.ELU, nn.Softplus)
+
+
+def elementwise_key(act: nn.Module):
+    """A hashable key shared by activations that act elementwise in the same way, else None."""
+    t = type(act)
+    if t not in _ELEMENTWISE:
+        return None
+    if t is nn.GELU:
+        return (t, act.approximate)
+    if t is nn.LeakyReLU:
+        return (t, act.negative_slope)
+    if t is nn.ELU:
+        return (t, act.alpha)
+    if t is nn.Softplus:
+        return (t, act.beta, act.threshold)
+    return (t,)
+
+
+class SlotBias(nn.Module):
+    """Every slot bias of a model in one vector ``bias`` (slots that share one Parameter share
+    one range). ``view(i)`` is slot ``i``'s bias, a writable view."""
+
+    def __init__(self, sizes: Sequence[int], given: dict[int, Tensor], fresh: set[int], *, device=None, dtype=None):
+        super().__init__()
+        self.sizes = tuple(sizes)
+        self.pos: dict[int, int] = {}
+        owners: dict[int, int] = {}  # id(tensor) -> offset (shared Parameters)
+        chunks = []
+        total = 0
+        for i in sorted(given):
+            t = given[i]
+            if i not in fresh and id(t) in owners:
+                self.pos[i] = owners[id(t)]
+                continue
+            self.pos[i] = total
+            if i not in fresh:
+                owners[id(t)] = total
+            chunks.append(t.detach())
+            total += self.sizes[i]
+        self.shared = len(set(self.pos.values())) < len(self.pos)
+        if chunks:
+            data = torch.cat([c.reshape(-1).to(device=device or chunks[0].device, dtype=dtype or chunks[0].dtype)
+                              for c in chunks])
+            req = all(given[i].requires_grad for i in given if i not in fresh and isinstance(given[i], nn.Parameter))
+            self.bias = nn.Parameter(data.clone(), requires_grad=req)
+        else:
+            self.register_parameter("bias", None)
+
+    def view(self, i: int) -> Tensor | None:
+        if i not in self.pos:
+            return None
+        o = self.pos[i]
+        return self.bias[o:o + self.sizes[i]]
+
+    def __len__(self) -> int:
+        return len(self.pos)
+
+    def num_trainable(self) -> int:
+        return 0 if self.bias is None or not self.bias.requires_grad else self.bias.numel()
+
+    def extra_repr(self) -> str:
+        return f"slots={sorted(self.pos)}, size={0 if self.bias is None else self.bias.numel()}"
+
+
+class StepPlan:
+    """The precomputed work of one step (see the module docstring)."""
+
+    def __init__(self):
+        self.upd: tuple[int, ...] = ()
+        self.boxes: list = []
+        self.pre_pieces: list[tuple] = []      # (box or None, start, width)
+        self.width = 0                         # width of the updated-rows space U
+        self.bias: tuple | None = None         # ("slice", a, b) | ("gather", index)
+        self.modules: list[tuple] = []         # (u_start, size, i, j, kind)
+        self.acts: list[tuple] = []            # (u_start, u_end, slot, elementwise, size)
+        self.write: list[tuple] = []           # ("x", a, b) | ("u", a, b) in flat order
+        self.all_updated = False
+
+
+def build_plan(model, upd: Sequence[int], present: frozenset) -> StepPlan:
+    """Compile the step that updates slots ``upd`` given the ``present`` slots."""
+    from .core import block_kind  # the grid kinds live with the model
+
+    plan = StepPlan()
+    plan.upd = tuple(sorted(upd))
+    off = model.flat_offsets
+    sizes = model.sizes
+    store = model.store
+    width = {i: off[i + 1] - off[i] for i in range(model.n)}
+    # U-space: the updated slots side by side, in flat order
+    u_off, u = {}, 0
+    for i in plan.upd:
+        u_off[i] = u
+        u += width[i]
+    plan.width = u
+    # 1. linear products: which boxes, and where each row's sum sits in them
+    lin = [i for i in plan.upd if store is not None and i in store.rows]
+    plan.boxes = store.boxes_for(lin) if lin else []
+    pieces: list[list] = []
+    for i in plan.upd:
+        if i in lin:
+            if store.kind == "tiled":
+                src, start = store.row_source(i, plan.boxes[0])
+            else:
+                src, start = store.row_source(i)
+        else:
+            src, start = None, 0
+        w = width[i]
+        last = pieces[-1] if pieces else None
+        if last is not None and last[0] == src and (src is None or last[1] + last[2] == start):
+            last[2] += w
+        else:
+            pieces.append([src, start, w])
+    plan.pre_pieces = [tuple(p) for p in pieces]
+    # 2. the bias over U
+    bias = model.slot_bias
+    if bias is not None and bias.bias is not None and any(i in bias.pos for i in plan.upd):
+        Nb = bias.bias.numel()
+        idx = torch.full((u,), Nb, dtype=torch.long)
+        for i in plan.upd:
+            if i in bias.pos:
+                o = bias.pos[i]
+                idx[u_off[i]:u_off[i] + sizes[i]] = torch.arange(o, o + sizes[i])
+        a = int(idx[0])
+        if a + u <= Nb and torch.equal(idx, torch.arange(a, a + u)):
+            plan.bias = ("slice", a, a + u)
+        else:
+            plan.bias = ("gather", idx)
+    # 3. module and identity blocks whose input is present
+    for i in plan.upd:
+        for j in model._rows[i]:
+            kind = block_kind(model.blocks[f"{i}_{j}"])
+            if kind in ("module", "identity") and j in present:
+                plan.modules.append((u_off[i], sizes[i], i, j, kind))
+    # 4. activation runs
+    for i in plan.upd:
+        key = elementwise_key(model.acts[i])
+        last = plan.acts[-1] if plan.acts else None
+        if key is not None and last is not None and last[3] == key and last[1] == u_off[i]:
+            plan.acts[-1] = (last[0], u_off[i] + width[i], last[2], key, None)
+        else:
+            plan.acts.append((u_off[i], u_off[i] + width[i], i, key, sizes[i]))
+    # 5. write-back pieces in flat order
+    upd_set = set(plan.upd)
+    write: list[list] = []
+    for i in range(model.n):
+        src = "u" if i in upd_set else "x"
+        a = u_off[i] if src == "u" else off[i]
+        if write and write[-1][0] == src and write[-1][2] == a:
+            write[-1][2] = a + width[i]
+        else:
+            write.append([src, a, a + width[i]])
+    plan.write = [tuple(w) for w in write]
+    plan.all_updated = len(plan.write) == 1 and plan.write[0][0] == "u"
+    return plan
+
+
+def _cat(parts: list[Tensor]) -> Tensor:
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
+
+
+def run_plan(model, plan: StepPlan, x: Tensor, context: dict, cache: dict | None) -> Tensor:
+    """One step on the flat state ``x`` (``(*batch, N)``): returns the new flat state."""
+    batch = x.shape[:-1]
+    store = model.store
+    ys = store.product(x, plan.boxes, cache) if plan.boxes else {}
+    parts = []
+    for src, start, w in plan.pre_pieces:
+        if src is None:
+            parts.append(x.new_zeros(*batch, w))
+        else:
+            y = ys[src]
+            parts.append(y if (start == 0 and w == y.shape[-1]) else y[..., start:start + w])
+    pre = _cat(parts)
+    if plan.bias is not None:
+        b = model.slot_bias.bias
+        if plan.bias[0] == "slice":
+            _, a, c = plan.bias
+            pre = pre + (b if (a == 0 and c == b.numel()) else b[a:c])
+        else:
+            idx = plan.bias[1]
+            if idx.device != b.device:
+                idx = idx.to(b.device)
+                plan.bias = ("gather", idx)
+            pre = pre + torch.cat([b, b.new_zeros(1)]).index_select(0, idx)
+    if plan.modules:
+        pre = _add_modules(model, plan, x, pre, context)
+    # activations
+    acts = model.acts
+    if len(plan.acts) == 1 and plan.acts[0][3] is not None:
+        a = acts[plan.acts[0][2]]
+        out = pre if type(a) is nn.Identity else a(pre)
+    else:
+        outs = []
+        for a0, a1, i, key, size in plan.acts:
+            seg = pre[..., a0:a1]
+            act = acts[i]
+            if key is not None:
+                outs.append(seg if type(act) is nn.Identity else act(seg))
+            elif size == a1 - a0:
+                outs.append(act(seg))
+            else:  # a padded slot with a non-elementwise activation: only its real entries
+                outs.append(torch.cat([act(seg[..., :size]), seg.new_zeros(*batch, a1 - a0 - size)], dim=-1))
+        out = _cat(outs)
+    if plan.all_updated:
+        return out
+    pieces = [(x if src == "x" else out)[..., a:b] for src, a, b in plan.write]
+    return _cat(pieces)
+
+
+def _add_modules(model, plan: StepPlan, x: Tensor, pre: Tensor, context: dict) -> Tensor:
+    from .core import Sequential2D
+    from .blocks import ContextModule
+
+    off = model.flat_offsets
+    sizes = model.sizes
+    cuts = sorted({c for u0, s, *_ in plan.modules for c in (u0, u0 + s)} | {0, plan.width})
+    widths = [b - a for a, b in zip(cuts, cuts[1:])]
+    parts = list(pre.split(widths, dim=-1))
+    where = {a: k for k, a in enumerate(cuts[:-1])}
+    for u0, s, i, j, kind in plan.modules:
+        xj = x[..., off[j]:off[j] + sizes[j]]
+        if kind == "identity":
+            y = xj
+        else:
+            blk = model.blocks[f"{i}_{j}"]
+            y = blk(xj, **context) if isinstance(blk, (ContextModule, Sequential2D)) else blk(xj)
+        k = where[u0]
+        parts[k] = parts[k] + y
+    return _cat(parts)
