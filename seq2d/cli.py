@@ -78,7 +78,6 @@ def _yes(b: bool) -> str:
 
 def _param_breakdown(core) -> list[tuple[str, int]]:
     """Trainable parameters by owner (tied weights once), summing to core.num_parameters()."""
-    from .blocks import LinearBlock
 
     seen: set[int] = set()
 
@@ -90,16 +89,11 @@ def _param_breakdown(core) -> list[tuple[str, int]]:
                 n += p.numel()
         return n
 
-    linear = 0
-    for _, _, kind, blk in core.positions():
-        if isinstance(blk, LinearBlock) and id(blk.weight) not in seen:
-            seen.add(id(blk.weight))
-            linear += blk.num_trainable()
-    if core.engine is not None and id(core.engine.data) not in seen:
-        seen.add(id(core.engine.data))
-        linear += core.engine.num_trainable()
+    linear = core.store.num_trainable() if core.store is not None else 0
+    if core.store is not None:
+        seen.update(id(p) for p in core.store.parameters())
     module = sum(count(blk.parameters()) for _, _, kind, blk in core.positions() if kind == "module")
-    bias = count(core.biases.parameters())
+    bias = core.slot_bias.num_trainable()
     act = count(core.acts.parameters())
     rows = [("linear blocks (masked/frozen entries excluded)", linear), ("module blocks", module),
             ("slot biases", bias), ("slot activations (LayerNorm)", act)]
@@ -396,6 +390,7 @@ def _cmd_mnist(args) -> int:
         raise ValueError(f"unknown model(s) {bad}. Select from " + ", ".join(repr(m) for m in MODELS))
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else ([0, 1, 2, 3, 4] if args.full else [0])
     base = load_config(proto)
+    _print_threads(base.num_threads)
     out = Path(args.out)
     rows = compare(configs_for(base, models), seeds, out, resume=not args.fresh)
     table = format_table(rows)
@@ -410,6 +405,21 @@ def _cmd_mnist(args) -> int:
     return 0
 
 
+def _print_threads(num_threads) -> None:
+    """One line: the torch thread count the runs of `seq2d mnist` will use."""
+    import torch
+
+    if num_threads != "auto":
+        print(f"torch threads: {num_threads if num_threads is not None else torch.get_num_threads()}")
+        return
+    from .threads import auto_threads, available_cores, cpu_limit
+
+    avail = available_cores()
+    n = auto_threads(available=avail, limit=torch.get_num_threads())
+    print(f"torch threads: auto -> {n} now ({avail:.1f} of {cpu_limit()} cores idle); chosen again at the start of "
+          "each run and recorded in its metrics (num_threads)")
+
+
 def _cmd_train(args) -> int:
     from .train.config import config_from_args
     from .train.trainer import run
@@ -418,16 +428,22 @@ def _cmd_train(args) -> int:
         if args.config and args.config != args.config_file:
             raise ValueError(f"two config files given: {args.config_file!r} and --config {args.config!r}")
         args.config = args.config_file
-    cfg = config_from_args(args)
+    cfg = config_from_args(args, base=_TRAIN_DEFAULTS)
     summary = run(cfg, resume=args.resume, overwrite=args.overwrite)
     print(f"final test accuracy {100 * summary['final_test_acc']:.2f}% (best {100 * summary['best_test_acc']:.2f}% "
           f"at epoch {summary['best_epoch']}), {summary['params']:,} trainable parameters, "
-          f"{summary['time_per_epoch_s']:.2f} s/epoch on {summary['device']}; outputs in {summary['out_dir']}")
+          f"{summary['time_per_epoch_s']:.2f} s/epoch on {summary['device']} ({summary['num_threads']} thread{'s' if summary['num_threads'] != 1 else ''}); "
+          f"outputs in {summary['out_dir']}")
     return 0
+
+
+# The training commands choose torch's thread count from the idle cores unless told otherwise.
+_TRAIN_DEFAULTS = {"num_threads": "auto"}
 
 
 def _add_run_commands(sub) -> None:
     from .sparsity import MODELS
+    from .threads import threads_arg
     from .train.config import add_config_args
 
     p = sub.add_parser(
@@ -452,7 +468,8 @@ def _add_run_commands(sub) -> None:
     p.add_argument("--download", action="store_true", help="download MNIST through torchvision when absent")
     p.add_argument("--iterations", type=int, default=None, help="Sequential2D steps of the randomized models (default 4)")
     p.add_argument("--device", default=None, help="auto (default), cpu or cuda")
-    p.add_argument("--num-threads", dest="num_threads", type=int, default=None, help="torch threads")
+    p.add_argument("--num-threads", dest="num_threads", type=threads_arg, default="auto", metavar="INT|auto",
+                   help="torch threads per run; auto (default): the cores idle at the start of each run (seq2d.threads)")
     p.add_argument("--max-steps", dest="max_steps", type=int, default=None, help="stop each run after this many steps")
     p.add_argument("--out", default="runs/mnist", help="output folder (default runs/mnist)")
     p.add_argument("--fresh", action="store_true", help="retrain runs that already finished in --out")
@@ -465,7 +482,7 @@ def _add_run_commands(sub) -> None:
                        epilog="examples:\n  seq2d train experiments/mnist_sparsity/configs/mlp.toml\n"
                               "  seq2d train run.toml --epochs 3 --resume", formatter_class=_FMT, allow_abbrev=False)
     p.add_argument("config_file", nargs="?", default=None, help="the TOML config (same as --config)")
-    add_config_args(p)
+    add_config_args(p, defaults=_TRAIN_DEFAULTS)
     p.add_argument("--resume", action="store_true", help="continue from out_dir/checkpoint.pt exactly")
     p.add_argument("--overwrite", action="store_true", help="start afresh even if out_dir holds a checkpoint")
     p.set_defaults(fn=_cmd_train)

@@ -38,6 +38,7 @@ import torch  # noqa: E402
 
 from seq2d.envinfo import device_name  # noqa: E402
 from seq2d.sparsity import compare, format_table, summarize  # noqa: E402
+from seq2d.threads import available_cores, auto_threads, threads_arg  # noqa: E402
 from seq2d.train.config import load_config  # noqa: E402
 from seq2d.train.trainer import read_metrics  # noqa: E402
 
@@ -110,7 +111,8 @@ def main(argv=None) -> int:
     ap.add_argument("--data-root", default=None, help="MNIST root (default: $SEQ2D_DATA)")
     ap.add_argument("--download", action="store_true")
     ap.add_argument("--device", default=None, help="auto, cpu or cuda")
-    ap.add_argument("--num-threads", type=int, default=None)
+    ap.add_argument("--num-threads", type=threads_arg, default="auto", metavar="INT|auto",
+                    help="torch threads per run; auto (default): the cores idle at the start of each run")
     ap.add_argument("--sweep-iterations", default=None, help="e.g. 1,2,3,4,5,6: also train random-element with each")
     ap.add_argument("--sweep-epochs", type=int, default=None, help="epochs of the sweep runs (default: --epochs)")
     ap.add_argument("--sweep-seeds", default="0", help="seeds of the sweep runs (default 0)")
@@ -122,7 +124,7 @@ def main(argv=None) -> int:
 
     overrides = {"quiet": True}
     if args.quick:
-        overrides.update(data="subset", epochs=1, num_threads=args.num_threads or 1)
+        overrides.update(data="subset", epochs=1)
         args.seeds = "0"
         if args.sweep_iterations:
             args.sweep_iterations = ",".join(args.sweep_iterations.split(",")[:2])
@@ -141,6 +143,12 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = datetime.datetime.now()
+    if args.num_threads == "auto":
+        avail = available_cores()
+        print(f"torch threads: auto -> {auto_threads(available=avail, limit=torch.get_num_threads())} now "
+              f"({avail:.1f} cores idle); chosen again at the start of each run (num_threads in its metrics)")
+    else:
+        print(f"torch threads: {args.num_threads}")
     rows = compare(configs, seeds, out, resume=not args.fresh)
     table = format_table(rows)
     plot_epochs(rows, out / "accuracy_vs_epoch.png")
@@ -161,6 +169,8 @@ def main(argv=None) -> int:
     dev = rows[0]["device"]
     env = {"date": started.strftime("%Y-%m-%d"), "command": "python " + " ".join(shlex.quote(a) for a in sys.argv),
            "hardware": device_name(dev), "torch": torch.__version__, "seeds": seeds,
+           "num_threads": args.num_threads,
+           "threads": sorted({h["num_threads"] for r in rows for h in read_metrics(r["run_dir"]) if h.get("num_threads")}),
            "protocol": {k: v for k, v in dataclasses.asdict(next(iter(configs.values()))).items()
                         if k in ("data", "epochs", "batch_size", "lr", "optimizer", "sizes", "image_size", "iterations")}}
     (out / "results.md").write_text(table + "\n" + (f"\n{sweep_table}\n" if sweep_table else ""))
@@ -197,7 +207,8 @@ def write_doc(doc: Path, out: Path, env: dict, table: str, sweep_table: str | No
         "block-sparse engine), and run 4 iterations.",
         "",
         f"- command: `{env['command']}`",
-        f"- date: {env['date']}; hardware: {env['hardware']}; torch {env['torch']}",
+        f"- date: {env['date']}; hardware: {env['hardware']}; torch {env['torch']}"
+        + (f"; torch threads used by the runs: {env['threads']} (--num-threads {env['num_threads']})" if env.get("threads") else ""),
         f"- protocol: data={p['data']}, epochs={p['epochs']}, batch {p['batch_size']}, {p['optimizer']} lr {p['lr']}, "
         f"inputs {p['image_size']}x{p['image_size']} normalised (0.1307, 0.3081), no augmentation; seeds {env['seeds']}",
         "- time per epoch is wall-clock on the machine named above; on a shared machine it also measures whatever "

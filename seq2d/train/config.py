@@ -87,7 +87,8 @@ class TrainConfig:
     # ---- system
     device: str = _f("auto", '"auto" (cuda when available), "cpu" or "cuda"')
     dist_backend: str = _f("auto", 'torch.distributed backend under torchrun: "auto" (nccl on cuda, gloo on cpu), "gloo" or "nccl"')
-    num_threads: int | None = _f(None, "torch.set_num_threads for the run (None = leave torch's setting)")
+    num_threads: int | str | None = _f(None, 'torch.set_num_threads for the run: a positive int, "auto" (the cores idle at '
+                                          "the start of the run, see seq2d.threads) or None (leave torch's setting)")
     # ---- output
     name: str = _f("run", "run name; the default out_dir is runs/<name>")
     out_dir: str | None = _f(None, "where config.toml, metrics.jsonl/csv and checkpoint.pt go (None = runs/<name>)")
@@ -130,6 +131,9 @@ RESUME_FREE_FIELDS = (
 
 _HINTS: dict[str, Any] = typing.get_type_hints(TrainConfig)
 
+# Fields whose type is a union of several types: what their messages say is expected.
+_EXPECTED = {"num_threads": "a positive int, 'auto' or None"}
+
 
 def config_fields() -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(TrainConfig))
@@ -144,6 +148,9 @@ def _show(v: Any) -> str:
 
 
 def _type_name(hint) -> str:
+    if _union(hint) is not None:
+        names = [a.__name__ for a in typing.get_args(hint)]
+        return ", ".join(names[:-1]) + " or " + names[-1].replace("NoneType", "None")
     if _optional(hint) is not None:
         return f"{_type_name(_optional(hint))} or None"
     if typing.get_origin(hint) is list:
@@ -160,8 +167,25 @@ def _optional(hint):
     return None
 
 
+def _union(hint) -> tuple | None:
+    """The non-None members of a union of two or more types (``int | str | None``), else None."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and _optional(hint) is None:
+        return tuple(a for a in typing.get_args(hint) if a is not type(None))
+    return None
+
+
 def _check(name: str, hint, value, expected: str | None = None):
     """``value`` checked (and normalised: int -> float, tuple -> list) against ``hint``."""
+    members = _union(hint)
+    if members is not None:
+        if value is None and type(None) in typing.get_args(hint):
+            return None
+        for m in members:
+            try:
+                return _check(name, m, value)
+            except TypeError:
+                pass
+        raise TypeError(f"config field {name!r}: expected {_EXPECTED.get(name, _type_name(hint))}, got {_show(value)}")
     inner = _optional(hint)
     if inner is not None:
         return None if value is None else _check(name, inner, value, _type_name(hint))
@@ -203,8 +227,12 @@ def _check_values(cfg: TrainConfig) -> None:
         if s <= 0:
             raise ValueError(f"config field 'sizes': sizes[{k}] must be positive, got {s}")
     positive = ["tile", "image_size", "batch_size", "log_every", "eval_batch_size"]
+    if isinstance(cfg.num_threads, str) and cfg.num_threads != "auto":
+        raise ValueError(f"config field 'num_threads': expected {_EXPECTED['num_threads']}, got the string {cfg.num_threads!r}")
     for name in positive + ["iterations", "num_threads", "max_steps"]:
         v = getattr(cfg, name)
+        if isinstance(v, str):  # num_threads = "auto"
+            continue
         if v is not None and v <= 0 and not (name == "iterations" and v == 0):
             raise ValueError(f"config field {name!r}: expected a positive int, got {v}")
     if cfg.epochs < 0:
@@ -328,6 +356,16 @@ def parse_value(name: str, text: str):
 
 
 def _parse(name: str, hint, text: str, expected: str | None = None):
+    members = _union(hint)
+    if members is not None:
+        if type(None) in typing.get_args(hint) and text.lower() in _NONE:
+            return None
+        for m in members:
+            try:
+                return _parse(name, m, text)
+            except TypeError:
+                pass
+        raise TypeError(f"config field {name!r}: expected {_EXPECTED.get(name, _type_name(hint))}, got the string {text!r}")
     inner = _optional(hint)
     if inner is not None:
         return None if text.lower() in _NONE else _parse(name, inner, text, _type_name(hint) + " ('none')")
@@ -386,21 +424,24 @@ def save_config(cfg: TrainConfig, path: str | os.PathLike) -> None:
 
 
 # ---------------------------------------------------------------------- argparse
-def add_config_args(parser: argparse.ArgumentParser, *, files: bool = True) -> argparse.ArgumentParser:
+def add_config_args(parser: argparse.ArgumentParser, *, files: bool = True,
+                    defaults: Mapping | None = None) -> argparse.ArgumentParser:
     """Add one flag per field (``--epochs``, ``--batch-size``, ``--download/--no-download``, ...)
     (build the parser with ``allow_abbrev=False`` so that a typo like ``--epoch`` is an error)
     and, with ``files``, ``--config PATH`` and ``--set KEY=VALUE`` (repeatable).
-    Flags default to "not given", so only what the user typed overrides the file."""
+    Flags default to "not given", so only what the user typed overrides the file.
+    ``defaults`` (field -> value) changes the defaults shown in the help; pass the same
+    mapping as ``base`` to :func:`config_from_args`."""
     if files:
         parser.add_argument("--config", metavar="TOML", default=None, help="read the config from this TOML file first")
         parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="set_overrides",
                             help="override one field (repeatable), e.g. --set lr=1e-2")
     group = parser.add_argument_group("config fields (see seq2d.train.TrainConfig)")
-    defaults = TrainConfig()
+    shown_defaults = load_config(defaults)
     for f in dataclasses.fields(TrainConfig):
         hint = _HINTS[f.name]
         flag = "--" + f.name.replace("_", "-")
-        default = getattr(defaults, f.name)
+        default = getattr(shown_defaults, f.name)
         shown = ",".join(map(str, default)) if isinstance(default, list) else default
         help_text = f"{f.metadata['help']} (default: {shown})".replace("%", "%%")
         if hint is bool:
@@ -409,6 +450,8 @@ def add_config_args(parser: argparse.ArgumentParser, *, files: bool = True) -> a
             group.add_argument(flag, dest=f"cfg_{f.name}", nargs="+", metavar="N", default=None, help=help_text)
         else:
             metavar = {"int": "INT", "float": "FLOAT", "str": "STR"}.get(getattr(_optional(hint) or hint, "__name__", ""), "V")
+            if f.name == "num_threads":
+                metavar = "INT|auto"
             group.add_argument(flag, dest=f"cfg_{f.name}", metavar=metavar, default=None, help=help_text)
     return parser
 

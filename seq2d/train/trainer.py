@@ -20,7 +20,8 @@ seeded with ``(seed, "shuffle", e)``, and augmentation draws from a generator se
 ``(seed, "augment", e, rank)``; neither depends on what ran before. Continuing after
 ``k`` completed epochs therefore needs only the model, the optimizer state, the counters
 and the global RNG states, all in the checkpoint, and gives bitwise the weights and the
-metrics of an uninterrupted run (same device, same number of threads). A run stopped by
+metrics of an uninterrupted run (same device, same number of threads: with ``num_threads =
+"auto"`` the count is chosen again at the resume, from the cores idle then). A run stopped by
 ``max_steps`` in the middle of an epoch stores its batch index, the augmentation
 generator and the partial sums, so it resumes exactly too.
 
@@ -78,7 +79,8 @@ __all__ = [
     "read_metrics",
 ]
 
-METRIC_COLUMNS = ("epoch", "step", "train_loss", "train_acc", "test_loss", "test_acc", "epoch_time_s", "lr", "device", "world_size")
+METRIC_COLUMNS = ("epoch", "step", "train_loss", "train_acc", "test_loss", "test_acc", "epoch_time_s", "lr", "device", "world_size",
+                  "num_threads")
 
 
 class NonFiniteLossError(RuntimeError):
@@ -325,17 +327,35 @@ def classification_loss(out: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
     return F.cross_entropy(logits, t, reduction="sum"), (logits.argmax(-1) == t).sum()
 
 
+def _choose_threads(cfg: TrainConfig, dist: DistContext) -> tuple[int, str]:
+    """The torch thread count for the run and how it was chosen (``num_threads``: None keeps
+    torch's, an int is used as is, "auto" samples the idle cores now, see seq2d.threads)."""
+    if cfg.num_threads is None:
+        return torch.get_num_threads(), "torch's setting"
+    if cfg.num_threads != "auto":
+        return int(cfg.num_threads), "num_threads"
+    from ..threads import auto_threads, available_cores, cpu_limit
+
+    share = int(os.environ.get("LOCAL_WORLD_SIZE", dist.world_size)) if dist.distributed else 1
+    avail = available_cores()
+    n = auto_threads(limit=torch.get_num_threads(), share=max(share, 1), available=avail)
+    per = f" shared by {share} processes" if share > 1 else ""
+    return n, f"auto: {avail:.1f} of {cpu_limit()} cores idle{per}, torch default {torch.get_num_threads()}"
+
+
 @contextlib.contextmanager
-def _run_settings(cfg: TrainConfig):
-    """Apply num_threads / deterministic for the run; restore torch's settings after."""
+def _run_settings(cfg: TrainConfig, dist: DistContext | None = None):
+    """Apply num_threads / deterministic for the run (yields the thread count used and how it
+    was chosen); restore torch's settings after."""
     threads = torch.get_num_threads()
     det, det_warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     try:
-        if cfg.num_threads is not None:
-            torch.set_num_threads(cfg.num_threads)
+        n, why = _choose_threads(cfg, dist if dist is not None else DistContext.current(cfg.device))
+        if n != threads:
+            torch.set_num_threads(n)
         if cfg.deterministic:
             torch.use_deterministic_algorithms(True, warn_only=True)
-        yield
+        yield n, why
     finally:
         torch.set_num_threads(threads)
         torch.use_deterministic_algorithms(det, warn_only=det_warn)
@@ -412,6 +432,7 @@ class Trainer:
         self._partial: dict | None = None
         self._aug_state: Tensor | None = None
         self._last_good: Path | None = None
+        self.num_threads: int = torch.get_num_threads()  # set for the run by fit()
 
     # ------------------------------------------------------------------ setup
     def _make_optimizer(self) -> torch.optim.Optimizer:
@@ -464,7 +485,9 @@ class Trainer:
         is missing or does not fit). Without it, an existing checkpoint there raises
         FileExistsError unless ``overwrite=True`` (then it is deleted first)."""
         cfg = self.config
-        with _run_settings(cfg):
+        with _run_settings(cfg, self.dist) as (self.num_threads, why):
+            if self.is_main and not cfg.quiet:
+                print(f"torch threads: {self.num_threads} ({why})", flush=True)
             if resume:
                 self.load()
             else:
@@ -570,6 +593,7 @@ class Trainer:
             "lr": self.optimizer.param_groups[0]["lr"],
             "device": str(self.device),
             "world_size": W,
+            "num_threads": self.num_threads,
         }
         for extra in _call(self.callbacks, "on_epoch_end", self, epoch + 1, row):
             if isinstance(extra, Mapping):
@@ -658,6 +682,7 @@ class Trainer:
             "params": num() if callable(num) else sum(p.numel() for p in self.model.parameters() if p.requires_grad),
             "device": str(self.device),
             "world_size": self.dist.world_size,
+            "num_threads": self.num_threads,
             "out_dir": str(self.out_dir),
             "checkpoint": str(self.checkpoint_path),
             "history": list(h),
