@@ -1,0 +1,121 @@
+"""Smoke tests of benchmarks/model_step.py (issue 9): the JSON it writes, not its timings."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "model_step.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("bench_model_step", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _run(tmp_path, *flags):
+    mod = _load()
+    out = tmp_path / "model_step.json"
+    threads = torch.get_num_threads()
+    assert mod.main(["--quick", "--json", str(out), *flags]) == 0
+    assert torch.get_num_threads() == threads  # restored
+    return mod, json.loads(out.read_text())
+
+
+def _busy_children() -> list[int]:
+    """Our child processes running the contender's busy loop (there must be none after main)."""
+    me, found = os.getpid(), []
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmd = (d / "cmdline").read_bytes()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == me and b"while True" in cmd:
+            found.append(int(d.name))
+    return found
+
+
+def _positive_ms(row):
+    assert row["status"] == "ok", row
+    assert row["median_ms"] > 0 and all(t > 0 for t in row["times_ms"])
+
+
+def test_quick_writes_every_row(tmp_path, capsys):
+    mod, res = _run(tmp_path)
+    env = res["environment"]
+    for key in ("date", "command", "torch", "cpu", "threads", "uptime_start", "loadavg_start", "seeds", "wall_s"):
+        assert key in env, key
+    assert env["torch"] == torch.__version__
+    assert res["modes"] == ["quiet"]
+    grid = res["grid"]
+    assert sorted((r["threads"], r["n"], r["density"]) for r in grid) == [
+        (1, n, d) for n in (4, 16) for d in (0.1, 0.25)]
+    for r in grid:
+        assert r["blocks"] == round(r["density"] * r["n"] ** 2)
+        assert r["S"] * r["n"] == res["config"]["N"] == 256
+        assert 0 < r["tile_density"] <= 1 and r["stored_tiles"] > 0
+        assert r["check_max_abs_err"] < 1e-4
+        quiet = r["modes"]["quiet"]
+        assert set(quiet["rows"]) == set(mod.IMPLS)
+        for name in mod.IMPLS:
+            _positive_ms(quiet["rows"][name])
+        for key in ("default/dense", "default/masked_dense", "tiled/kernel", "tiled/ideal", "kernel/ideal"):
+            assert quiet["ratios"][key] > 0, key
+    nodes = res["autograd_nodes"]
+    assert len(nodes) == 4
+    for r in nodes:
+        for which in ("default", "tiled"):
+            c = r[which]
+            assert c["loss"] >= c["step"] >= c["ops"] > 0
+    for key in ("sequence", "transformer"):
+        rows = res[key]["modes"]["quiet"]["rows"]
+        assert len(rows) == 2 and "seq2d" in rows
+        for row in rows.values():
+            _positive_ms(row)
+        assert res[key]["modes"]["quiet"]["ratio"] > 0
+        assert res[key]["max_abs_err"] < 1e-4
+    assert any(t["target"].startswith("tiled <= 1.2x kernel") for t in res["targets"])
+    text = capsys.readouterr().out
+    assert "autograd nodes per step" in text and "sequence mode" in text and "targets" in text
+
+
+@pytest.mark.slow
+def test_quick_contend_both(tmp_path):
+    _, res = _run(tmp_path, "--contend", "both", "--slots", "4", "--densities", "0.25",
+                  "--sections", "grid", "sequence")
+    assert _busy_children() == []  # the competing process is gone
+    assert res["modes"] == ["quiet", "contended"]
+    (r,) = res["grid"]
+    for m in ("quiet", "contended"):
+        for row in r["modes"][m]["rows"].values():
+            _positive_ms(row)
+    c = r["contention"]
+    for key in ("default", "tiled", "kernel", "dense", "masked_dense", "default/dense", "tiled/dense"):
+        assert c[key] > 0, key
+    assert res["sequence"]["contention"]["seq2d/nn.RNN"] > 0
+    assert "transformer" not in res
+
+
+@pytest.mark.slow
+def test_budget_skips_and_probes(tmp_path, capsys):
+    # a budget no call can meet: the library paths are probed in a child and skipped, the
+    # others are skipped after their first call, and the larger density inherits the skips
+    _, res = _run(tmp_path, "--budget-s", "1e-9", "--probe", "always", "--slots", "16",
+                  "--densities", "0.1", "0.25", "--sections", "grid")
+    first, second = sorted(res["grid"], key=lambda r: r["density"])
+    assert set(first["probes"]) == {"default", "tiled"}
+    assert not any(p["fits"] for p in first["probes"].values())
+    for r in (first, second):
+        for row in r["modes"]["quiet"]["rows"].values():
+            assert row["status"] == "skipped" and row["reason"].startswith(">"), row
+    assert "n=16 d=0.1" in second["modes"]["quiet"]["rows"]["dense"]["note"]
+    assert "skipped (>" in capsys.readouterr().out
