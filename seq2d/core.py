@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from .activations import activation_name, is_identity, make_activation
 from .blocks import ContextModule, Identity, LinearBlock, LinearLike  # noqa: F401 (ContextModule: re-exported)
 from .engines import STORES, DenseStore, TiledStore, choose_store
-from .flat import SlotBias, build_plan, run_plan
+from .flat import Segments, SlotBias, build_plan, run_plan
 
 __all__ = ["Sequential2D", "block_kind", "core_of"]
 
@@ -648,18 +648,27 @@ class Sequential2D(nn.Module):
         flat = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
         return flat, frozenset(i for i, x in enumerate(state) if x is not None)
 
-    def from_flat(self, flat: Tensor, present=None, keep: State | None = None, touched=None) -> State:
-        """The flat state as a list of slot views (one ``split``); slots not in ``present`` are
-        None, slots not in ``touched`` are returned as the tensors of ``keep``."""
+    def from_flat(self, flat, present=None, keep: State | None = None, touched=None) -> State:
+        """The flat state (a tensor or :class:`seq2d.flat.Segments`) as a list of slot views (one
+        ``split`` per piece); slots not in ``present`` are None, slots not in ``touched`` are
+        returned as the tensors of ``keep``."""
+        seg = flat if isinstance(flat, Segments) else Segments(flat)
         off = self.flat_offsets
-        widths, index = [], []
-        for i in range(self.n):
-            index.append(len(widths))
-            widths.append(self.sizes[i])
-            pad = off[i + 1] - off[i] - self.sizes[i]
-            if pad:
-                widths.append(pad)
-        parts = flat.split(widths, dim=-1) if len(widths) > 1 else (flat,)
+        if any(a not in off for a, _, _ in seg.parts):  # a piece starts inside a slot (tile padding)
+            seg.tensor()
+        views: dict[int, Tensor] = {}
+        for a, b, t in seg.parts:
+            slots = [i for i in range(self.n) if a <= off[i] < b]
+            widths, index = [], []
+            for i in slots:
+                index.append(len(widths))
+                widths.append(self.sizes[i])
+                pad = off[i + 1] - off[i] - self.sizes[i]
+                if pad:
+                    widths.append(pad)
+            parts = t.split(widths, dim=-1) if len(widths) > 1 else (t,)
+            for i, k in zip(slots, index):
+                views[i] = parts[k]
         out: State = []
         for i in range(self.n):
             if present is not None and i not in present:
@@ -667,7 +676,7 @@ class Sequential2D(nn.Module):
             elif keep is not None and touched is not None and i not in touched:
                 out.append(keep[i])
             else:
-                out.append(parts[index[i]])
+                out.append(views[i])
         return out
 
     def _plan(self, upd: tuple[int, ...], present: frozenset):
@@ -685,16 +694,18 @@ class Sequential2D(nn.Module):
             v = self.__dict__["_reads_present_v"] = any(k in ("module", "identity") for _, _, k, _ in self.positions())
         return v
 
-    def _advance(self, x: Tensor, present: frozenset, upd: tuple[int, ...], context, cache) -> tuple[Tensor, frozenset]:
-        """One Jacobi update of the slots ``upd`` on the flat state."""
+    def _advance(self, x: Segments, present: frozenset, upd: tuple[int, ...], context, cache) -> frozenset:
+        """One Jacobi update of the slots ``upd`` on the flat state ``x`` (in place); returns
+        the present slots after it."""
         if not upd:
-            return x, present
-        x = run_plan(self, self._plan(upd, present), x, context, cache)
-        return x, (present if present.issuperset(upd) else present | frozenset(upd))
+            return present
+        run_plan(self, self._plan(upd, present), x, context, cache)
+        return present if present.issuperset(upd) else present | frozenset(upd)
 
-    def _iterate(self, x: Tensor, present: frozenset, steps: int, hold, context) -> tuple[Tensor, frozenset, frozenset]:
+    def _iterate(self, x: Tensor, present: frozenset, steps: int, hold, context) -> tuple[Segments, frozenset, frozenset]:
         """``steps`` updates on the flat state (the plan when it applies). Returns the new
         state, the present slots and the slots that were updated."""
+        x = Segments(x)
         if steps == 0:
             return x, present, frozenset()
         cache: dict = {}  # weights formed once for all the steps of this call
@@ -703,14 +714,14 @@ class Sequential2D(nn.Module):
             # point, which is evaluating each slot once, level by level (proof in
             # docs/graphs.md; tested against plain iteration in tests/test_plan.py).
             for level in self._level_rows:
-                x, present = self._advance(x, present, level, context, cache)
+                present = self._advance(x, present, level, context, cache)
             return x, present, self._all_rows
         upd = self._all_rows_t
         if hold is not None:
             held = set(self._check_slot_list("hold", hold, self.n))
             upd = tuple(i for i in upd if i not in held)
         for _ in range(steps):
-            x, present = self._advance(x, present, upd, context, cache)
+            present = self._advance(x, present, upd, context, cache)
         return x, present, frozenset(upd)
 
     @property
@@ -744,12 +755,13 @@ class Sequential2D(nn.Module):
         ``from_flat(x)``, without the list conversion at either end."""
         x = self._check_flat(x)
         steps = self._resolve_steps(steps)
-        return self._iterate(x, frozenset(range(self.n)), steps, hold, context)[0]
+        return self._iterate(x, frozenset(range(self.n)), steps, hold, context)[0].tensor()
 
     def step_flat(self, x: Tensor, **context) -> Tensor:
         """One Jacobi update of every non-held slot on a flat state (see :meth:`forward_flat`)."""
-        x = self._check_flat(x)
-        return self._advance(x, frozenset(range(self.n)), self._all_rows_t, context, None)[0]
+        seg = Segments(self._check_flat(x))
+        self._advance(seg, frozenset(range(self.n)), self._all_rows_t, context, None)
+        return seg.tensor()
 
     def to_blocksparse(self, tile: int = 64, backend: str = "auto") -> "Sequential2D":
         """Move every linear block into one block-sparse engine (in place; returns self).
@@ -780,8 +792,9 @@ class Sequential2D(nn.Module):
         """One Jacobi update of every non-held slot."""
         state = self.check_state(state)
         x, present = self.to_flat(state)
-        x, present = self._advance(x, present, self._all_rows_t, context, None)
-        return self.from_flat(x, present, state, self._all_rows)
+        seg = Segments(x)
+        present = self._advance(seg, present, self._all_rows_t, context, None)
+        return self.from_flat(seg, present, state, self._all_rows)
 
     def forward(self, state, steps: int | None = None, *, hold=None, **context):
         """Run ``steps`` Jacobi updates (see the class docstring). ``hold``: optional slots
@@ -814,15 +827,16 @@ class Sequential2D(nn.Module):
         outs = [state[i] if state[i] is not None else like.new_zeros((*like.shape[:-1], self.sizes[i])) for i in self.outputs]
         return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
 
-    def _read_outputs(self, x: Tensor, present: frozenset) -> Tensor:
+    def _read_outputs(self, x: Segments, present: frozenset) -> Tensor:
         """The output slots of a flat state, concatenated (zeros for absent ones)."""
         off = self.flat_offsets
         outs = []
         for o in self.outputs:
             if o in present:
-                outs.append(x[..., off[o]:off[o] + self.sizes[o]])
+                outs.append(x.read(off[o], off[o] + self.sizes[o]))
             else:
-                outs.append(x.new_zeros(*x.shape[:-1], self.sizes[o]))
+                like = x.parts[0][2]
+                outs.append(like.new_zeros(*like.shape[:-1], self.sizes[o]))
         return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
 
     def _forward_tensor(self, x: Tensor, steps, context, hold=None) -> Tensor:
@@ -895,7 +909,8 @@ class Sequential2D(nn.Module):
         state = self.check_state(state)
         d = self.delays() if pipeline else (0,) * self.n
         D = max((d[i] for i in self._rows), default=0)
-        x, present = self.to_flat(state)
+        x0, present = self.to_flat(state)
+        x = Segments(x0)
         off = self.flat_offsets
         in_runs = self._input_runs()
         outs_by_delay: dict[int, list[int]] = {}
@@ -907,16 +922,17 @@ class Sequential2D(nn.Module):
         rows = self._all_rows_t
         for s in range(T + D):
             if s < T and s > 0:
-                x = self._write_inputs(x, xs[s], in_runs)
+                xin = xs[s]
+                x.write([(a, b, xin if (ca == 0 and cb == xin.shape[-1]) else xin[..., ca:cb]) for a, b, ca, cb in in_runs])
             key = (min(s, D), max(s - T + 1, 0))
             upd = upd_cache.get(key)
             if upd is None:
                 upd = upd_cache[key] = tuple(i for i in rows if key[1] <= d[i] <= key[0])
-            x, present = self._advance(x, present, upd, context, cache)
+            present = self._advance(x, present, upd, context, cache)
             for k, o in enumerate(self.outputs):
                 if d[o] <= s < T + d[o]:
-                    ys[s - d[o]][k] = x[..., off[o]:off[o] + self.sizes[o]] if o in present else \
-                        x.new_zeros(*x.shape[:-1], self.sizes[o])
+                    ys[s - d[o]][k] = x.read(off[o], off[o] + self.sizes[o]) if o in present else \
+                        x0.new_zeros(*x0.shape[:-1], self.sizes[o])
         rows_out = [r[0] if len(r) == 1 else torch.cat(r, dim=-1) for r in ys]
         return torch.stack(rows_out, dim=0), self.from_flat(x, present)
 
@@ -938,16 +954,3 @@ class Sequential2D(nn.Module):
                 runs.append([a, a + s, c, c + s])
             c += s
         return [tuple(r) for r in sorted(runs)]
-
-    def _write_inputs(self, x: Tensor, xin: Tensor, runs) -> Tensor:
-        """The flat state with the input slots replaced by ``xin`` (one ``cat``)."""
-        parts: list[Tensor] = []
-        pos = 0
-        for a, b, ca, cb in runs:
-            if a > pos:
-                parts.append(x[..., pos:a])
-            parts.append(xin if (ca == 0 and cb == xin.shape[-1]) else xin[..., ca:cb])
-            pos = b
-        if pos < x.shape[-1]:
-            parts.append(x[..., pos:])
-        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)

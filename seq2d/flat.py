@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-__all__ = ["SlotBias", "StepPlan", "build_plan", "run_plan", "elementwise_key"]
+__all__ = ["SlotBias", "Segments", "StepPlan", "build_plan", "run_plan", "elementwise_key"]
 
 _ELEMENTWISE = (nn.Identity, nn.ReLU, nn.Tanh, nn.Sigmoid, nn.GELU, nn.SiLU, nn.LeakyReLU, nn.ELU, nn.Softplus)
 
@@ -92,6 +92,55 @@ class SlotBias(nn.Module):
         return f"slots={sorted(self.pos)}, size={0 if self.bias is None else self.bias.numel()}"
 
 
+class Segments:
+    """The flat state as consecutive pieces ``[(start, end, tensor)]`` covering ``[0, N)``.
+
+    A step writes its updated rows as new pieces instead of copying the whole buffer, and
+    a read of a range that one piece covers is that piece (or a view of it): an MLP run
+    level by level reads each layer's input without a copy, as ``nn.Sequential`` does.
+    ``tensor()`` joins the pieces with one ``cat``."""
+
+    __slots__ = ("parts", "N")
+
+    def __init__(self, x: Tensor):
+        self.N = x.shape[-1]
+        self.parts: list[tuple[int, int, Tensor]] = [(0, self.N, x)]
+
+    def read(self, a: int, b: int) -> Tensor:
+        pieces = []
+        for s, e, t in self.parts:
+            if e <= a or s >= b:
+                continue
+            lo, hi = max(a, s), min(b, e)
+            pieces.append(t if (lo == s and hi == e) else t[..., lo - s:hi - s])
+        return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=-1)
+
+    def tensor(self) -> Tensor:
+        if len(self.parts) > 1:
+            self.parts = [(0, self.N, self.read(0, self.N))]
+        return self.parts[0][2]
+
+    def write(self, pieces: list[tuple[int, int, Tensor]]) -> None:
+        """Replace the ranges of ``pieces`` (sorted, disjoint) by their tensors."""
+        out: list[tuple[int, int, Tensor]] = []
+        k = 0
+        for s, e, t in self.parts:
+            pos = s
+            while k < len(pieces) and pieces[k][0] < e:
+                a, b, new = pieces[k]
+                if a > pos:
+                    out.append((pos, a, t[..., pos - s:a - s]))
+                if a >= pos:
+                    out.append((a, b, new))
+                pos = max(pos, b)
+                if b > e:
+                    break
+                k += 1
+            if pos < e:
+                out.append((pos, e, t if pos == s else t[..., pos - s:]))
+        self.parts = out
+
+
 class StepPlan:
     """The precomputed work of one step (see the module docstring)."""
 
@@ -105,6 +154,7 @@ class StepPlan:
         self.acts: list[tuple] = []            # (u_start, u_end, slot, elementwise, size)
         self.write: list[tuple] = []           # ("x", a, b) | ("u", a, b) in flat order
         self.all_updated = False
+        self.fuse_bias = False                 # the bias is added inside the box's GEMM
 
 
 def build_plan(model, upd: Sequence[int], present: frozenset) -> StepPlan:
@@ -123,6 +173,7 @@ def build_plan(model, upd: Sequence[int], present: frozenset) -> StepPlan:
         u_off[i] = u
         u += width[i]
     plan.width = u
+    plan.u_to_flat = {u_off[i]: off[i] for i in plan.upd}
     # 1. linear products: which boxes, and where each row's sum sits in them
     lin = [i for i in plan.upd if store is not None and i in store.rows]
     plan.boxes = store.boxes_for(lin) if lin else []
@@ -182,6 +233,11 @@ def build_plan(model, upd: Sequence[int], present: frozenset) -> StepPlan:
             write.append([src, a, a + width[i]])
     plan.write = [tuple(w) for w in write]
     plan.all_updated = len(plan.write) == 1 and plan.write[0][0] == "u"
+    # one dense box giving exactly the updated rows: the bias goes into the GEMM
+    plan.fuse_bias = (store is not None and store.kind == "dense" and len(plan.boxes) == 1
+                      and len(plan.pre_pieces) == 1 and plan.pre_pieces[0][:2] == (plan.boxes[0], 0)
+                      and plan.pre_pieces[0][2] == store.boxes[plan.boxes[0]].shape[0]
+                      and (plan.bias is None or plan.bias[0] == "slice") and not plan.modules)
     return plan
 
 
@@ -189,26 +245,34 @@ def _cat(parts: list[Tensor]) -> Tensor:
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
 
 
-def run_plan(model, plan: StepPlan, x: Tensor, context: dict, cache: dict | None) -> Tensor:
-    """One step on the flat state ``x`` (``(*batch, N)``): returns the new flat state."""
-    batch = x.shape[:-1]
+def run_plan(model, plan: StepPlan, x: Segments, context: dict, cache: dict | None) -> None:
+    """One step on the flat state ``x`` (updated in place: the new rows become its pieces)."""
     store = model.store
-    ys = store.product(x, plan.boxes, cache) if plan.boxes else {}
+    bias = plan.bias
+    fused = None
+    if plan.fuse_bias and bias is not None:
+        b = model.slot_bias.bias
+        _, a, c = bias
+        fused = b if (a == 0 and c == b.numel()) else b[a:c]
+        bias = None
+    ys = store.product(x, plan.boxes, cache, fused) if plan.boxes else {}
     parts = []
+    like = None
     for src, start, w in plan.pre_pieces:
         if src is None:
-            parts.append(x.new_zeros(*batch, w))
+            like = like if like is not None else x.parts[0][2]
+            parts.append(like.new_zeros(*like.shape[:-1], w))
         else:
             y = ys[src]
             parts.append(y if (start == 0 and w == y.shape[-1]) else y[..., start:start + w])
     pre = _cat(parts)
-    if plan.bias is not None:
+    if bias is not None:
         b = model.slot_bias.bias
-        if plan.bias[0] == "slice":
-            _, a, c = plan.bias
+        if bias[0] == "slice":
+            _, a, c = bias
             pre = pre + (b if (a == 0 and c == b.numel()) else b[a:c])
         else:
-            idx = plan.bias[1]
+            idx = bias[1]
             if idx.device != b.device:
                 idx = idx.to(b.device)
                 plan.bias = ("gather", idx)
@@ -221,6 +285,7 @@ def run_plan(model, plan: StepPlan, x: Tensor, context: dict, cache: dict | None
         a = acts[plan.acts[0][2]]
         out = pre if type(a) is nn.Identity else a(pre)
     else:
+        batch = pre.shape[:-1]
         outs = []
         for a0, a1, i, key, size in plan.acts:
             seg = pre[..., a0:a1]
@@ -233,9 +298,14 @@ def run_plan(model, plan: StepPlan, x: Tensor, context: dict, cache: dict | None
                 outs.append(torch.cat([act(seg[..., :size]), seg.new_zeros(*batch, a1 - a0 - size)], dim=-1))
         out = _cat(outs)
     if plan.all_updated:
-        return out
-    pieces = [(x if src == "x" else out)[..., a:b] for src, a, b in plan.write]
-    return _cat(pieces)
+        x.parts = [(0, x.N, out)]
+        return
+    new = []
+    for src, a, b in plan.write:
+        if src == "u":
+            # flat position of this run: the first updated slot starting at U offset a
+            new.append((plan.u_to_flat[a], plan.u_to_flat[a] + (b - a), out if (a == 0 and b == out.shape[-1]) else out[..., a:b]))
+    x.write(new)
 
 
 def _add_modules(model, plan: StepPlan, x: Tensor, pre: Tensor, context: dict) -> Tensor:
@@ -249,7 +319,7 @@ def _add_modules(model, plan: StepPlan, x: Tensor, pre: Tensor, context: dict) -
     parts = list(pre.split(widths, dim=-1))
     where = {a: k for k, a in enumerate(cuts[:-1])}
     for u0, s, i, j, kind in plan.modules:
-        xj = x[..., off[j]:off[j] + sizes[j]]
+        xj = x.read(off[j], off[j] + sizes[j])
         if kind == "identity":
             y = xj
         else:

@@ -267,26 +267,29 @@ class DenseStore(Engine):
             cache["dense"] = effs
         return effs
 
-    def product(self, x: Tensor, boxes: Sequence[int], cache: dict | None = None) -> dict[int, Tensor]:
-        """``{box: x_cols @ W_box.T}`` (``(*batch, R_box)``) for the given boxes."""
+    def product(self, x, boxes: Sequence[int], cache: dict | None = None, bias: Tensor | None = None) -> dict[int, Tensor]:
+        """``{box: x_cols @ W_box.T}`` (``(*batch, R_box)``) for the given boxes; ``x`` is a
+        :class:`seq2d.flat.Segments` view of the flat state. ``bias`` (one box only) is fused
+        into the GEMM."""
         out = {}
         if self.mode == "loop":
             for b in boxes:
                 out[b] = self._loop_box(x, b)
+            if bias is not None:
+                out[boxes[0]] = out[boxes[0]] + bias
             return out
         effs = self.effective(cache)
-        N = x.shape[-1]
         for b in boxes:
             box = self.boxes[b]
             if box.col_slice is not None:
-                a, c = box.col_slice
-                xc = x if (a == 0 and c == N) else x[..., a:c]
+                xc = x.read(*box.col_slice)
             else:
+                full = x.read(0, self.offsets[-1])
                 idx = box.col_index
-                if idx.device != x.device:
-                    idx = box.col_index = idx.to(x.device)
-                xc = x.index_select(-1, idx)
-            out[b] = F.linear(xc, effs[b])
+                if idx.device != full.device:
+                    idx = box.col_index = idx.to(full.device)
+                xc = full.index_select(-1, idx)
+            out[b] = F.linear(xc, effs[b], bias)
         return out
 
     def _loop_box(self, x: Tensor, b: int) -> Tensor:
@@ -299,7 +302,7 @@ class DenseStore(Engine):
             for (pi, j) in self.entries:
                 if pi != i:
                     continue
-                y = F.linear(x[..., off[j]:off[j] + self.sizes[j]], self.position_weight(i, j))
+                y = F.linear(x.read(off[j], off[j] + self.sizes[j]), self.position_weight(i, j))
                 acc = y if acc is None else acc + y
             rows.append(acc)
         return rows[0] if len(rows) == 1 else torch.cat(rows, dim=-1)

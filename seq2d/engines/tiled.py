@@ -83,8 +83,11 @@ class TiledStore(Engine):
             self._sub[key] = (sub, idx)
         return sub.to(dev), idx
 
-    def product(self, x: Tensor, boxes, cache: dict | None = None) -> dict:
-        """``{box: x @ W_box.T}`` over the whole padded flat space (rows outside the box are 0)."""
+    def product(self, x, boxes, cache: dict | None = None, bias: Tensor | None = None) -> dict:
+        """``{box: x @ W_box.T}`` over the whole padded flat space (rows outside the box are 0);
+        ``x`` is a :class:`seq2d.flat.Segments` view of the flat state."""
+        assert bias is None, "the tiled store adds biases after the product"
+        x = x.read(0, self.offsets[-1])
         out = {}
         if cache is not None and "tiles" in cache:
             wp = cache["tiles"]
