@@ -629,10 +629,15 @@ class Sequential2D(nn.Module):
     def to_flat(self, state: State) -> tuple[Tensor, frozenset]:
         """``(flat, present)``: the state list as one ``(*batch, flat_size)`` tensor (``None``
         slots and tile padding as zeros; one ``cat``) and the set of non-None slots."""
+        seg, present = self._segments(state)
+        return seg.tensor(), present
+
+    def _segments(self, state: State) -> tuple[Segments, frozenset]:
+        """The state list as flat-state pieces (no copy: a slot read back is its own tensor)."""
         like = self._batch_like(state)
         batch = like.shape[:-1]
         off = self.flat_offsets
-        parts: list[Tensor] = []
+        pieces: list[tuple[int, int, Tensor]] = []
         gap = 0
         for i, x in enumerate(state):
             w = off[i + 1] - off[i]
@@ -640,13 +645,12 @@ class Sequential2D(nn.Module):
                 gap += w
                 continue
             if gap:
-                parts.append(like.new_zeros(*batch, gap))
-            parts.append(x)
+                pieces.append((off[i] - gap, off[i], like.new_zeros(*batch, gap)))
+            pieces.append((off[i], off[i] + self.sizes[i], x))
             gap = w - self.sizes[i]
         if gap:
-            parts.append(like.new_zeros(*batch, gap))
-        flat = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
-        return flat, frozenset(i for i, x in enumerate(state) if x is not None)
+            pieces.append((off[-1] - gap, off[-1], like.new_zeros(*batch, gap)))
+        return Segments.of(pieces, off[-1]), frozenset(i for i, x in enumerate(state) if x is not None)
 
     def from_flat(self, flat, present=None, keep: State | None = None, touched=None) -> State:
         """The flat state (a tensor or :class:`seq2d.flat.Segments`) as a list of slot views (one
@@ -702,10 +706,10 @@ class Sequential2D(nn.Module):
         run_plan(self, self._plan(upd, present), x, context, cache)
         return present if present.issuperset(upd) else present | frozenset(upd)
 
-    def _iterate(self, x: Tensor, present: frozenset, steps: int, hold, context) -> tuple[Segments, frozenset, frozenset]:
-        """``steps`` updates on the flat state (the plan when it applies). Returns the new
-        state, the present slots and the slots that were updated."""
-        x = Segments(x)
+    def _iterate(self, x, present: frozenset, steps: int, hold, context) -> tuple[Segments, frozenset, frozenset]:
+        """``steps`` updates on the flat state (a tensor or Segments; the plan when it applies).
+        Returns the new state, the present slots and the slots that were updated."""
+        x = x if isinstance(x, Segments) else Segments(x)
         if steps == 0:
             return x, present, frozenset()
         cache: dict = {}  # weights formed once for all the steps of this call
@@ -791,8 +795,7 @@ class Sequential2D(nn.Module):
     def step(self, state, **context) -> State:
         """One Jacobi update of every non-held slot."""
         state = self.check_state(state)
-        x, present = self.to_flat(state)
-        seg = Segments(x)
+        seg, present = self._segments(state)
         present = self._advance(seg, present, self._all_rows_t, context, None)
         return self.from_flat(seg, present, state, self._all_rows)
 
@@ -805,7 +808,7 @@ class Sequential2D(nn.Module):
         steps = self._resolve_steps(steps)
         if steps == 0:
             return list(state)
-        x, present = self.to_flat(state)
+        x, present = self._segments(state)
         x, present, touched = self._iterate(x, present, steps, hold, context)
         return self.from_flat(x, present, state, touched)
 
@@ -843,7 +846,7 @@ class Sequential2D(nn.Module):
         state = self.split_inputs(x)
         self.check_state(state)
         steps = self._resolve_steps(steps)
-        flat, present = self.to_flat(state)
+        flat, present = self._segments(state)
         flat, present, _ = self._iterate(flat, present, steps, hold, context)
         return self._read_outputs(flat, present)
 
@@ -909,8 +912,8 @@ class Sequential2D(nn.Module):
         state = self.check_state(state)
         d = self.delays() if pipeline else (0,) * self.n
         D = max((d[i] for i in self._rows), default=0)
-        x0, present = self.to_flat(state)
-        x = Segments(x0)
+        x, present = self._segments(state)
+        x0 = x.parts[0][2]
         off = self.flat_offsets
         in_runs = self._input_runs()
         outs_by_delay: dict[int, list[int]] = {}

@@ -106,6 +106,14 @@ class Segments:
         self.N = x.shape[-1]
         self.parts: list[tuple[int, int, Tensor]] = [(0, self.N, x)]
 
+    @classmethod
+    def of(cls, pieces: list[tuple[int, int, Tensor]], N: int) -> "Segments":
+        """Pieces ``(start, end, tensor)`` already covering ``[0, N)`` in order."""
+        seg = cls.__new__(cls)
+        seg.N = N
+        seg.parts = list(pieces)
+        return seg
+
     def read(self, a: int, b: int) -> Tensor:
         pieces = []
         for s, e, t in self.parts:
