@@ -201,6 +201,17 @@ class DenseStore(Engine):
             if m is not None:
                 W.mul_(m)
 
+    def _float_mask(self, k: int, m: Tensor, W: Tensor) -> Tensor:
+        """The bool mask in W's dtype, cached and rebuilt when the mask changes (its version
+        counter moves on every in-place edit; ``set_region`` replaces the tensor). Multiplying
+        by a float mask is one memory pass; a bool one is converted in both passes."""
+        cache = self.__dict__.setdefault("_mask_cache", {})
+        key = (id(m), m._version, W.dtype, W.device)
+        hit = cache.get(k)
+        if hit is None or hit[0] != key:
+            hit = cache[k] = (key, m.to(W.dtype))
+        return hit[1]
+
     def region_requires_grad(self, key) -> bool:
         return self.weight[self._pidx[key[0]]].requires_grad
 
@@ -211,6 +222,7 @@ class DenseStore(Engine):
         b = self._pidx[b]
         sl = (slice(r0, r0 + h), slice(c0, c0 + w))
         W = self.weight[b]
+        self.__dict__.pop("_mask_cache", None)
         m = self._buf("mask", b)
         if mask is not None or m is not None:
             if m is None:
@@ -246,7 +258,7 @@ class DenseStore(Engine):
         own = []
         for k, W in enumerate(self.weight):
             m, f = self._buf("mask", k), self._buf("frozen", k)
-            e = W if m is None else W * m
+            e = W if m is None else W * self._float_mask(k, m, W)
             if f is not None:
                 e = e + f
             own.append(e)
