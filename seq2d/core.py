@@ -921,11 +921,18 @@ class Sequential2D(nn.Module):
             outs_by_delay.setdefault(d[o], []).append(k)
         ys: list[list[Tensor | None]] = [[None] * len(self.outputs) for _ in range(T)]
         cache: dict = {}
+        xs = xs.to(dtype=x0.dtype) if xs.dtype != x0.dtype else xs
         upd_cache: dict = {}
         rows = self._all_rows_t
+        # products with the input slots do not depend on the state: one GEMM for all T steps
+        hoisted = isinstance(self.store, DenseStore) and not self._reads_inputs_elsewhere() and \
+            self.store.hoist_inputs(xs, self.inputs, cache)
+        xs_t = xs.unbind(0)  # one node for all T steps (xs[s] would zero-fill xs's gradient every step)
         for s in range(T + D):
+            if hoisted:
+                cache["t"] = min(s, T - 1)  # after the last input the input slots keep xs[T-1]
             if s < T and s > 0:
-                xin = xs[s]
+                xin = xs_t[s]
                 x.write([(a, b, xin if (ca == 0 and cb == xin.shape[-1]) else xin[..., ca:cb]) for a, b, ca, cb in in_runs])
             key = (min(s, D), max(s - T + 1, 0))
             upd = upd_cache.get(key)
@@ -938,6 +945,11 @@ class Sequential2D(nn.Module):
                         x0.new_zeros(*x0.shape[:-1], self.sizes[o])
         rows_out = [r[0] if len(r) == 1 else torch.cat(r, dim=-1) for r in ys]
         return torch.stack(rows_out, dim=0), self.from_flat(x, present)
+
+    def _reads_inputs_elsewhere(self) -> bool:
+        """True when an input slot also has linear blocks in its own row (then it is not held and
+        its value is not xs[t]); hoisting input products is then not valid."""
+        return any(i in self._rows for i in self.inputs)
 
     def _split_in(self, x: Tensor) -> tuple[Tensor, ...]:
         return x.split([self.sizes[i] for i in self.inputs], dim=-1) if len(self.inputs) > 1 else (x,)

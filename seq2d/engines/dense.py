@@ -291,8 +291,17 @@ class DenseStore(Engine):
                 out[boxes[0]] = out[boxes[0]] + bias
             return out
         effs = self.effective(cache)
+        hoisted = cache.get("hoist") if cache is not None else None
         for b in boxes:
             box = self.boxes[b]
+            if hoisted is not None and b in hoisted:
+                (a, c), w_rest, y_in = hoisted[b]
+                y = y_in[cache["t"]]
+                xr = x.read(a, c)
+                if bias is not None:
+                    y = y + bias
+                out[b] = torch.addmm(y, xr, w_rest.t()) if xr.dim() == 2 else y + F.linear(xr, w_rest)
+                continue
             if box.col_slice is not None:
                 xc = x.read(*box.col_slice)
             else:
@@ -303,6 +312,48 @@ class DenseStore(Engine):
                 xc = full.index_select(-1, idx)
             out[b] = F.linear(xc, effs[b], bias)
         return out
+
+    def hoist_inputs(self, xs: Tensor, inputs: Sequence[int], cache: dict) -> bool:
+        """Sequence mode: precompute every box's product with the input slots for all time
+        steps at once (``xs``: ``(T, *batch, in_features)``, input slots in ``inputs`` order) so
+        that a step multiplies only the columns that depend on the state. Stored in ``cache``
+        (``cache["t"]`` then says which time step's input the state holds). Returns False (and
+        stores nothing) when the remaining columns are not one run of the flat state."""
+        if self.mode != "dense":
+            return False
+        effs = self.effective(cache)
+        in_set = set(inputs)
+        plans = {}
+        for b, box in enumerate(self.boxes):
+            if not in_set & set(box.cols):
+                continue
+            rest = [j for j in box.cols if j not in in_set]
+            if not rest:
+                return False
+            runs = []
+            for j in rest:
+                a = self.offsets[j]
+                if runs and runs[-1][1] == a:
+                    runs[-1][1] = a + self.sizes[j]
+                else:
+                    runs.append([a, a + self.sizes[j]])
+            if len(runs) != 1:
+                return False
+            C = box.shape[1]
+            # the input columns in the order of xs (zero columns for inputs this box does not read)
+            idx = []
+            for i in inputs:
+                idx += list(range(box.coff[i], box.coff[i] + self.sizes[i])) if i in box.coff else [C] * self.sizes[i]
+            rest_idx = [k for j in rest for k in range(box.coff[j], box.coff[j] + self.sizes[j])]
+            e = effs[b]
+            dev = e.device
+            e_pad = torch.cat([e, e.new_zeros(e.shape[0], 1)], dim=1)
+            w_in = e_pad.index_select(1, torch.tensor(idx, device=dev))
+            w_rest = e.index_select(1, torch.tensor(rest_idx, device=dev))
+            plans[b] = (tuple(runs[0]), w_rest, F.linear(xs, w_in).unbind(0))  # one node, not T selects
+        cache["hoist"] = plans
+        cache["t"] = 0
+        return True
 
     def _loop_box(self, x: Tensor, b: int) -> Tensor:
         """The reference: one ``F.linear`` per position, rows concatenated."""
