@@ -205,6 +205,8 @@ class DenseStore(Engine):
         """The bool mask in W's dtype, cached and rebuilt when the mask changes (its version
         counter moves on every in-place edit; ``set_region`` replaces the tensor). Multiplying
         by a float mask is one memory pass; a bool one is converted in both passes."""
+        if torch.compiler.is_compiling():  # inside a compiled graph the conversion is fused
+            return m.to(W.dtype)
         cache = self.__dict__.setdefault("_mask_cache", {})
         key = (id(m), m._version, W.dtype, W.device)
         hit = cache.get(k)

@@ -1,0 +1,211 @@
+"""The parameter store and the flat state (issue 9): handles into the store, no stale
+caches, constant autograd work per step, the flat API, state_dict migration, compile."""
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import seq2d
+from seq2d import LinearBlock, Sequential2D
+from seq2d.reference import reference_forward
+
+D = torch.float64
+
+
+def _random_mask_model(n: int, size: int, density: float = 0.3, seed: int = 0, **kw) -> Sequential2D:
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.rand(n, n, generator=g) < density
+    mask[0] = False  # slot 0 is the held input
+    mask[1:, 0] = True  # every row reads the input (no row left empty)
+    mask[1:, 1:] |= torch.eye(n - 1, dtype=torch.bool)  # self-loops: cyclic, iterated as a whole
+    return seq2d.from_mask([size] * n, mask, activations="tanh", bias=True, seed=seed, steps=2, dtype=D, **kw)
+
+
+def _graph_nodes(outputs) -> int:
+    """Unique autograd nodes reachable from the outputs (leaves included)."""
+    seen, stack = set(), [t.grad_fn for t in outputs if t is not None and t.grad_fn is not None]
+    while stack:
+        f = stack.pop()
+        if f is None or f in seen:
+            continue
+        seen.add(f)
+        stack.extend(nf for nf, _ in f.next_functions)
+    return len(seen)
+
+
+# ---------------------------------------------------------------------------- cost follows the store
+@pytest.mark.parametrize("call", ["step", "forward", "flat"])
+def test_autograd_nodes_per_step_do_not_grow_with_slots_or_blocks(call):
+    counts = {}
+    for n in (4, 64, 256):
+        m = _random_mask_model(n, 4)
+        state = [torch.randn(3, 4, dtype=D) for _ in range(n)]
+        if call == "step":
+            outs = m.step(state)
+        elif call == "forward":
+            outs = m(state, steps=1)
+        else:
+            outs = [m.step_flat(torch.randn(3, m.flat_size, dtype=D))]
+        counts[n] = _graph_nodes(outs)
+        nblocks = sum(1 for _ in m.positions())
+        assert nblocks > n  # many more blocks than slots, and they grow with n
+    assert len(set(counts.values())) == 1, counts
+
+
+def test_one_parameter_per_box_and_one_bias_vector():
+    m = _random_mask_model(32, 4)
+    names = [k for k, _ in m.named_parameters()]
+    assert names == ["slot_bias.bias", "store.weight.0"]  # cyclic model: one (R, C) box
+    mlp = seq2d.mlp([7, 5, 4, 3])
+    assert [tuple(p.shape) for p in mlp.store.weight] == [(5, 7), (4, 5), (3, 4)]  # a box per plan level
+
+
+def test_store_results_equal_the_docstring_loop_for_every_backend():
+    for backend in ("dense", "loop", "auto"):
+        m = _random_mask_model(12, 3, backend=backend)
+        state = [torch.randn(2, 3, dtype=D)] + [None] * 11
+        out = m(state, steps=3)
+        ref = reference_forward(m, state, 3)
+        for a, b in zip(out, ref):
+            assert (a is None) == (b is None)
+            if a is not None:
+                torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------- handles never go stale
+def _two_block_model():
+    torch.manual_seed(0)
+    a, b = LinearBlock(4, 3, dtype=D), LinearBlock(3, 3, dtype=D)
+    m = Sequential2D([4, 3, 3], {(1, 0): a, (2, 1): b, (2, 2): b}, activations="tanh", steps=3, dtype=D)
+    return m, a, b
+
+
+def _check_against_loop(m, x):
+    state = m.split_inputs(x)
+    out = m(state)
+    ref = reference_forward(m, state, m.steps)
+    for p, q in zip(out, ref):
+        if p is not None:
+            torch.testing.assert_close(p, q, rtol=0, atol=1e-12)
+    return out
+
+
+def test_mask_set_after_a_forward_is_seen_by_the_next_one():
+    m, a, _ = _two_block_model()
+    x = torch.randn(5, 4, dtype=D)
+    before = m(x)
+    mask = torch.rand(3, 4) < 0.5
+    a.mask = mask
+    assert torch.equal(a.mask, mask) and m.num_parameters() == int(mask.sum()) + 9
+    assert torch.all(a.weight[~mask] == 0)  # the invariant is restored at once
+    after = _check_against_loop(m, x)
+    assert not torch.allclose(before, m(x))
+    # an in-place edit of the handle's mask view is seen too (version counter)
+    a.mask[0, :] = False
+    _check_against_loop(m, x)
+    assert torch.equal(a.effective_weight()[0], torch.zeros(4, dtype=D))
+    a.mask = None  # all trainable again
+    assert a.mask is None and m.num_parameters() == 12 + 9
+    del after
+
+
+def test_weight_and_frozen_edits_through_handles():
+    m, a, b = _two_block_model()
+    x = torch.randn(5, 4, dtype=D)
+    with torch.no_grad():
+        a.weight.mul_(2.0)  # in place on the view
+        b.weight = torch.eye(3, dtype=D) * 0.5  # assignment copies into the store
+    assert torch.equal(b.weight, torch.eye(3, dtype=D) * 0.5)
+    _check_against_loop(m, x)
+    mask = torch.zeros(3, 4, dtype=torch.bool)
+    mask[:, :2] = True
+    frozen = torch.zeros(3, 4, dtype=D)
+    frozen[:, 2:] = 1.5
+    a.mask = mask
+    a.frozen = frozen
+    assert torch.equal(a.frozen, frozen)
+    _check_against_loop(m, x)
+    m(x).sum().backward()
+    assert torch.all(a.grad[~mask] == 0) and a.grad[mask].abs().sum() > 0
+    with pytest.raises(ValueError, match="frozen must be zero wherever mask is True"):
+        a.frozen = torch.ones(3, 4, dtype=D)
+
+
+def test_tied_handle_gradient_is_the_sum_over_positions():
+    m, _, b = _two_block_model()
+    x = torch.randn(5, 4, dtype=D)
+    m(x).square().sum().backward()
+    g = b.grad.clone()
+    # the same model with b untied (two copies) gives the two per-position gradients
+    b1, b2 = LinearBlock(3, 3, dtype=D), LinearBlock(3, 3, dtype=D)
+    with torch.no_grad():
+        b1.weight.copy_(b.weight)
+        b2.weight.copy_(b.weight)
+    a2 = copy.deepcopy(m.block(1, 0))
+    u = Sequential2D([4, 3, 3], {(1, 0): a2, (2, 1): b1, (2, 2): b2}, activations="tanh", steps=3, dtype=D)
+    u(x).square().sum().backward()
+    torch.testing.assert_close(g, b1.grad + b2.grad, rtol=0, atol=1e-12)
+
+
+def test_to_blocksparse_releases_the_old_handles_with_their_values():
+    m, a, _ = _two_block_model()
+    w = a.weight.detach().clone()
+    m.to_blocksparse(16)
+    assert a.store is None and isinstance(a.weight, nn.Parameter) and torch.equal(a.weight, w)
+
+
+# ---------------------------------------------------------------------------- the flat API
+def test_flat_api_equals_the_list_api():
+    for tiled in (False, True):
+        m = _random_mask_model(6, 16)
+        if tiled:
+            m.to_blocksparse(16)
+        x = torch.randn(3, m.flat_size, dtype=D)
+        state = m.from_flat(x)
+        torch.testing.assert_close(m.step_flat(x), m.to_flat(m.step(state))[0], rtol=0, atol=1e-12)
+        out = m.forward_flat(x, steps=3)
+        ref = m(state, steps=3)
+        for i, r in enumerate(ref):
+            o = m.flat_offsets[i]
+            torch.testing.assert_close(out[:, o:o + m.sizes[i]], r, rtol=0, atol=1e-12)
+
+
+def test_flat_api_errors_say_what_was_expected():
+    m = _random_mask_model(4, 3)
+    with pytest.raises(RuntimeError, match=r"\(\*batch, 12\)"):
+        m.forward_flat(torch.randn(2, 11, dtype=D))
+    with pytest.raises(TypeError, match="float32"):
+        m.step_flat(torch.randn(2, 12))
+    with pytest.raises(TypeError, match="tensor"):
+        m.forward_flat([torch.randn(2, 3)])
+
+
+# ---------------------------------------------------------------------------- checkpoints
+def test_state_dict_from_per_block_layout_is_migrated():
+    m, a, b = _two_block_model()
+    old = {"blocks.1_0.weight": a.weight.detach() + 1, "blocks.2_1.weight": b.weight.detach() - 1,
+           "acts.0": None}
+    old.pop("acts.0")
+    sd = {k: v for k, v in m.state_dict().items() if not k.startswith("store.")}
+    sd.update(old)
+    m.load_state_dict(sd)
+    torch.testing.assert_close(a.weight, old["blocks.1_0.weight"], rtol=0, atol=0)
+    torch.testing.assert_close(b.weight, old["blocks.2_1.weight"], rtol=0, atol=0)
+    bad = dict(sd)
+    bad["blocks.1_0.weight"] = torch.zeros(2, 2, dtype=D)
+    with pytest.raises(RuntimeError, match=r"blocks.1_0.weight.*\(3, 4\)"):
+        m.load_state_dict(bad)
+
+
+# ---------------------------------------------------------------------------- compile
+def test_compiled_flat_step_with_a_fixed_mask_is_one_graph():
+    m = _random_mask_model(6, 8)
+    x = torch.randn(4, m.flat_size, dtype=D)
+    ref = m.step_flat(x)  # the step plan is built eagerly once
+    f = torch.compile(m.step_flat, fullgraph=True, backend="eager")
+    y = f(x)
+    torch.testing.assert_close(y, ref, rtol=0, atol=0)
+    y.square().sum().backward()
+    assert m.store.weight[0].grad is not None
