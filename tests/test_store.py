@@ -209,3 +209,21 @@ def test_compiled_flat_step_with_a_fixed_mask_is_one_graph():
     torch.testing.assert_close(y, ref, rtol=0, atol=0)
     y.square().sum().backward()
     assert m.store.weight[0].grad is not None
+
+
+def test_auto_picks_the_store_from_the_measured_crossover():
+    from seq2d.engines import DenseStore, TiledStore, choose_store
+
+    sparse = torch.zeros(8, 8, dtype=torch.bool)
+    sparse[1:, 0] = True
+    sparse[torch.arange(1, 8), torch.arange(1, 8)] = True  # 14 of 64 blocks
+    assert choose_store([64] * 8, sparse.tolist()) == ("tiled", 64)
+    assert choose_store([16] * 8, sparse.tolist()) == ("dense", None)  # tile 16: never picked
+    assert choose_store([64] * 8, torch.ones(8, 8, dtype=torch.bool).tolist()) == ("dense", None)
+    m = seq2d.from_mask([64] * 8, sparse, activations="tanh", bias=True, seed=0, steps=2, backend="auto", dtype=D)
+    assert isinstance(m.store, TiledStore) and m.store.tile == 64
+    ref = seq2d.from_mask([64] * 8, sparse, activations="tanh", bias=True, seed=0, steps=2, dtype=D)
+    assert isinstance(ref.store, DenseStore)
+    x = torch.randn(3, 64, dtype=D)
+    torch.testing.assert_close(m(x), ref(x), rtol=0, atol=1e-12)
+    assert m.num_parameters() == ref.num_parameters()

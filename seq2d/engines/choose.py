@@ -5,35 +5,38 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from ..sparse.layout import TILE_SIZES
 
 __all__ = ["STORES", "choose_store", "TILED_CROSSOVER"]
 
 # Store names a Sequential2D accepts as ``backend``.
 STORES = ("auto", "dense", "loop")
 
-# Largest stored-tile density (stored tiles / all tiles of the padded matrix) at which the
-# tiled store beat the dense store, fwd+bwd of one step through the list API, per tile size.
-# CPU, float32, batch 256, N = 4096: `python benchmarks/model_step.py` (docs/performance.md,
-# "Model step"). Tile 16 lost to the dense store at every density measured: never picked.
-TILED_CROSSOVER = {"cpu": {128: 0.35, 64: 0.35, 32: 0.2, 16: 0.0}, "cuda": {128: 0.5, 64: 0.5, 32: 0.3, 16: 0.1}}
+# Stored-tile density (stored tiles / all tiles of the padded matrix) below which the tiled
+# store is picked, per device and tile size. Measured: `python benchmarks/model_step.py
+# --threads 1 2 --densities 0.1 0.25 0.5 --repeats 5 --sections grid` (CPU, float32, batch 256,
+# N = 4096, fwd+bwd through the list API; benchmarks/results/model_step-grid-cpu-2026-11-23.json,
+# docs/performance.md "Model step"): with tile 64 the tiled store beat the dense store at every
+# density measured (0.1, 0.25, 0.5; 0.55x-0.98x its time quiet), so the crossover is at least
+# 0.5 and 0.5 is used; with tile 16 it lost at 0.25 and collapsed with 2 threads under load,
+# so tile 16 is never picked. Tiles 32 and 128 and the GPU are not measured: never picked.
+TILED_CROSSOVER = {"cpu": {64: 0.5}}
 
 
 def choose_store(sizes: Sequence[int], block_mask, device_type: str = "cpu") -> tuple[str, int | None]:
     """``("tiled", T)`` or ``("dense", None)`` for a model with slot ``sizes`` and a bool
     ``block_mask[i][j]`` of linear positions (rows = outputs).
 
-    The tile is the largest of 128/64/32/16 not larger than the smallest slot holding a
-    linear block and wasting at most 1/8 of the flat state on padding; the model goes
-    tiled when its stored-tile density is below ``TILED_CROSSOVER`` for that tile."""
+    The tile is the largest measured one (``TILED_CROSSOVER``) not larger than the smallest
+    slot holding a linear block and wasting at most 1/8 of the flat state on padding; the
+    model goes tiled when its stored-tile density is below the crossover for that tile."""
     sizes = [int(s) for s in sizes]
     n = len(sizes)
     used = [i for i in range(n) if any(block_mask[i][j] or block_mask[j][i] for j in range(n))]
     if not used:
         return "dense", None
     smallest = min(sizes[i] for i in used)
-    table = TILED_CROSSOVER.get(device_type, TILED_CROSSOVER["cpu"])
-    for T in sorted(TILE_SIZES, reverse=True):
+    table = TILED_CROSSOVER.get(device_type, {})
+    for T in sorted(table, reverse=True):
         if T > smallest:
             continue
         padded = sum(math.ceil(s / T) * T for s in sizes)
