@@ -19,6 +19,7 @@ from .activations import activation_name, is_identity, make_activation
 from .blocks import ContextModule, Identity, LinearBlock, LinearLike  # noqa: F401 (ContextModule: re-exported)
 from .engines import STORES, DenseStore, TiledStore, choose_store
 from .flat import Segments, SlotBias, build_plan, run_plan
+from .schedule import sequence_by_components
 
 __all__ = ["Sequential2D", "block_kind", "core_of"]
 
@@ -950,6 +951,9 @@ class Sequential2D(nn.Module):
             for i, p in zip(self.inputs, self._split_in(xs[0])):
                 state[i] = p
         state = self.check_state(state)
+        out = sequence_by_components(self, xs, state, pipeline, context)  # seq2d/schedule.py
+        if out is not None:
+            return out
         d = self.delays() if pipeline else (0,) * self.n
         D = max((d[i] for i in self._rows), default=0)
         x, present = self._segments(state)
