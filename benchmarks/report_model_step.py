@@ -20,10 +20,16 @@ def _ms(rows: dict, name: str) -> float | None:
     return r["median_ms"] if r and r.get("status") == "ok" else None
 
 
+def _others(g: dict, mode: str) -> str:
+    """Median CPU share of other processes over the rounds used (the load during the timing)."""
+    shares = sorted(r["others"][mode] for r in g.get("rounds", []) if r.get("used") and mode in r.get("others", {}))
+    return f"{100 * shares[len(shares) // 2]:.0f}%" if shares else "–"
+
+
 def grid_table(data: dict, mode: str = "quiet") -> str:
     out = ["| threads | n x S | d | tile | stored tiles | default ms | tiled ms | kernel ms | dense ms | masked ms | "
-           "default/dense | default/masked | tiled/kernel | tiled/ideal | kernel/ideal |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "default/dense | default/masked | tiled/kernel | tiled/ideal | kernel/ideal | other processes |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for g in data.get("grid", []):
         m = g.get("modes", {}).get(mode)
         if not m:
@@ -38,7 +44,7 @@ def grid_table(data: dict, mode: str = "quiet") -> str:
         cells = [str(g["threads"]), f"{g['n']} x {g['S']}", f"{g['density']}", str(g["tile"]), f"{g['tile_density']:.3f}"]
         cells += [f"{t[k]:.1f}" if t[k] else "skipped" for k in IMPLS]
         cells += [r(t["default"], t["dense"]), r(t["default"], t["masked_dense"]), r(t["tiled"], t["kernel"]),
-                  r(t["tiled"], ideal), r(t["kernel"], ideal)]
+                  r(t["tiled"], ideal), r(t["kernel"], ideal), _others(g, mode)]
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)
 
