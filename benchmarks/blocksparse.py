@@ -3,6 +3,7 @@
     python benchmarks/blocksparse.py                     # the CPU target point (a few minutes)
     python benchmarks/blocksparse.py --quick --json /tmp/x.json      # CI smoke test (< 30 s)
     python benchmarks/blocksparse.py --sweep-crossover   # where dense starts to beat seq2d[cpu]
+    python benchmarks/blocksparse.py --contend --densities 0.1 0.25   # the same, with a busy process beside it
     python benchmarks/blocksparse.py --device cuda --dtype bfloat16 --N 8192 --batch 8192 --tile 64 128
 
 For every case (N, batch, tile, density, dtype, device) a random tile mask is drawn
@@ -40,8 +41,9 @@ stored tiles for the sparse implementations). What each implementation times per
                        requiring grad, ``(A @ x.T).T``, autograd backward.
 ``seq2d[<backend>]``   ``seq2d.sparse.bsmm(x, wp, layout, backend)`` on a (P, T, T) leaf of
                        stored tiles, then ``y.backward(dy)``: backends ``cpu`` (the ``runs``
-                       strategy), ``cpu_gather``, ``dense`` (materialise W, dense GEMMs) on
-                       CPU, ``triton`` on CUDA, and ``auto`` (what ``backend="auto"`` picks).
+                       strategy), ``cpu_gather``, ``cpu_bmm`` (one batched GEMM per pass),
+                       ``dense`` (materialise W, dense GEMMs) on CPU, ``triton`` on CUDA, and
+                       ``auto`` (what ``backend="auto"`` picks).
 =====================  ====================================================================
 
 Input gradients are set to None before every step; setup (building masks, sparse
@@ -62,6 +64,14 @@ seconds per case), and the ``--repeats`` least disturbed rounds are the ones use
 still disturbed after that is queued again at the end (``--retries``, 3), and its least
 disturbed attempt is reported. The other processes' share of every round is in the JSON
 and summarised per case.
+
+``--contend`` measures the other regime on purpose: it starts one competing busy process
+(a Python child spinning a tight loop, not pinned to any core) for the warm-up and timed
+rounds of every case and kills it afterwards (also on error or interrupt; the child also
+exits by itself when this process is gone). Its CPU time is read from /proc and *not*
+counted as "other processes", so the filter above still rejects rounds disturbed by anyone
+else. Run the script once without and once with ``--contend`` to get the same table quiet
+and contended (the JSON records ``contend`` and the spinner's share of the CPUs per round).
 
 Reported per (case, implementation): median ms; ``x ideal`` = median / (density_actual x
 dense median) with density_actual = stored tiles / all tiles; ``x dense`` = median /
@@ -86,6 +96,7 @@ called directly without autograd, timed in the same rounds; their ``x dense`` an
 from __future__ import annotations
 
 import argparse
+import atexit
 import datetime
 import gc
 import hashlib
@@ -94,6 +105,7 @@ import math
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 import warnings
@@ -386,7 +398,7 @@ def implementations(device: torch.device) -> dict:
     if device.type == "cuda":
         impls.update(torch_bsr_triton=build_torch_bsr_triton, stk=build_stk, blksprs=build_blksprs)
     impls["torch_sparse"] = build_torch_sparse
-    backends = ["cpu", "cpu_gather", "dense"] if device.type == "cpu" else ["triton", "dense"]
+    backends = ["cpu", "cpu_gather", "cpu_bmm", "dense"] if device.type == "cpu" else ["triton", "dense"]
     for b in [*backends, "auto"]:
         impls[f"seq2d[{b}]"] = build_seq2d(b)
     return impls
@@ -453,15 +465,56 @@ def _own_cpu_s() -> float:
     return t.user + t.system
 
 
+# The spinner of --contend: a tight loop that exits by itself once its parent is gone.
+_SPIN = "import os\np = os.getppid()\nwhile os.getppid() == p:\n    for _ in range(200000):\n        pass\n"
+
+
+class Contender:
+    """One competing busy process (``--contend``), started and killed around each case's timing."""
+
+    def __init__(self):
+        self.proc = None
+
+    def start(self) -> None:
+        if self.proc is None:
+            self.proc = subprocess.Popen([sys.executable, "-c", _SPIN], stdin=subprocess.DEVNULL)
+            time.sleep(0.2)  # let it reach its loop
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def cpu_s(self) -> float:
+        """CPU seconds the spinner has used (0 when none runs)."""
+        if self.proc is None:
+            return 0.0
+        try:
+            f = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+        except (OSError, ValueError, IndexError):
+            return float("nan")
+
+
+CONTENDER = Contender()
+atexit.register(CONTENDER.stop)
+
+
+def _excluded_cpu_s() -> float:
+    """CPU seconds not counted as "other processes": this process and the --contend spinner."""
+    return _own_cpu_s() + CONTENDER.cpu_s()
+
+
 def _wait_quiet(max_others: float, until: float, window: float = 0.5) -> float | None:
     """Sleep until other processes use at most ``max_others`` of the CPUs over a ``window``
     (or until ``until``, a perf_counter deadline); returns the seconds waited, None if it timed out."""
     t0 = time.perf_counter()
     ncpu = os.cpu_count() or 1
     while True:
-        busy, own = _busy_cpu_s(), _own_cpu_s()
+        busy, own = _busy_cpu_s(), _excluded_cpu_s()
         time.sleep(window)
-        others = ((_busy_cpu_s() - busy) - (_own_cpu_s() - own)) / (window * ncpu)
+        others = ((_busy_cpu_s() - busy) - (_excluded_cpu_s() - own)) / (window * ncpu)
         if not others > max_others:  # also NaN: no /proc/stat, nothing to wait for
             return time.perf_counter() - t0
         if time.perf_counter() >= until:
@@ -469,7 +522,7 @@ def _wait_quiet(max_others: float, until: float, window: float = 0.5) -> float |
 
 
 def run_case(c: Case, builders: dict, repeats: int, warmup: int, max_others: float, max_rounds: int,
-             max_wait: float = 0.0):
+             max_wait: float = 0.0, contend: bool = False):
     """Build, check and time every implementation of one case.
 
     Returns ``(rows, rounds)``: per implementation its record, and per timed round the
@@ -511,27 +564,34 @@ def run_case(c: Case, builders: dict, repeats: int, warmup: int, max_others: flo
             names.remove(name)
             return None
 
-    for _ in range(max(warmup - 1, 0)):
-        for n in list(names):
-            once(n)
     rounds = []  # {"times": {name: s}, "others": share of all CPUs used by other processes}
     ncpu = os.cpu_count() or 1
-    deadline = time.perf_counter() + max_wait
-    while names and len(rounds) < max(max_rounds, repeats):
-        if max_wait > 0 and max_others < 1:
-            _wait_quiet(max_others, deadline)
-        k = len(rounds) % len(names)
-        wall, busy, own = time.perf_counter(), _busy_cpu_s(), _own_cpu_s()
-        times = {}
-        for n in names[k:] + names[:k]:  # rotating order
-            t = once(n)
-            if t is not None:
-                times[n] = t
-        wall = time.perf_counter() - wall
-        others = ((_busy_cpu_s() - busy) - (_own_cpu_s() - own)) / (wall * ncpu)
-        rounds.append({"times": times, "others": max(others, 0.0) if others == others else None})
-        if sum(1 for r in rounds if r["others"] is None or r["others"] <= max_others) >= repeats:
-            break
+    if contend:
+        CONTENDER.start()  # --contend: one busy process for the warm-up and the timed rounds
+    try:
+        for _ in range(max(warmup - 1, 0)):
+            for n in list(names):
+                once(n)
+        deadline = time.perf_counter() + max_wait
+        while names and len(rounds) < max(max_rounds, repeats):
+            if max_wait > 0 and max_others < 1:
+                _wait_quiet(max_others, deadline)
+            k = len(rounds) % len(names)
+            wall, busy, excl, spin = time.perf_counter(), _busy_cpu_s(), _excluded_cpu_s(), CONTENDER.cpu_s()
+            times = {}
+            for n in names[k:] + names[:k]:  # rotating order
+                t = once(n)
+                if t is not None:
+                    times[n] = t
+            wall = time.perf_counter() - wall
+            others = ((_busy_cpu_s() - busy) - (_excluded_cpu_s() - excl)) / (wall * ncpu)
+            rounds.append({"times": times, "others": max(others, 0.0) if others == others else None})
+            if contend:
+                rounds[-1]["contender"] = (CONTENDER.cpu_s() - spin) / (wall * ncpu)  # the spinner's share
+            if sum(1 for r in rounds if r["others"] is None or r["others"] <= max_others) >= repeats:
+                break
+    finally:
+        CONTENDER.stop()
     ranked = sorted(range(len(rounds)), key=lambda i: (rounds[i]["others"] or 0.0, i))
     used = sorted(ranked[:repeats])  # the least disturbed rounds (all of them on a quiet machine)
     for i, r in enumerate(rounds):
@@ -579,11 +639,13 @@ def print_case(c: Case, rows: dict, rounds: list, args, attempt: int = 1) -> Non
     print(f"\n## {c.describe()}, {where}")
     shares = [r["others"] for r in rounds if r["used"] and r["others"] is not None]
     dirty = sum(1 for r in rounds if r["others"] is not None and r["others"] > args.max_others)
+    spin = [r["contender"] for r in rounds if r["used"] and r.get("contender") is not None]
     if shares:
         print(f"rounds: {sum(r['used'] for r in rounds)} used of {len(rounds)} ({dirty} with other processes "
               f"above {args.max_others:.0%} of the CPUs); other processes in the used rounds: median "
               f"{statistics.median(shares):.0%}, max {max(shares):.0%}; load average {' '.join(c.load)}"
-              + (f"; attempt {attempt}" if attempt > 1 else ""))
+              + (f"; attempt {attempt}" if attempt > 1 else "")
+              + (f"; --contend spinner: median {statistics.median(spin):.0%} of the CPUs" if spin else ""))
     print(f"{'implementation':<20}{'ms':>10}{'x ideal':>9}{'x dense':>9}{'masked/this':>12}"
           f"{'bsr/this':>10}{'GFLOP/s':>9}{'max rel err':>13}{'IQR %':>7}")
     for name, r in rows.items():
@@ -642,6 +704,7 @@ def environment(args, devices) -> dict:
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "threads": torch.get_num_threads(),
         "seed": args.seed,
+        "contend": bool(getattr(args, "contend", False)),
         "repeats": args.repeats,
         "warmup": args.warmup,
         "dense_crossover": {k: (v if math.isfinite(v) else str(v)) for k, v in DENSE_CROSSOVER.items()},
@@ -677,6 +740,9 @@ def main(argv=None) -> int:
     ap.add_argument("--retries", type=int, default=3,
                     help="a case with disturbed rounds is queued again up to this many times; the least "
                          "disturbed attempt is reported (default 3)")
+    ap.add_argument("--contend", action="store_true",
+                    help="CPU runs: time every case with one competing busy process (a spinning Python "
+                         "child, not pinned, killed afterwards); its CPU time is not counted as other processes")
     ap.add_argument("--seed", type=int, default=0, help="seed of masks and operands (default 0)")
     ap.add_argument("--impls", nargs="+", help="run only these implementations (names as printed)")
     ap.add_argument("--passes", action="store_true",
@@ -704,14 +770,15 @@ def main(argv=None) -> int:
     env = environment(args, devices)
     print(f"# blocksparse benchmark, {env['date']}: torch {env['torch']}, {env['cpu']} "
           f"({env.get('gpu', 'no GPU')}), {env['threads']} threads, median of {args.repeats} after "
-          f"{args.warmup} warm-up, seed {args.seed}")
+          f"{args.warmup} warm-up, seed {args.seed}"
+          + (", CONTENDED (one busy process beside it)" if args.contend else ""))
     records = []
     queue = []  # (order, device, builders, dtype, N, batch, tile, density, attempt)
     for device in devices:
         builders = implementations(device)
         if args.sweep_crossover and not args.impls:
             sparse = "seq2d[cpu]" if device.type == "cpu" else "seq2d[triton]"
-            keep = ["dense", sparse, "seq2d[cpu_gather]", "seq2d[dense]"]
+            keep = ["dense", sparse, "seq2d[cpu_gather]", "seq2d[cpu_bmm]", "seq2d[dense]"]
             builders = {k: v for k, v in builders.items() if k in keep}
         if args.impls:
             unknown = sorted(set(args.impls) - set(builders))
@@ -726,7 +793,8 @@ def main(argv=None) -> int:
                     for tile in args.tile:
                         for density in args.densities:
                             queue.append([len(queue), device, builders, dtype, N, batch, tile, density, 0])
-    path = Path(args.json or f"benchmarks/results/blocksparse-{'-'.join(args.device)}-{env['date']}.json")
+    path = Path(args.json or f"benchmarks/results/blocksparse-{'-'.join(args.device)}-{env['date']}"
+                             f"{'-contend' if args.contend else ''}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     best: dict[int, dict] = {}  # per case, the least disturbed attempt
     done: list[int] = []
@@ -737,14 +805,16 @@ def main(argv=None) -> int:
         load_before = loadavg()
         rows, rounds = run_case(c, builders, args.repeats, args.warmup,
                                 args.max_others, args.max_rounds or 3 * args.repeats,
-                                args.max_wait if device.type == "cpu" else 0.0)
+                                args.max_wait if device.type == "cpu" else 0.0,
+                                contend=args.contend and device.type == "cpu")
         c.load = loadavg()
         used = [r["others"] or 0.0 for r in rounds if r["used"]]
         disturbance = statistics.median(used) if used else 0.0
         rec = dict(N=N, batch=batch, tile=tile, density=density, density_actual=c.density_actual,
                    stored_tiles=c.P, runs=c.runs, dtype=dtype, device=str(device), attempt=attempt + 1,
                    loadavg_before=load_before, loadavg_after=c.load, disturbance=disturbance,
-                   rounds=[{"others": r["others"], "used": r["used"]} for r in rounds], rows=rows)
+                   rounds=[{k: r[k] for k in ("others", "contender", "used") if k in r} for r in rounds],
+                   rows=rows)
         if order not in best or disturbance < best[order]["disturbance"]:
             best[order] = rec
         clean = bool(used) and max(used) <= args.max_others

@@ -48,6 +48,11 @@ def resolve_backend(backend: str, device: torch.device, dtype: torch.dtype, dens
                 return kernel
         except ValueError:
             pass
+    # "cpu" (runs), not "cpu_bmm": measured 2026-11-23 (docs/performance.md, "CPU kernel under
+    # contention", benchmarks/results/blocksparse-cpu-contend-2026-11-23-*.json; N=4096, batch 256,
+    # tile 64, 2 threads) cpu_bmm is 1.4x slower than cpu on a quiet machine (2x at density 1)
+    # although 3-11x faster with one competing busy process. (It wins quiet at tile 16, but the
+    # tile is not known here.)
     cpu = get_kernel("cpu")
     if cpu.supports(device, dtype):
         return cpu

@@ -17,12 +17,40 @@ Two strategies behind one backend (``CPUBackend(strategy=...)``):
     one per tile-column over gathered ``dy`` tiles with a transposed copy of the stored
     tiles (dX). Fewer, larger GEMMs, paid for with B*P*T gathered values per pass.
 
+``bmm`` (backend ``cpu_bmm``)
+    Few parallel regions per op, for shared machines. ``runs`` and ``gather`` issue one GEMM
+    per run / tile-row, and every GEMM is its own OpenMP parallel region whose threads meet
+    at a barrier: when another process holds a core, each region waits for a descheduled
+    thread, and hundreds of small GEMMs collapse (docs/performance.md, "CPU kernel under
+    contention"). ``bmm`` cuts every tile-row (tile-column for dX) into *chunks* of ``k0``
+    stored tiles, the last one padded with zero tiles, and runs all chunks of an op as one
+    batched GEMM::
+
+        G  = x tiles of every chunk slot          (B, C, k0*T)   one index_select
+        Wg = stored tiles of every chunk slot     (C, k0*T, T)   one index_select
+        O  = bmm(G.transpose(0, 1), Wg)           (C, B, T)      one batched GEMM
+        y  = per-row sums of the chunks of O      (Mt, B, T)     one segment_reduce
+
+    dX is the same over tile-columns (dy tiles, transposed stored tiles); dW is one bmm of
+    the dy tile of every chunk's row by the gathered x chunk, ``dW.T`` as ``(C, T, k0*T)``,
+    from which the stored tiles are picked (transposed, pad slots dropped). About five
+    parallel ops per pass (gathers, zeroing the pad slots, the bmm, the final copy; the
+    segment sum is serial), whatever the layout. The price is the gathered copies (about
+    B*P*T values per pass, like ``gather``), the padding (``k0`` is chosen per layout by
+    :func:`_chunk_size`) and the reductions. The big temporaries live in per-thread scratch
+    buffers (:func:`release_scratch` frees them). Quiet, this is slower than ``runs`` at
+    tiles 64 and 128 and faster at tile 16; with a competing process it is many times
+    faster (docs/performance.md).
+
 ``panel_r = wp[a:b].view(k*T, T)`` is contiguous thanks to the transposed tile storage.
-Which strategy wins depends on density, batch and the machine's memory bandwidth;
-``benchmarks/blocksparse.py`` measures both side by side (docs/performance.md).
+Which strategy wins depends on density, batch, the machine's memory bandwidth and how busy
+the machine is; ``benchmarks/blocksparse.py`` measures them side by side, ``--contend``
+with a competing busy process (docs/performance.md).
 """
 
 from __future__ import annotations
+
+import threading
 
 import torch
 from torch import Tensor
@@ -66,6 +94,132 @@ def _plan(layout: BlockSparseLayout) -> dict:
     return cache
 
 
+# ---------------------------------------------------------------------- the bmm strategy: plans
+# Cost model of the chunk size k0, in units of "B*T values copied once": a slot (one tile of
+# a chunk, padding included) costs its gathered copy (1) plus its share of the GEMM
+# (GEMM_PER_SLOT * T / 64); a chunk costs its (B, T) partial result, written by the bmm and
+# read by the segment sum (CHUNK_COST). Constants fitted to single-thread CPU times of
+# fwd + dX + dW with every k0 from 1 to 32 (N=4096, batch 256, tiles 16/32/64/128, densities
+# 0.05 to 0.5); the optimum is flat, and the model's pick was within 10 % of the best k0
+# measured at every point but one (tile 128, density 0.1: 32 % over).
+GEMM_PER_SLOT = 1.0
+CHUNK_COST = 1.5
+MAX_CHUNK_COLS = 512  # k0 * T at most (larger chunks gained nothing but padding)
+
+
+def _chunk_size(counts: Tensor, T: int) -> int:
+    """``k0`` minimising the cost model over the segment lengths ``counts`` (stored tiles per row)."""
+    n_max = int(counts.max()) if counts.numel() else 0
+    best, best_cost = 1, None
+    for k0 in range(1, max(1, min(n_max, MAX_CHUNK_COLS // T)) + 1):
+        chunks = int(((counts + k0 - 1) // k0).sum())
+        cost = chunks * k0 * (1.0 + GEMM_PER_SLOT * T / 64) + chunks * CHUNK_COST
+        if best_cost is None or cost < best_cost:
+            best, best_cost = k0, cost
+    return best
+
+
+def _chunks(ptr: Tensor, k0: int) -> dict:
+    """Cut every segment ``ptr[s]:ptr[s+1]`` into chunks of ``k0`` consecutive entries.
+
+    The last chunk of a segment is padded; a pad slot repeats the segment's first entry (its
+    gathered input is zeroed, so it adds nothing). Returns the chunk count ``C``, the segment
+    of every chunk ``seg`` (C,), chunks per segment ``m``, the entry of every slot ``slots``
+    (C*k0,), the pad slots ``pad`` and the real slots ``real`` (in entry order)."""
+    dev = ptr.device
+    n = ptr[1:] - ptr[:-1]
+    m = (n + k0 - 1) // k0
+    C = int(m.sum())
+    seg = torch.repeat_interleave(torch.arange(n.numel(), device=dev), m)
+    j = torch.arange(C, device=dev) - (torch.cumsum(m, 0) - m)[seg]  # chunk index inside its segment
+    slots = (ptr[seg] + j * k0).unsqueeze(1) + torch.arange(k0, device=dev)
+    valid = slots < ptr[seg + 1].unsqueeze(1)
+    slots = torch.where(valid, slots, ptr[seg].unsqueeze(1)).reshape(-1)
+    valid = valid.reshape(-1)
+    pad = (~valid).nonzero().squeeze(1)
+    return {"k0": k0, "C": C, "seg": seg, "m": m, "slots": slots, "pad": pad, "npad": pad.numel(),
+            "real": valid.nonzero().squeeze(1), "one_per_seg": C == n.numel() and bool((m == 1).all())}
+
+
+def _bmm_plan(layout: BlockSparseLayout, chunk: int | None = None) -> dict:
+    """Chunk plans of the ``bmm`` strategy, cached on the layout (built once, never in a backward pass).
+
+    ``rows``: chunks of the tile-rows (forward, dW), ``idx`` = the x tile-column of every slot,
+    slots are positions. ``cols``: chunks of the tile-columns (dX), ``pos`` = the position of
+    every slot, ``idx`` = its tile-row (the dy tile it reads)."""
+    cache = layout.__dict__.setdefault("_cpu_bmm_plan", {})
+    if chunk in cache:
+        return cache[chunk]
+    T = layout.tile
+    row_counts = layout.row_ptr[1:] - layout.row_ptr[:-1]
+    col_counts = layout.col_ptr[1:] - layout.col_ptr[:-1]
+    rows = _chunks(layout.row_ptr, chunk or _chunk_size(row_counts, T))
+    rows["idx"] = layout.col[rows["slots"]]
+    rows["real_chunk"], rows["real_slot"] = rows["real"] // rows["k0"], rows["real"] % rows["k0"]
+    cols = _chunks(layout.col_ptr, chunk or _chunk_size(col_counts, T))
+    cols["pos"] = layout.t_pos[cols["slots"]]
+    cols["idx"] = layout.row[cols["pos"]]
+    cache[chunk] = plan = {"rows": rows, "cols": cols}
+    return plan
+
+
+# Scratch buffers for the big temporaries of the bmm strategy (the gathered operand, the
+# batched GEMM's output), which never leave an op. A fresh tensor above glibc's mmap
+# threshold (32 MiB at most) is new memory every time, and touching it page-faults: at
+# N=4096, batch 256, density 0.25 the 72 MB gathered x cost 26 ms fresh against 6 ms reused
+# (one thread). One buffer per thread, role and dtype, grown to the largest use, kept until
+# release_scratch() (memory: about one gathered operand, B x stored tiles x T values).
+_SCRATCH = threading.local()
+SCRATCH_MIN_BYTES = 1 << 20
+
+
+def _scratch(role: str, shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
+    """An uninitialised ``shape`` tensor: the thread's buffer for ``role`` (small ones fresh)."""
+    n = 1
+    for d in shape:
+        n *= d
+    if n * dtype.itemsize < SCRATCH_MIN_BYTES:
+        return torch.empty(shape, dtype=dtype)
+    bufs = _SCRATCH.__dict__.setdefault("bufs", {})
+    buf = bufs.get((role, dtype))
+    if buf is None or buf.numel() < n:
+        bufs[(role, dtype)] = None  # free the old one first
+        buf = bufs[(role, dtype)] = torch.empty(n, dtype=dtype)
+    return buf[:n].view(shape)
+
+
+def release_scratch() -> None:
+    """Free the calling thread's scratch buffers of the ``cpu_bmm`` kernel."""
+    _SCRATCH.__dict__.pop("bufs", None)
+
+
+def _gather_tiles(a: Tensor, n_tiles: int, idx: Tensor, T: int) -> Tensor:
+    """``a`` (B, n_tiles*T) -> its tiles ``idx`` as (B, len(idx), T), in a scratch buffer."""
+    B = a.shape[0]
+    out = _scratch("gather", (B, idx.numel(), T), a.dtype)
+    return torch.index_select(a.contiguous().view(B, n_tiles, T), 1, idx, out=out)
+
+
+def _chunk_product(a: Tensor, n_in: int, w: Tensor, part: dict, n_out: int, T: int) -> Tensor:
+    """``out[:, o] = sum over the slots s of segment o of a_tile[idx[s]] @ w[s]``, (B, n_out*T).
+
+    ``a`` (B, n_in*T) dense; ``w`` (C*k0, T, T) one tile per slot (pad slots: anything finite).
+    One gather, one batched GEMM, one segment sum (plus one pass to zero the pad slots)."""
+    B, C, k0 = a.shape[0], part["C"], part["k0"]
+    if C == 0:
+        return a.new_zeros(B, n_out * T)
+    G = _gather_tiles(a, n_in, part["idx"], T)  # (B, C*k0, T)
+    if part["npad"]:
+        G.index_fill_(1, part["pad"], 0)
+    O = _scratch("product", (C, B, T), a.dtype)
+    torch.bmm(G.view(B, C, k0 * T).transpose(0, 1), w.view(C, k0 * T, T), out=O)  # (C, B, T)
+    if not part["one_per_seg"]:
+        O = torch.segment_reduce(O.view(C, B * T), "sum", lengths=part["m"], axis=0)  # (n_out, B*T)
+    y = a.new_empty(B, n_out, T)  # a fresh tensor: O may be scratch
+    y.copy_(O.view(n_out, B, T).transpose(0, 1))
+    return y.view(B, n_out * T)
+
+
 def _gather(tiles: Tensor, flat: Tensor, idx: Tensor, a: int, b: int, c0: int, T: int) -> Tensor:
     """(B, k*T): the tiles ``idx[a:b]`` of ``flat`` (B, n*T); a strided view for a contiguous run."""
     if c0 >= 0:
@@ -76,11 +230,14 @@ def _gather(tiles: Tensor, flat: Tensor, idx: Tensor, a: int, b: int, c0: int, T
 class CPUBackend(KernelBackend):
     """Block-sparse product on the CPU for float32/float64 (see the module docstring)."""
 
-    def __init__(self, strategy: str = "runs", name: str = "cpu"):
-        if strategy not in ("runs", "gather"):
-            raise ValueError(f"Unknown CPU strategy {strategy!r}. Select from 'runs' or 'gather'.")
+    def __init__(self, strategy: str = "runs", name: str = "cpu", chunk: int | None = None):
+        if strategy not in ("runs", "gather", "bmm"):
+            raise ValueError(f"Unknown CPU strategy {strategy!r}. Select from 'runs', 'gather' or 'bmm'.")
+        if chunk is not None and (strategy != "bmm" or isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
+            raise ValueError(f"chunk: a positive int for the 'bmm' strategy only, got {chunk!r}")
         self.strategy = strategy
         self.name = name
+        self.chunk = chunk  # bmm: stored tiles per chunk (None: chosen per layout by _chunk_size)
 
     def supports(self, device, dtype) -> bool:
         return torch.device(device).type == "cpu" and dtype in (torch.float32, torch.float64)
@@ -88,6 +245,8 @@ class CPUBackend(KernelBackend):
     # ------------------------------------------------------------------ forward
     def dds_t(self, x: Tensor, wp: Tensor, layout: BlockSparseLayout) -> Tensor:
         B, T = x.shape[0], layout.tile
+        if self.strategy == "bmm":
+            return self._dds_t_bmm(x, wp, layout)
         plan = _plan(layout)
         if self.strategy == "runs":
             y = x.new_zeros(B, layout.Mt * T)
@@ -106,7 +265,7 @@ class CPUBackend(KernelBackend):
 
     # ------------------------------------------------------------------ backward
     def backward(self, dy, x, wp, layout, need_dx, need_dw):
-        if self.strategy == "gather":
+        if self.strategy != "runs":
             return super().backward(dy, x, wp, layout, need_dx, need_dw)
         B, T = dy.shape[0], layout.tile
         dx = dy.new_zeros(B, layout.Kt * T) if need_dx else None
@@ -124,6 +283,8 @@ class CPUBackend(KernelBackend):
         if self.strategy == "runs":
             return self.backward(dy, None, wp, layout, True, False)[0]
         B, T = dy.shape[0], layout.tile
+        if self.strategy == "bmm":
+            return self._dds_bmm(dy, wp, layout)
         plan = _plan(layout)
         dy = dy.contiguous()
         dyt = dy.view(B, layout.Mt, T)
@@ -140,6 +301,8 @@ class CPUBackend(KernelBackend):
         B, T = x.shape[0], layout.tile
         if self.strategy == "runs":
             return self.backward(dy, x, x.new_empty(layout.nnz, T, T), layout, False, True)[1]
+        if self.strategy == "bmm":
+            return self._sdd_t_bmm(dy, x, layout)
         x = x.contiguous()
         xt = x.view(B, layout.Kt, T)
         dyt = dy.reshape(B, layout.Mt, T)
@@ -149,6 +312,43 @@ class CPUBackend(KernelBackend):
                 torch.mm(_gather(xt, x, layout.col, a, b, c0, T).T, dyt[:, r], out=dw[a:b].view((b - a) * T, T))
         return dw
 
+    # ------------------------------------------------------------------ the bmm strategy
+    @torch.no_grad()  # out= into scratch buffers: the autograd Function differentiates, not these ops
+    def _dds_t_bmm(self, x: Tensor, wp: Tensor, layout: BlockSparseLayout) -> Tensor:
+        rows = _bmm_plan(layout, self.chunk)["rows"]
+        w = wp
+        if rows["npad"]:  # else the slots are the positions 0..P-1
+            w = _scratch("tiles", (rows["slots"].numel(),) + tuple(wp.shape[1:]), wp.dtype)
+            torch.index_select(wp, 0, rows["slots"], out=w)
+        return _chunk_product(x, layout.Kt, w, rows, layout.Mt, layout.tile)
+
+    @torch.no_grad()
+    def _dds_bmm(self, dy: Tensor, wp: Tensor, layout: BlockSparseLayout) -> Tensor:
+        cols = _bmm_plan(layout, self.chunk)["cols"]
+        wt = _scratch("tiles", (cols["pos"].numel(),) + tuple(wp.shape[1:]), wp.dtype)
+        torch.index_select(wp.transpose(1, 2), 0, cols["pos"], out=wt)  # W tiles (T_out, T_in), column order
+        return _chunk_product(dy, layout.Mt, wt, cols, layout.Kt, layout.tile)
+
+    @torch.no_grad()
+    def _sdd_t_bmm(self, dy: Tensor, x: Tensor, layout: BlockSparseLayout) -> Tensor:
+        """dW of every row chunk in one bmm: ``x_chunk.T (k0*T, B) @ dy_row (B, T)``, pad slots dropped."""
+        B, T = x.shape[0], layout.tile
+        rows = _bmm_plan(layout, self.chunk)["rows"]
+        C, k0 = rows["C"], rows["k0"]
+        if C == 0:
+            return x.new_empty(0, T, T)
+        G = _gather_tiles(x, layout.Kt, rows["idx"], T).view(B, C, k0 * T)
+        D = dy.contiguous().view(B, layout.Mt, T)
+        if not (rows["one_per_seg"] and C == layout.Mt):
+            D = D.index_select(1, rows["seg"])  # (B, C, T): the dy tile of every chunk's row
+        # dW.T of every chunk, (C, T_out, k0*T_in) (this orientation measured faster than the
+        # (C, k0*T, T) one, whose left operand has a leading dimension of C*k0*T)
+        O = _scratch("product", (C, T, k0 * T), x.dtype)
+        torch.bmm(D.permute(1, 2, 0), G.transpose(0, 1), out=O)
+        O = O.view(C, T, k0, T).permute(0, 2, 3, 1)  # (C, k0, T_in, T_out): slot tiles, transposed storage
+        return O[rows["real_chunk"], rows["real_slot"]]  # (P, T, T), a fresh tensor, pad slots dropped
+
 
 register_kernel(CPUBackend("runs", "cpu"))
 register_kernel(CPUBackend("gather", "cpu_gather"))
+register_kernel(CPUBackend("bmm", "cpu_bmm"))
