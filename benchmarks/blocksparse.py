@@ -116,6 +116,7 @@ import torch.nn.functional as F
 
 from seq2d.envinfo import cpu_name
 from seq2d.sparse import DENSE_CROSSOVER, bsmm, layout_from_tile_mask, resolve_backend
+from machine import busy_cpu_s  # benchmarks/machine.py (the script's folder is on sys.path)
 
 # ------------------------------------------------------------------------------ defaults
 TARGET = dict(N=[4096], batch=[256], tile=[64], density=[0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0],
@@ -450,16 +451,6 @@ def max_rel_error(c: Case, result, ref) -> float:
     return max(errs)
 
 
-def _busy_cpu_s() -> float:
-    """CPU seconds all processes of the machine have used so far (/proc/stat), or NaN."""
-    try:
-        v = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-    except (OSError, ValueError):
-        return float("nan")
-    user, nice, system, _idle, _iowait, irq, softirq, steal = v
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-
-
 def _own_cpu_s() -> float:
     t = os.times()
     return t.user + t.system
@@ -512,9 +503,9 @@ def _wait_quiet(max_others: float, until: float, window: float = 0.5) -> float |
     t0 = time.perf_counter()
     ncpu = os.cpu_count() or 1
     while True:
-        busy, own = _busy_cpu_s(), _excluded_cpu_s()
+        busy, own = busy_cpu_s(), _excluded_cpu_s()
         time.sleep(window)
-        others = ((_busy_cpu_s() - busy) - (_excluded_cpu_s() - own)) / (window * ncpu)
+        others = ((busy_cpu_s() - busy) - (_excluded_cpu_s() - own)) / (window * ncpu)
         if not others > max_others:  # also NaN: no /proc/stat, nothing to wait for
             return time.perf_counter() - t0
         if time.perf_counter() >= until:
@@ -577,14 +568,14 @@ def run_case(c: Case, builders: dict, repeats: int, warmup: int, max_others: flo
             if max_wait > 0 and max_others < 1:
                 _wait_quiet(max_others, deadline)
             k = len(rounds) % len(names)
-            wall, busy, excl, spin = time.perf_counter(), _busy_cpu_s(), _excluded_cpu_s(), CONTENDER.cpu_s()
+            wall, busy, excl, spin = time.perf_counter(), busy_cpu_s(), _excluded_cpu_s(), CONTENDER.cpu_s()
             times = {}
             for n in names[k:] + names[:k]:  # rotating order
                 t = once(n)
                 if t is not None:
                     times[n] = t
             wall = time.perf_counter() - wall
-            others = ((_busy_cpu_s() - busy) - (_excluded_cpu_s() - excl)) / (wall * ncpu)
+            others = ((busy_cpu_s() - busy) - (_excluded_cpu_s() - excl)) / (wall * ncpu)
             rounds.append({"times": times, "others": max(others, 0.0) if others == others else None})
             if contend:
                 rounds[-1]["contender"] = (CONTENDER.cpu_s() - spin) / (wall * ncpu)  # the spinner's share

@@ -106,6 +106,7 @@ from torch import nn
 import seq2d
 import seq2d.sparse
 from seq2d.envinfo import cpu_name
+from machine import busy_cpu_s, proc_cpu_s  # benchmarks/machine.py (the script's folder is on sys.path)
 
 # ------------------------------------------------------------------------------ defaults
 IMPLS = ("default", "tiled", "kernel", "dense", "masked_dense")
@@ -294,24 +295,6 @@ class Setting:
 
 
 # ------------------------------------------------------------------------------ the machine
-def _busy_cpu_s() -> float:
-    """CPU seconds all processes of the machine have used so far (/proc/stat), or NaN."""
-    try:
-        v = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-    except (OSError, ValueError):
-        return float("nan")
-    user, nice, system, _idle, _iowait, irq, softirq, steal = v
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-
-
-def _proc_cpu_s(pid: int) -> float:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
-    except (OSError, ValueError, IndexError):
-        return 0.0
-
-
 def _pdeathsig():  # the busy child dies with us even if we are killed (Linux; best effort)
     try:
         import ctypes
@@ -343,7 +326,7 @@ class Contender:
         self.running = running
 
     def cpu_s(self) -> float:
-        return _proc_cpu_s(self.proc.pid) if self.proc is not None else 0.0
+        return proc_cpu_s(self.proc.pid) if self.proc is not None else 0.0
 
     def stop(self):
         if self.proc is not None and self.proc.poll() is None:
@@ -368,12 +351,12 @@ class Meter:
         return t.user + t.system + (self.contender.cpu_s() if self.contender else 0.0)
 
     def start(self):
-        return time.perf_counter(), _busy_cpu_s(), self._own()
+        return time.perf_counter(), busy_cpu_s(), self._own()
 
     def share(self, mark) -> float | None:
         wall, busy, own = mark
         wall = time.perf_counter() - wall
-        others = ((_busy_cpu_s() - busy) - (self._own() - own)) / (max(wall, 1e-9) * self.ncpu)
+        others = ((busy_cpu_s() - busy) - (self._own() - own)) / (max(wall, 1e-9) * self.ncpu)
         return max(others, 0.0) if others == others else None
 
     def wait_quiet(self, max_others: float, until: float, window: float = 0.25) -> bool:
@@ -772,7 +755,7 @@ def grid_section(args, meter, contender, modes, result, path) -> None:
                 print_grid_row(rec, m)
             path.write_text(json.dumps(result, indent=1))  # an interrupted run keeps its cases
         del s, impls
-    print(f"\nchecks (no grad): max |tiled - default| of the step outputs per (n, d), and the store from_mask chose: "
+    print("\nchecks (no grad): max |tiled - default| of the step outputs per (n, d), and the store from_mask chose: "
           + ", ".join(f"n={r['n']} d={r['density']:g}: {_r(r.get('check_max_abs_err'), '.1e')} ({r.get('default_store')})"
                       for r in result["grid"] if r.get("threads") == args.threads[0]))
     print("\n## autograd nodes per step (unique nodes; loss: the loss graph as timed, leaves included; "

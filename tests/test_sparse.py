@@ -15,7 +15,7 @@ from seq2d import Sequential2D
 from seq2d.testing import example_input
 from seq2d.sparse import BlockSparseLayout, BlockSparseLinear, bsmm, get_kernel, layout_from_tile_mask
 
-CPU_KERNELS = ["cpu", "cpu_gather", "dense"]
+CPU_KERNELS = ["cpu", "cpu_gather", "cpu_bmm", "dense"]
 TOL = {torch.float32: 2e-4, torch.float64: 1e-10}
 
 
@@ -63,7 +63,7 @@ def test_layout_validation_names_the_field(kwargs, match):
 @pytest.mark.parametrize("kernel", CPU_KERNELS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
 @pytest.mark.parametrize("density", [0.01, 0.1, 0.25, 0.5, 1.0])
-@pytest.mark.parametrize("tile,Mt,Kt,B", [(16, 5, 7, 9), (32, 3, 4, 33), (64, 2, 3, 5)])
+@pytest.mark.parametrize("tile,Mt,Kt,B", [(16, 5, 7, 9), (32, 3, 4, 33), (64, 2, 3, 5), (128, 2, 2, 7)])
 def test_backend_matches_reference(kernel, dtype, density, tile, Mt, Kt, B):
     L = rand_layout(tile, Mt, Kt, density, seed=int(density * 100) + tile)
     if L.nnz == 0:  # a 1% draw on a small grid can be empty: keep one tile

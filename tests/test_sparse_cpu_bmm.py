@@ -66,27 +66,6 @@ def test_bad_arguments(kwargs):
 
 
 # ---------------------------------------------------------------------------- against the reference
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
-@pytest.mark.parametrize("density", [0.01, 0.1, 0.25, 0.5, 1.0])
-@pytest.mark.parametrize("tile,Mt,Kt,B", [(16, 5, 7, 9), (32, 3, 4, 33), (64, 2, 3, 5), (128, 2, 2, 7)])
-def test_bsmm_matches_reference(dtype, density, tile, Mt, Kt, B):
-    """Through autograd (bsmm), as tests/test_sparse.py checks the other kernels."""
-    L = rand_layout(tile, Mt, Kt, density, seed=int(density * 100) + tile)
-    wp = torch.randn(L.nnz, tile, tile, dtype=dtype, requires_grad=True)
-    x = torch.randn(B, Kt * tile, dtype=dtype, requires_grad=True)
-    w_dense = L.to_dense(wp.detach()).requires_grad_(True)
-    x_ref = x.detach().clone().requires_grad_(True)
-    y = bsmm(x, wp, L, backend="cpu_bmm")
-    y_ref = x_ref @ w_dense.T
-    tol = TOL[dtype] * max(1.0, (Kt * tile) ** 0.5 / 4)
-    torch.testing.assert_close(y, y_ref, rtol=tol, atol=tol)
-    g = torch.randn_like(y)
-    y.backward(g)
-    y_ref.backward(g)
-    torch.testing.assert_close(x.grad, x_ref.grad, rtol=tol, atol=tol)
-    torch.testing.assert_close(wp.grad, L.from_dense(w_dense.grad), rtol=tol, atol=tol)
-
-
 @pytest.mark.parametrize("chunk", [None, 1, 2, 3, 5, 64])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
 @pytest.mark.parametrize("density", [0.05, 0.3, 0.7, 1.0])
