@@ -116,7 +116,8 @@ import torch.nn.functional as F
 
 from seq2d.envinfo import cpu_name
 from seq2d.sparse import DENSE_CROSSOVER, bsmm, layout_from_tile_mask, resolve_backend
-from machine import busy_cpu_s  # benchmarks/machine.py (the script's folder is on sys.path)
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/machine.py, also when imported by path
+from machine import busy_cpu_s  # noqa: E402
 
 # ------------------------------------------------------------------------------ defaults
 TARGET = dict(N=[4096], batch=[256], tile=[64], density=[0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0],

@@ -106,7 +106,8 @@ from torch import nn
 import seq2d
 import seq2d.sparse
 from seq2d.envinfo import cpu_name
-from machine import busy_cpu_s, proc_cpu_s  # benchmarks/machine.py (the script's folder is on sys.path)
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/machine.py, also when imported by path
+from machine import busy_cpu_s, proc_cpu_s  # noqa: E402
 
 # ------------------------------------------------------------------------------ defaults
 IMPLS = ("default", "tiled", "kernel", "dense", "masked_dense")
