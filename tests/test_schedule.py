@@ -37,7 +37,7 @@ def _run(fn, xs, state, params, scheduled, seed=0):
     return ys, fin, grads_of(loss, leaves)
 
 
-def _same(fn, xs, state=None, params=()):
+def assert_same(fn, xs, state=None, params=()):
     a = _run(fn, xs, state, params, True)
     b = _run(fn, xs, state, params, False)
     torch.testing.assert_close(a[0], b[0], **TOL)
@@ -72,7 +72,7 @@ def test_rnn_wrapper(layers, act, h0, batch_first):
         out, h = r(xs, st[0] if st else None)
         return out, [h]
 
-    _same(fn, x, [hx] if h0 else None, r.parameters())
+    assert_same(fn, x, [hx] if h0 else None, r.parameters())
 
 
 @pytest.mark.parametrize("pipeline", [True, False])
@@ -81,8 +81,8 @@ def test_rnn_core_state_with_none_slots(pipeline, T):
     r = seq2d.rnn(3, 5, num_layers=3, dtype=DT)
     xs = torch.randn(T, 4, 3, dtype=DT)
     st = [None, torch.randn(4, 5, dtype=DT), None, torch.randn(4, 5, dtype=DT)]
-    _same(_seq(r.core, pipeline), xs, st, r.parameters())
-    _same(_seq(r.core, pipeline), xs, None, r.parameters())
+    assert_same(_seq(r.core, pipeline), xs, st, r.parameters())
+    assert_same(_seq(r.core, pipeline), xs, None, r.parameters())
 
 
 def test_from_torch_rnn_and_unbatched():
@@ -90,9 +90,9 @@ def test_from_torch_rnn_and_unbatched():
     ref = nn.RNN(4, 6, num_layers=2, dtype=DT)
     ours = seq2d.from_torch(ref)
     x = torch.randn(5, 3, 4, dtype=DT)
-    _same(lambda xs, st: (lambda out, h: (out, [h]))(*ours(xs)), x, None, ours.parameters())
-    _same(_seq(ours.core), torch.randn(5, 4, dtype=DT), None, ours.parameters())  # batch ()
-    _same(_seq(ours.core), torch.randn(5, 2, 3, 4, dtype=DT), None, ours.parameters())  # batch (2, 3)
+    assert_same(lambda xs, st: (lambda out, h: (out, [h]))(*ours(xs)), x, None, ours.parameters())
+    assert_same(_seq(ours.core), torch.randn(5, 4, dtype=DT), None, ours.parameters())  # batch ()
+    assert_same(_seq(ours.core), torch.randn(5, 2, 3, 4, dtype=DT), None, ours.parameters())  # batch (2, 3)
     with torch.no_grad():
         torch.testing.assert_close(ours(x)[0], ref(x)[0], rtol=0, atol=1e-12)
 
@@ -101,7 +101,7 @@ def test_from_torch_rnn_and_unbatched():
 def test_truncated_rnn_core(pipeline):
     tr = seq2d.truncated_rnn(seq2d.rnn(2, 3, num_layers=2, dtype=DT), 3)
     xs = torch.randn(6, 2, 6, dtype=DT)
-    _same(_seq(tr.core, pipeline), xs, None, tr.parameters())
+    assert_same(_seq(tr.core, pipeline), xs, None, tr.parameters())
 
 
 def _random_mask(n, density, seed, held=()):
@@ -148,8 +148,8 @@ def test_random_cyclic_masks(seed, pipeline):
     g = torch.Generator().manual_seed(seed)
     xs = torch.randn(5, 3, sizes[0], generator=g, dtype=DT)
     st = [None if (k % 3 == 1 or k == 0) else torch.randn(3, sizes[k], generator=g, dtype=DT) for k in range(n)]
-    _same(_seq(m, pipeline), xs, st, m.parameters())
-    _same(_seq(m, pipeline), xs[:1], None, m.parameters())
+    assert_same(_seq(m, pipeline), xs, st, m.parameters())
+    assert_same(_seq(m, pipeline), xs[:1], None, m.parameters())
 
 
 class _Shift(nn.Module):  # not known to be position-wise: called once per wave
@@ -196,7 +196,7 @@ def test_modules_identities_held_and_multi_delay(pipeline, T, given):
     if given:
         st = [None, None, torch.randn(2, 4, dtype=DT), torch.randn(2, 4, dtype=DT), None,
               torch.randn(2, 2, dtype=DT), torch.randn(2, 4, dtype=DT), None, torch.randn(2, 5, dtype=DT)]
-    _same(_seq(m, pipeline), xs, st, m.parameters())
+    assert_same(_seq(m, pipeline), xs, st, m.parameters())
 
 
 @pytest.mark.parametrize("pipeline", [True, False])
@@ -211,7 +211,7 @@ def test_element_mask_and_frozen_values(pipeline):
     blk.frozen = torch.randn(blk.shape, generator=g, dtype=DT) * (~blk.mask)
     assert blk.frozen is not None and m.store.frozen_0 is not None
     xs = torch.randn(4, 2, 3, generator=g, dtype=DT)
-    _same(_seq(m, pipeline), xs, [None, torch.randn(2, 4, generator=g, dtype=DT), None, None], m.parameters())
+    assert_same(_seq(m, pipeline), xs, [None, torch.randn(2, 4, generator=g, dtype=DT), None, None], m.parameters())
 
 
 def test_two_inputs_and_input_as_output():
@@ -220,7 +220,7 @@ def test_two_inputs_and_input_as_output():
               (2, 2): LinearBlock(4, 4, dtype=DT), (3, 2): LinearBlock(4, 4, dtype=DT),
               (3, 1): LinearBlock(3, 4, dtype=DT)}
     m = Sequential2D(s, blocks, bias=True, activations="tanh", inputs=[0, 1], outputs=[3, 1, 2], dtype=DT)
-    _same(_seq(m), torch.randn(4, 2, 5, dtype=DT), None, m.parameters())
+    assert_same(_seq(m), torch.randn(4, 2, 5, dtype=DT), None, m.parameters())
 
 
 def test_gradcheck_tiny_rnn():
