@@ -106,6 +106,7 @@ from torch import nn
 import seq2d
 import seq2d.sparse
 from seq2d.envinfo import cpu_name
+from seq2d.testing import autograd_nodes
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/machine.py, also when imported by path
 from machine import busy_cpu_s, proc_cpu_s  # noqa: E402
 
@@ -138,22 +139,6 @@ def block_mask(n: int, density: float, seed: int) -> torch.Tensor:
     m = torch.zeros(n * n, dtype=torch.bool)
     m[pick] = True
     return m.view(n, n)
-
-
-def autograd_nodes(*roots: torch.Tensor, ops_only: bool = False) -> int:
-    """Unique nodes of the graph of ``roots`` (their grad_fn and everything reachable by
-    next_functions); ``ops_only`` leaves out the AccumulateGrad nodes of the leaves."""
-    seen = set()  # holding the node objects keeps their Python wrappers (and so their identity) alive
-    stack = [r.grad_fn for r in roots]
-    while stack:
-        fn = stack.pop()
-        if fn is None or fn in seen:
-            continue
-        seen.add(fn)
-        stack.extend(nxt for nxt, _ in fn.next_functions)
-    if ops_only:
-        return sum(1 for fn in seen if type(fn).__name__ != "AccumulateGrad")
-    return len(seen)
 
 
 def store_kind(model) -> str:

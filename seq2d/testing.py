@@ -25,7 +25,7 @@ from .convert import from_torch
 from .core import Sequential2D
 from .recurrent import truncated_rnn
 
-__all__ = ["TOLERANCE", "EquivCase", "CASES", "compare", "example_input", "grads_of", "view_grad"]
+__all__ = ["TOLERANCE", "EquivCase", "CASES", "autograd_nodes", "compare", "example_input", "grads_of", "view_grad"]
 
 # Max abs error allowed for outputs and gradients vs the torch reference.
 TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-10}
@@ -48,6 +48,22 @@ class EquivCase:
 
 def _first(out):
     return out[0] if isinstance(out, tuple) else out
+
+
+def autograd_nodes(*roots: Tensor, ops_only: bool = False) -> int:
+    """Unique nodes of the graph of ``roots`` (their grad_fn and everything reachable by
+    next_functions); ``ops_only`` leaves out the AccumulateGrad nodes of the leaves."""
+    seen = set()  # holding the node objects keeps their Python wrappers (and so their identity) alive
+    stack = [r.grad_fn for r in roots]
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        stack.extend(nxt for nxt, _ in fn.next_functions)
+    if ops_only:
+        return sum(1 for fn in seen if type(fn).__name__ != "AccumulateGrad")
+    return len(seen)
 
 
 def view_grad(t: Tensor) -> Tensor | None:

@@ -3,14 +3,10 @@ tile-columns) against the masked-dense ``reference`` kernel: outputs, dX and dW 
 densities, dtypes, odd batches, forced chunk sizes (padding), empty rows/columns, tied
 tiles, and gradcheck through ``bsmm``. No timings here (benchmarks/blocksparse.py)."""
 
-import copy
 
 import pytest
 import torch
 
-import seq2d
-from seq2d import Sequential2D
-from seq2d.testing import example_input
 from seq2d.sparse import BlockSparseLayout, bsmm, get_kernel, layout_from_tile_mask
 from seq2d.sparse.backends.cpu import CPUBackend, _bmm_plan, _chunk_size, _chunks
 
@@ -233,24 +229,3 @@ def test_threads_use_their_own_scratch(monkeypatch):
     for t in threads:
         t.join()
     assert not errors
-
-
-# ---------------------------------------------------------------------------- inside a Sequential2D
-@pytest.mark.parametrize("name,kwargs", [("mlp", dict(sizes=(37, 20, 33, 10))),
-                                         ("truncated_rnn", dict(input_size=5, hidden_size=18, num_layers=2, k=3))])
-def test_models_equal_through_the_engine(name, kwargs):
-    """A registered model made block-sparse with backend="cpu_bmm" (tied tiles in the truncated RNN)."""
-    torch.manual_seed(0)
-    dense = seq2d.create_model(name, **kwargs, dtype=torch.float64)
-    sparse = copy.deepcopy(dense)
-    core = sparse if isinstance(sparse, Sequential2D) else sparse.core
-    core.to_blocksparse(16, backend="cpu_bmm")
-    x = example_input(dense, dtype=torch.float64)
-    xs, xd = x[0].detach().clone().requires_grad_(True), x[0].detach().clone().requires_grad_(True)
-    yd, ys = dense(xd), sparse(xs)
-    yd, ys = (yd[0], ys[0]) if isinstance(yd, tuple) else (yd, ys)
-    torch.testing.assert_close(ys, yd, rtol=1e-10, atol=1e-10)
-    g = torch.randn_like(yd)
-    yd.backward(g)
-    ys.backward(g)
-    torch.testing.assert_close(xs.grad, xd.grad, rtol=1e-10, atol=1e-10)

@@ -10,6 +10,7 @@ from torch import nn
 import seq2d
 from seq2d import LinearBlock, Sequential2D
 from seq2d.reference import reference_forward
+from seq2d.testing import autograd_nodes
 
 D = torch.float64
 
@@ -21,18 +22,6 @@ def _random_mask_model(n: int, size: int, density: float = 0.3, seed: int = 0, *
     mask[1:, 0] = True  # every row reads the input (no row left empty)
     mask[1:, 1:] |= torch.eye(n - 1, dtype=torch.bool)  # self-loops: cyclic, iterated as a whole
     return seq2d.from_mask([size] * n, mask, activations="tanh", bias=True, seed=seed, steps=2, dtype=D, **kw)
-
-
-def _graph_nodes(outputs) -> int:
-    """Unique autograd nodes reachable from the outputs (leaves included)."""
-    seen, stack = set(), [t.grad_fn for t in outputs if t is not None and t.grad_fn is not None]
-    while stack:
-        f = stack.pop()
-        if f is None or f in seen:
-            continue
-        seen.add(f)
-        stack.extend(nf for nf, _ in f.next_functions)
-    return len(seen)
 
 
 # ---------------------------------------------------------------------------- cost follows the store
@@ -48,7 +37,7 @@ def test_autograd_nodes_per_step_do_not_grow_with_slots_or_blocks(call):
             outs = m(state, steps=1)
         else:
             outs = [m.step_flat(torch.randn(3, m.flat_size, dtype=D))]
-        counts[n] = _graph_nodes(outs)
+        counts[n] = autograd_nodes(*outs)
         nblocks = sum(1 for _ in m.positions())
         assert nblocks > n  # many more blocks than slots, and they grow with n
     assert len(set(counts.values())) == 1, counts
