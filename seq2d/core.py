@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from .activations import activation_name, is_identity, make_activation
 from .blocks import ContextModule, Identity, LinearBlock, LinearLike  # noqa: F401 (ContextModule: re-exported)
 from .engines import STORES, DenseStore, TiledStore, choose_store
+from .engines.migrate import migrate_state_dict
 from .flat import Segments, SlotBias, build_plan, run_plan
 from .schedule import sequence_by_components
 
@@ -167,6 +168,10 @@ class Sequential2D(nn.Module):
             raise ValueError(f"Unknown backend {backend!r}. Select from " + ", ".join(repr(k) for k in STORES))
         self._backend = backend
         self.depth = self._compute_depth()
+        # static row sets a call iterates over (computed once, not per call)
+        self._all_rows_t = tuple(sorted(self._rows))
+        self._all_rows = frozenset(self._rows)
+        self._level_rows = None if self._levels is None else [tuple(sorted(level)) for level in self._levels]
         self.use_plan = True  # evaluate acyclic models level by level (see forward)
         if steps is None:
             steps = self.depth
@@ -176,44 +181,9 @@ class Sequential2D(nn.Module):
         self.reset_bias_parameters()
         self._register_load_state_dict_pre_hook(self._migrate_state_dict)
 
-    @torch.no_grad()
     def _migrate_state_dict(self, state_dict, prefix, *args) -> None:
-        """Load checkpoints written before the parameter store (per-block ``blocks.i_j.weight``/
-        ``mask``/``frozen``, per-slot ``biases.i``, ``engine.*``): their values are written
-        through the handles and replaced by the store's keys."""
-        old_blocks = {k for k in state_dict if k.startswith(prefix + "blocks.")
-                      and k.rsplit(".", 1)[-1] in ("weight", "mask", "frozen")}
-        seen_handles = set()
-        for name in ("mask", "frozen", "weight"):  # a new mask zeroes weights: weights last
-            for k in sorted(old_blocks):
-                pos, what = k[len(prefix) + len("blocks."):].rsplit(".", 1)
-                blk = self.blocks[pos] if pos in self.blocks else None
-                if what != name or not isinstance(blk, LinearBlock) or blk.store is not self.store:
-                    continue
-                v = state_dict.pop(k)
-                if v is not None and tuple(v.shape) != blk.shape:
-                    raise RuntimeError(f"checkpoint key {k}: expected shape {blk.shape} (F[{pos.replace('_', '][')}]), "
-                                       f"got {tuple(v.shape)}")
-                setattr(blk, name, v)
-                if name == "weight":
-                    seen_handles.add(id(blk))
-        handles = {id(b) for _, _, k, b in self.positions() if isinstance(b, LinearBlock) and b.store is self.store}
-        if seen_handles and seen_handles == handles:
-            for k, v in self.store.state_dict().items():
-                state_dict.setdefault(prefix + "store." + k, v)
-        old_bias = [k for k in state_dict if k.startswith(prefix + "biases.")]
-        if old_bias:
-            for k in old_bias:
-                i = int(k[len(prefix) + len("biases."):])
-                v = state_dict.pop(k)
-                if self.bias(i) is None or tuple(v.shape) != (self.sizes[i],):
-                    raise RuntimeError(f"checkpoint key {k}: slot {i} has "
-                                       f"{'no bias' if self.bias(i) is None else f'a bias of shape ({self.sizes[i]},)'}, got {tuple(v.shape)}")
-                self.bias(i).copy_(v)
-            if len(old_bias) == len(self.slot_bias):
-                state_dict.setdefault(prefix + "slot_bias.bias", self.slot_bias.bias.detach().clone())
-        for k in [k for k in state_dict if k.startswith(prefix + "engine.")]:
-            state_dict[prefix + "store.matrix." + k[len(prefix) + len("engine."):]] = state_dict.pop(k)
+        """Checkpoints of the per-block layout load through the handles (seq2d/engines/migrate.py)."""
+        migrate_state_dict(self, state_dict, prefix)
 
     @property
     def backend(self) -> str:
@@ -614,6 +584,12 @@ class Sequential2D(nn.Module):
 
     # ------------------------------------------------------------------ forward
     def _param_ref(self) -> Tensor | None:
+        """A floating parameter (dtype and device checks); the store's or the bias vector's
+        when there is one, so a call does not walk every submodule."""
+        for t in (self.store, self.slot_bias):
+            for p in (t.parameters() if t is not None else ()):
+                if p.is_floating_point():
+                    return p
         for p in self.parameters():
             if p.is_floating_point():
                 return p
@@ -768,18 +744,6 @@ class Sequential2D(nn.Module):
         for _ in range(steps):
             present = self._advance(x, present, upd, context, cache)
         return x, present, frozenset(upd)
-
-    @property
-    def _all_rows_t(self) -> tuple[int, ...]:
-        return tuple(sorted(self._rows))
-
-    @property
-    def _all_rows(self) -> frozenset:
-        return frozenset(self._rows)
-
-    @property
-    def _level_rows(self) -> list[tuple[int, ...]]:
-        return [tuple(sorted(level)) for level in self._levels]
 
     def _check_flat(self, x) -> Tensor:
         if not isinstance(x, Tensor):
