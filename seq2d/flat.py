@@ -161,6 +161,8 @@ class StepPlan:
         self.modules: list[tuple] = []         # (u_start, size, i, j, kind)
         self.acts: list[tuple] = []            # (u_start, u_end, slot, elementwise, size)
         self.write: list[tuple] = []           # ("x", a, b) | ("u", a, b) in flat order
+        self.act_widths: list[int] = []        # width of each activation run (one split of U)
+        self.act_write: list[list] = []        # per run: its flat ranges [(start, width)]
         self.all_updated = False
         self.fuse_bias = False                 # the bias is added inside the box's GEMM
 
@@ -241,6 +243,18 @@ def build_plan(model, upd: Sequence[int], present: frozenset) -> StepPlan:
             write.append([src, a, a + width[i]])
     plan.write = [tuple(w) for w in write]
     plan.all_updated = len(plan.write) == 1 and plan.write[0][0] == "u"
+    # where each activation run goes: its flat ranges [(flat start, width)] (a run of slots
+    # consecutive in U-space is cut where held slots sit between them in the flat state)
+    plan.act_widths = [a1 - a0 for a0, a1, *_ in plan.acts]
+    u_ranges = [(a, b) for src, a, b in plan.write if src == "u"]
+    plan.act_write = []
+    for a0, a1, *_ in plan.acts:
+        dest = []
+        for a, b in u_ranges:
+            lo, hi = max(a, a0), min(b, a1)
+            if lo < hi:
+                dest.append((plan.u_to_flat[a] + (lo - a), hi - lo))
+        plan.act_write.append(dest)
     # one dense box giving exactly the updated rows: the bias goes into the GEMM
     plan.fuse_bias = (store is not None and store.kind == "dense" and len(plan.boxes) == 1
                       and len(plan.pre_pieces) == 1 and plan.pre_pieces[0][:2] == (plan.boxes[0], 0)
@@ -278,7 +292,11 @@ def run_plan(model, plan: StepPlan, x: Segments, context: dict, cache: dict | No
         b = model.slot_bias.bias
         if bias[0] == "slice":
             _, a, c = bias
-            pre = pre + (b if (a == 0 and c == b.numel()) else b[a:c])
+            b = b if (a == 0 and c == b.numel()) else b[a:c]
+            # in place when ``pre`` is a product we own (the kernels save their inputs, not
+            # their output): no second (batch, width) buffer
+            own = len(parts) == 1 and ys and parts[0] is next(iter(ys.values())) and store.kind == "tiled"
+            pre = pre.add_(b) if own else pre + b
         else:
             idx = bias[1]
             if idx.device != b.device:
@@ -287,32 +305,30 @@ def run_plan(model, plan: StepPlan, x: Segments, context: dict, cache: dict | No
             pre = pre + torch.cat([b, b.new_zeros(1)]).index_select(0, idx)
     if plan.modules:
         pre = _add_modules(model, plan, x, pre, context)
-    # activations
+    # activations: one call per run, on the pieces of one split (no slice whose backward
+    # zero-fills the whole width), and the results go straight to the write-back (no cat)
     acts = model.acts
-    if len(plan.acts) == 1 and plan.acts[0][3] is not None:
-        a = acts[plan.acts[0][2]]
-        out = pre if type(a) is nn.Identity else a(pre)
-    else:
-        batch = pre.shape[:-1]
-        outs = []
-        for a0, a1, i, key, size in plan.acts:
-            seg = pre[..., a0:a1]
-            act = acts[i]
-            if key is not None:
-                outs.append(seg if type(act) is nn.Identity else act(seg))
-            elif size == a1 - a0:
-                outs.append(act(seg))
-            else:  # a padded slot with a non-elementwise activation: only its real entries
-                outs.append(torch.cat([act(seg[..., :size]), seg.new_zeros(*batch, a1 - a0 - size)], dim=-1))
-        out = _cat(outs)
-    if plan.all_updated:
-        x.parts = [(0, x.N, out)]
+    runs = plan.acts
+    segs = [pre] if len(runs) == 1 else pre.split(plan.act_widths, dim=-1)
+    outs = []
+    for (a0, a1, i, key, size), seg in zip(runs, segs):
+        act = acts[i]
+        if key is not None:
+            outs.append(seg if type(act) is nn.Identity else act(seg))
+        elif size == a1 - a0:
+            outs.append(act(seg))
+        else:  # a padded slot with a non-elementwise activation: only its real entries
+            real, pad = seg.split([size, a1 - a0 - size], dim=-1)
+            outs.append(torch.cat([act(real), torch.zeros_like(pad)], dim=-1))
+    if plan.all_updated and len(outs) == 1:
+        x.parts = [(0, x.N, outs[0])]
         return
     new = []
-    for src, a, b in plan.write:
-        if src == "u":
-            # flat position of this run: the first updated slot starting at U offset a
-            new.append((plan.u_to_flat[a], plan.u_to_flat[a] + (b - a), out if (a == 0 and b == out.shape[-1]) else out[..., a:b]))
+    for t, dest in zip(outs, plan.act_write):
+        if len(dest) == 1:
+            new.append((dest[0][0], dest[0][0] + dest[0][1], t))
+        else:  # a run cut by held slots: its flat ranges, one split
+            new.extend((f, f + w, p) for (f, w), p in zip(dest, t.split([w for _, w in dest], dim=-1)))
     x.write(new)
 
 

@@ -41,7 +41,8 @@ class TiledStore(Engine):
         self.boxes = [tuple(sorted(set(r) & rows)) for r in box_rows]
         self.boxes = [b for b in self.boxes if b]
         self.box_of_row = {i: b for b, r in enumerate(self.boxes) for i in r}
-        self._sub: dict[tuple[int, ...], tuple[BlockSparseLayout, Tensor]] = {}
+        self._sub: dict[tuple[int, ...], tuple[BlockSparseLayout, Tensor | None]] = {}
+        self._rowmap: dict[tuple[int, ...], tuple[Tensor, dict[int, int]]] = {}
 
     @property
     def device(self) -> torch.device:
@@ -58,34 +59,59 @@ class TiledStore(Engine):
         return [key] if key else []
 
     def row_source(self, i: int, box=None) -> tuple:
-        return box, self.offsets[i]
+        """Where row ``i``'s sum sits in the product of ``box``: the product holds exactly the
+        tile-rows of the box's slots, side by side in slot order (no empty tile-rows)."""
+        box = self.rows if box is None else box
+        return box, self._compact(box)[1][i]
 
     def num_trainable(self) -> int:
         return self.matrix.num_trainable()
 
+    def _compact(self, key: tuple[int, ...]) -> tuple[Tensor, dict[int, int]]:
+        """Tile-row map of ``key``'s slots (full tile-row -> compact tile-row, -1 if not in the
+        key) and each slot's flat offset in the compact product."""
+        c = self._rowmap.get(key)
+        if c is None:
+            toff, T = self.matrix.toff, self.tile
+            rmap = torch.full((self.matrix._layout.Mt,), -1, dtype=torch.long)
+            start, t = {}, 0
+            for i in key:
+                k = toff[i + 1] - toff[i]
+                rmap[toff[i]:toff[i + 1]] = torch.arange(t, t + k)
+                start[i] = t * T
+                t += k
+            c = (rmap, start)
+            self._rowmap[key] = c
+        return c
+
     def _layout_for(self, key: tuple[int, ...]) -> tuple[BlockSparseLayout, Tensor | None]:
-        """Layout of the tile-rows of ``key``'s slots and the positions it keeps (None = all)."""
-        if key == self.rows:
-            return self.matrix.layout, None
+        """Layout of the tile-rows of ``key``'s slots, renumbered side by side (the product has
+        no empty tile-rows to zero-fill, slice and differentiate back), and the positions it
+        keeps (None = all)."""
         if key not in self._sub:
             full = self.matrix._layout
-            keep = torch.zeros(full.Mt, dtype=torch.bool)
-            for i in key:
-                keep[self.matrix.toff[i]:self.matrix.toff[i + 1]] = True
-            idx = keep[full.row.cpu()].nonzero().squeeze(1)
-            sub = BlockSparseLayout(self.tile, (full.Mt, full.Kt), full.row.cpu()[idx], full.col.cpu()[idx],
-                                    full.data_index.cpu()[idx], full.n_data)
-            self._sub[key] = (sub, idx)
+            rmap, _ = self._compact(key)
+            Mt = int((rmap >= 0).sum())
+            if Mt == full.Mt and torch.equal(rmap, torch.arange(full.Mt)):
+                self._sub[key] = (full, None)
+            else:
+                row = full.row.cpu()
+                idx = (rmap[row] >= 0).nonzero().squeeze(1)
+                sub = BlockSparseLayout(self.tile, (Mt, full.Kt), rmap[row[idx]], full.col.cpu()[idx],
+                                        full.data_index.cpu()[idx], full.n_data)
+                self._sub[key] = (sub, idx if idx.numel() < row.numel() else None)
         sub, idx = self._sub[key]
+        if sub is self.matrix._layout:  # the full layout: the matrix keeps it on its device
+            return self.matrix.layout, None
         dev = self.device
-        if idx.device != dev:
+        if idx is not None and idx.device != dev:
             idx = idx.to(dev)
             self._sub[key] = (sub, idx)
         return sub.to(dev), idx
 
     def product(self, x, boxes, cache: dict | None = None, bias: Tensor | None = None) -> dict:
-        """``{box: x @ W_box.T}`` over the whole padded flat space (rows outside the box are 0);
-        ``x`` is a :class:`seq2d.flat.Segments` view of the flat state."""
+        """``{box: x @ W_box.T}``: the sums of the box's rows only, side by side in slot order
+        (:meth:`row_source`); ``x`` is a :class:`seq2d.flat.Segments` view of the flat state."""
         assert bias is None, "the tiled store adds biases after the product"
         x = x.read(0, self.offsets[-1])
         out = {}

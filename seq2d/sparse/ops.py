@@ -69,6 +69,8 @@ def bsmm(x: Tensor, wp: Tensor, layout: BlockSparseLayout, backend: str | Kernel
     if wp.dtype != x.dtype or wp.device != x.device:
         raise TypeError(f"bsmm: x ({x.dtype}, {x.device}) and wp ({wp.dtype}, {wp.device}) must share dtype and device")
     kernel = backend if isinstance(backend, KernelBackend) else resolve_backend(backend, x.device, x.dtype, layout.density)
+    if x.dim() == 2:  # the Function's own output, not a view of it (callers may add in place)
+        return BlockSparseMatmul.apply(x, wp, layout.to(x.device), kernel)
     batch = x.shape[:-1]
     x2 = x.reshape(-1, x.shape[-1])
     y = BlockSparseMatmul.apply(x2, wp, layout.to(x.device), kernel)

@@ -82,9 +82,32 @@ def _plan(layout: BlockSparseLayout) -> dict:
             out.append((a, b, idx[a] if contiguous else -1))
         return out
 
+    # First touch (runs strategy): the first run writing an output tile-row overwrites it
+    # (BLAS beta = 0) instead of accumulating into a zero-filled buffer; only tile-rows no
+    # run writes are zeroed (one index_fill_). Same for the dX tile-columns of the backward
+    # pass: a run whose columns are all untouched so far overwrites them; the columns that
+    # no such run covers are zeroed up front.
+    seen_r: set[int] = set()
+    first_r = []
+    for r, _c0, _a, _b in runs:
+        first_r.append(r not in seen_r)
+        seen_r.add(r)
+    seen_c: set[int] = set()
+    first_c, overwritten = [], set()
+    for _r, c0, a, b in runs:
+        cols = range(c0, c0 + b - a)
+        fresh = not any(c in seen_c for c in cols)
+        first_c.append(fresh)
+        if fresh:
+            overwritten.update(cols)
+        seen_c.update(cols)
     t_row = layout.row[layout.t_pos]
     cache = {
         "runs": runs,
+        "runs_beta_y": [0.0 if f else 1.0 for f in first_r],
+        "runs_beta_dx": [0.0 if f else 1.0 for f in first_c],
+        "zero_rows": torch.tensor(sorted(set(range(layout.Mt)) - seen_r), dtype=torch.long),
+        "zero_cols": torch.tensor(sorted(set(range(layout.Kt)) - overwritten), dtype=torch.long),
         "rows": groups(layout.row_ptr.tolist(), col, layout.Mt),
         "cols": groups(layout.col_ptr.tolist(), t_row.tolist(), layout.Kt),
         "t_row": t_row,
@@ -249,9 +272,11 @@ class CPUBackend(KernelBackend):
             return self._dds_t_bmm(x, wp, layout)
         plan = _plan(layout)
         if self.strategy == "runs":
-            y = x.new_zeros(B, layout.Mt * T)
-            for r, c0, a, b in plan["runs"]:
-                y[:, r * T : (r + 1) * T].addmm_(x[:, c0 * T : (c0 + b - a) * T], wp[a:b].view((b - a) * T, T))
+            y = x.new_empty(B, layout.Mt * T)
+            if plan["zero_rows"].numel():
+                y.view(B, layout.Mt, T).index_fill_(1, plan["zero_rows"], 0)
+            for (r, c0, a, b), beta in zip(plan["runs"], plan["runs_beta_y"]):
+                y[:, r * T : (r + 1) * T].addmm_(x[:, c0 * T : (c0 + b - a) * T], wp[a:b].view((b - a) * T, T), beta=beta)
             return y
         x = x.contiguous()
         xt = x.view(B, layout.Kt, T)
@@ -268,15 +293,20 @@ class CPUBackend(KernelBackend):
         if self.strategy != "runs":
             return super().backward(dy, x, wp, layout, need_dx, need_dw)
         B, T = dy.shape[0], layout.tile
-        dx = dy.new_zeros(B, layout.Kt * T) if need_dx else None
+        plan = _plan(layout)
+        dx = None
+        if need_dx:
+            dx = dy.new_empty(B, layout.Kt * T)
+            if plan["zero_cols"].numel():
+                dx.view(B, layout.Kt, T).index_fill_(1, plan["zero_cols"], 0)
         dw = torch.empty_like(wp) if need_dw else None
-        for r, c0, a, b in _plan(layout)["runs"]:
+        for (r, c0, a, b), beta in zip(plan["runs"], plan["runs_beta_dx"]):
             k = b - a
             dyr = dy[:, r * T : (r + 1) * T]
             if need_dw:
                 torch.mm(x[:, c0 * T : (c0 + k) * T].T, dyr, out=dw[a:b].view(k * T, T))
             if need_dx:
-                dx[:, c0 * T : (c0 + k) * T].addmm_(dyr, wp[a:b].view(k * T, T).T)
+                dx[:, c0 * T : (c0 + k) * T].addmm_(dyr, wp[a:b].view(k * T, T).T, beta=beta)
         return dx, dw
 
     def dds(self, dy: Tensor, wp: Tensor, layout: BlockSparseLayout) -> Tensor:
