@@ -28,6 +28,12 @@ seed=--seed, steps=1)``. The state is ``n`` random ``(B, S)`` tensors requiring 
 ``dense``         ``nn.Linear(N, N, bias=False)`` on ``x`` ``(B, N)`` requiring grad, same loss.
 ``masked_dense``  ``F.linear(x, W * M)``, ``W`` an ``(N, N)`` parameter, ``M`` the element
                   mask of the block mask (what the authors' public code does), same loss.
+``loss``          the loss of ``default``/``tiled`` alone: the same per-slot terms on leaf
+                  ``(B, S)`` tensors requiring grad, forward and backward. The model paths
+                  pay it, the kernel and dense baselines (one ``(y * w).sum()``) do not, so
+                  the ``net`` ratios subtract it: ``tiled-loss/kernel`` and
+                  ``default-loss/masked`` (printed next to the plain ratios, which the
+                  targets are judged on).
 ================  ====================================================================
 
 Gradients are set to None before every call, outside the timing. Per (threads, n, d) all
@@ -111,7 +117,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/machine.p
 from machine import busy_cpu_s, proc_cpu_s  # noqa: E402
 
 # ------------------------------------------------------------------------------ defaults
-IMPLS = ("default", "tiled", "kernel", "dense", "masked_dense")
+IMPLS = ("default", "tiled", "kernel", "dense", "masked_dense", "loss")
 LIBRARY = ("default", "tiled")  # the paths of the library under test: probed in a child when they may be slow
 FULL = dict(N=4096, batch=256, slots=[4, 16, 64, 256], densities=[0.1, 0.25], threads=[1, 2], repeats=7,
             seq_repeats=25, max_wait=5.0, max_others=0.1)
@@ -255,10 +261,20 @@ class Setting:
 
         return Impl(step, _clear([W, x]))
 
+    def loss_impl(self) -> Impl:
+        outs = {i: torch.randn(self.B, self.S, generator=self.gen).requires_grad_() for i in self.reached}
+
+        def step():
+            terms = [(outs[i] * self.w[i]).sum() for i in self.reached]
+            (torch.stack(terms).sum() if len(terms) > 1 else terms[0]).backward()
+
+        return Impl(step, _clear(list(outs.values())))
+
     def impl(self, name: str) -> Impl:
         if name in ("default", "tiled"):
             return self.model_impl(name)
-        return {"kernel": self.kernel_impl, "dense": self.dense_impl, "masked_dense": self.masked_dense_impl}[name]()
+        return {"kernel": self.kernel_impl, "dense": self.dense_impl, "masked_dense": self.masked_dense_impl,
+                "loss": self.loss_impl}[name]()
 
     def nodes(self, which: str) -> dict:
         """Autograd nodes of one step: ``loss`` (the loss graph, as timed), ``step`` (reachable
@@ -470,8 +486,14 @@ def grid_ratios(rows: dict, tile_density) -> dict:
         "tiled/kernel": _div(med(rows, "tiled"), med(rows, "kernel")),
         "tiled/ideal": _div(med(rows, "tiled"), ideal),
         "kernel/ideal": _div(med(rows, "kernel"), ideal),
+        "tiled-loss/kernel": _div(_sub(med(rows, "tiled"), med(rows, "loss")), med(rows, "kernel")),
+        "default-loss/masked_dense": _div(_sub(med(rows, "default"), med(rows, "loss")), med(rows, "masked_dense")),
         "ideal_ms": ideal,
     }
+
+
+def _sub(a, b):
+    return a - b if a is not None and b is not None else None
 
 
 def contention_ratios(rows_by_mode: dict, names, ref="dense") -> dict:
@@ -550,8 +572,9 @@ def _r(v, spec=".2f"):
 
 
 GRID_HEAD = (f"{'thr':>3} {'n':>4} {'S':>5} {'d':>5} {'blk':>5} {'tiles':>6} {'mode':>9} |"
-             + "".join(f"{h:>10}" for h in ("default", "tiled", "kernel", "dense", "masked"))
-             + " |" + "".join(f"{h:>10}" for h in ("def/dense", "def/mask", "tile/kern", "tile/idl", "kern/idl"))
+             + "".join(f"{h:>10}" for h in ("default", "tiled", "kernel", "dense", "masked", "loss"))
+             + " |" + "".join(f"{h:>10}" for h in ("def/dense", "def/mask", "tile/kern", "tile/idl", "kern/idl",
+                                                   "net t/k", "net d/m"))
              + f" |{'others':>7}")
 
 
@@ -562,7 +585,8 @@ def print_grid_row(rec: dict, mode: str) -> None:
             f"{_r(td * 100 if td is not None else None, '.1f') + '%':>6} {mode:>9} |"
             + "".join(f"{_ms(rows.get(k)):>10}" for k in IMPLS) + " |"
             + "".join(f"{_r(ratios[k]):>10}" for k in ("default/dense", "default/masked_dense", "tiled/kernel",
-                                                       "tiled/ideal", "kernel/ideal"))
+                                                       "tiled/ideal", "kernel/ideal", "tiled-loss/kernel",
+                                                       "default-loss/masked_dense"))
             + f" |{_r(rec['modes'][mode]['others'] * 100 if rec['modes'][mode]['others'] is not None else None, '.0f') + '%':>7}")
     print(line)
     for k in IMPLS:

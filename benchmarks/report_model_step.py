@@ -12,7 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
-IMPLS = ("default", "tiled", "kernel", "dense", "masked_dense")
+IMPLS = ("default", "tiled", "kernel", "dense", "masked_dense", "loss")
 
 
 def _ms(rows: dict, name: str) -> float | None:
@@ -28,8 +28,9 @@ def _others(g: dict, mode: str) -> str:
 
 def grid_table(data: dict, mode: str = "quiet") -> str:
     out = ["| threads | n x S | d | tile | stored tiles | default ms | tiled ms | kernel ms | dense ms | masked ms | "
-           "default/dense | default/masked | tiled/kernel | tiled/ideal | kernel/ideal | other processes |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "loss ms | default/dense | default/masked | tiled/kernel | tiled/ideal | kernel/ideal | "
+           "(tiled - loss)/kernel | (default - loss)/masked | other processes |",
+           "|" + "---|" * 19]
     for g in data.get("grid", []):
         m = g.get("modes", {}).get(mode)
         if not m:
@@ -42,9 +43,11 @@ def grid_table(data: dict, mode: str = "quiet") -> str:
 
         ideal = g["tile_density"] * t["dense"] if t["dense"] else None
         cells = [str(g["threads"]), f"{g['n']} x {g['S']}", f"{g['density']}", str(g["tile"]), f"{g['tile_density']:.3f}"]
-        cells += [f"{t[k]:.1f}" if t[k] else "skipped" for k in IMPLS]
+        cells += [f"{t[k]:.1f}" if t[k] else ("–" if k not in rows else "skipped") for k in IMPLS]
+        net = {k: t[k] - t["loss"] if t[k] and t["loss"] else None for k in ("tiled", "default")}
         cells += [r(t["default"], t["dense"]), r(t["default"], t["masked_dense"]), r(t["tiled"], t["kernel"]),
-                  r(t["tiled"], ideal), r(t["kernel"], ideal), _others(g, mode)]
+                  r(t["tiled"], ideal), r(t["kernel"], ideal), r(net["tiled"], t["kernel"]),
+                  r(net["default"], t["masked_dense"]), _others(g, mode)]
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)
 

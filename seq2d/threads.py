@@ -33,7 +33,8 @@ import os
 import time
 from collections.abc import Callable
 
-__all__ = ["AUTO", "cpu_limit", "available_cores", "auto_threads", "resolve_threads", "threads_arg", "read_proc_stat"]
+__all__ = ["AUTO", "cpu_limit", "available_cores", "auto_threads", "resolve_threads", "threads_arg", "read_proc_stat",
+           "LoadFollower", "follow_load_threads"]
 
 AUTO = "auto"
 # A core counts as available when at least 1 - SLACK of it was idle in the sample window.
@@ -122,16 +123,83 @@ def available_cores(sample_s: float = 0.2, *, include_self: bool = True,
     s1, own1, t1 = reader(), _own_cpu_seconds(), time.monotonic()
     if s1 is None:
         return float(limit)
+    idle = _idle_cores(cpus, (s0, own0, t0), (s1, own1, t1), include_self)
+    return float(limit) if idle is None else min(idle, float(limit))
+
+
+def _idle_cores(cpus, a, b, include_self: bool = True) -> float | None:
+    """Idle cores between samples ``a`` and ``b`` = (proc_stat, own CPU seconds, time)."""
+    (s0, own0, t0), (s1, own1, t1) = a, b
     seen = [c for c in cpus if c in s0 and c in s1]
     if not seen:
-        return float(limit)
+        return None
     idle = 0.0
     for c in seen:
         di, dt = s1[c][0] - s0[c][0], s1[c][1] - s0[c][1]
         idle += min(max(di / dt, 0.0), 1.0) if dt > 0 else 1.0  # no ticks counted: nothing ran there
     if include_self and t1 > t0:
         idle += max(own1 - own0, 0.0) / (t1 - t0)
-    return min(idle, float(limit))
+    return idle
+
+
+class LoadFollower:
+    """Cores available *now*, followed while a program runs (no sleeping).
+
+    :func:`auto_threads` decides once, at the start of a run. The block-sparse CPU kernels
+    issue hundreds of small GEMMs per pass, each an OpenMP parallel region, and collapse
+    when a core is taken by another process part-way through a run (docs/performance.md,
+    "CPU kernel under contention"), so they ask :meth:`threads` before every pass: at most
+    every ``interval`` seconds it reads ``/proc/stat`` and this process's CPU time, and the
+    idle cores since the previous reading (this process counted as idle, as in
+    :func:`available_cores`) give ``floor(available + SLACK)``, at most the threads asked
+    for. A window longer than ``max_window`` (the program was doing something else) only
+    starts a new window; until a window has been measured the answer is the request.
+    Costs one read of ``/proc/stat`` per ``interval`` (about 50 us)."""
+
+    def __init__(self, interval: float = 0.1, max_window: float = 2.0, *,
+                 reader: Callable[[], dict | None] | None = None, clock: Callable[[], float] = time.monotonic,
+                 own: Callable[[], float] | None = None):
+        self.interval, self.max_window = interval, max_window
+        self._reader, self._clock, self._own = reader or read_proc_stat, clock, own or _own_cpu_seconds
+        self._last = None          # (proc_stat, own seconds, time) of the window start
+        self.available: float | None = None  # idle cores over the last measured window
+
+    def _sample(self):
+        return self._reader(), self._own(), self._clock()
+
+    def update(self) -> float | None:
+        now = self._clock()
+        if self._last is not None and now - self._last[2] < self.interval:
+            return self.available
+        cur = self._sample()
+        if cur[0] is None:
+            return self.available
+        if self._last is not None and cur[2] - self._last[2] <= self.max_window:
+            idle = _idle_cores(_affinity(), self._last, cur)
+            if idle is not None:
+                self.available = idle
+        self._last = cur
+        return self.available
+
+    def threads(self, want: int) -> int:
+        """How many of ``want`` threads to use now (1 <= result <= want)."""
+        if want <= 1:
+            return max(want, 1)
+        avail = self.update()
+        if avail is None:
+            return want
+        return max(1, min(want, math.floor(avail + SLACK)))
+
+
+_FOLLOWER = LoadFollower()
+
+
+def follow_load_threads(want: int) -> int:
+    """The block-sparse CPU kernels' thread count: :meth:`LoadFollower.threads` of a process
+    wide follower; ``want`` unchanged when ``SEQ2D_FOLLOW_LOAD=0``."""
+    if os.environ.get("SEQ2D_FOLLOW_LOAD", "1") == "0":
+        return want
+    return _FOLLOWER.threads(want)
 
 
 def auto_threads(sample_s: float = 0.2, *, limit: int | None = None, share: int = 1,

@@ -70,6 +70,8 @@ def test_quick_writes_every_row(tmp_path, capsys):
             _positive_ms(quiet["rows"][name])
         for key in ("default/dense", "default/masked_dense", "tiled/kernel", "tiled/ideal", "kernel/ideal"):
             assert quiet["ratios"][key] > 0, key
+        for key in ("tiled-loss/kernel", "default-loss/masked_dense"):  # net of the loss (noisy at this size)
+            assert isinstance(quiet["ratios"][key], float), key
     nodes = res["autograd_nodes"]
     assert len(nodes) == 4
     for r in nodes:

@@ -178,3 +178,102 @@ def test_seq2d_train_cli_prints_threads(tmp_path, monkeypatch, capsys):
     assert "on cpu (1 thread);" in capsys.readouterr().out
     assert 'num_threads = "auto"' in (tmp_path / "run" / "config.toml").read_text()
     assert read_metrics(tmp_path / "run")[0]["num_threads"] == 1
+
+
+# ---------------------------------------------------------------------- LoadFollower (the CPU kernels)
+class _Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def _follower(busy, clock, **kw):
+    return threads.LoadFollower(reader=_fake_stat(busy), clock=clock, own=lambda: 0.0, **kw)
+
+
+def test_follower_answers_the_request_until_a_window_is_measured(two_cores):
+    clock = _Clock()
+    f = _follower({0: 1.0, 1: 0.0}, clock, interval=0.1)
+    assert f.threads(2) == 2  # first reading only starts a window
+    clock.t = 0.05
+    assert f.threads(2) == 2 and f.available is None  # inside the interval: no new reading
+    clock.t = 0.2
+    assert f.threads(2) == 1 and f.available == pytest.approx(1.0)  # one core busy over the window
+    assert f.threads(1) == 1
+
+
+def test_follower_follows_load_that_comes_and_goes(two_cores, monkeypatch):
+    clock = _Clock()
+    state = {"busy": 1.0}
+    k = {"n": 0}
+
+    def reader():  # cpu 0 busy or not per call, cpu 1 idle
+        k["n"] += 1
+        n = k["n"]
+        reader.idle0 = getattr(reader, "idle0", 0) + int(100 * (1 - state["busy"]))
+        return {0: (reader.idle0, 100 * n), 1: (100 * n, 100 * n)}
+
+    f = threads.LoadFollower(reader=reader, clock=clock, own=lambda: 0.0, interval=0.1)
+    f.threads(2)
+    clock.t = 0.2
+    assert f.threads(2) == 1
+    state["busy"] = 0.0
+    clock.t = 0.4
+    assert f.threads(2) == 2
+    # a stale window (the program did something else for a while) only starts a new one
+    state["busy"] = 1.0
+    clock.t = 10.0
+    assert f.threads(2) == 2
+    clock.t = 10.2
+    assert f.threads(2) == 1
+
+
+def test_follow_load_can_be_switched_off(monkeypatch):
+    monkeypatch.setenv("SEQ2D_FOLLOW_LOAD", "0")
+    monkeypatch.setattr(threads._FOLLOWER, "threads", lambda want: 1)
+    assert threads.follow_load_threads(2) == 2
+    monkeypatch.setenv("SEQ2D_FOLLOW_LOAD", "1")
+    assert threads.follow_load_threads(2) == 1
+
+
+@pytest.mark.parametrize("kernel", ["cpu", "cpu_gather"])
+def test_cpu_kernels_under_load_give_the_same_product_and_restore_torch(monkeypatch, kernel):
+    """With the follower saying one core is free, the runs/gather kernels (run with 1 thread)
+    give the reference product and gradients, and leave torch's thread count as it was."""
+    import seq2d.sparse.backends.cpu as cpu
+    from seq2d.sparse import bsmm
+    from seq2d.sparse.layout import BlockSparseLayout
+
+    g = torch.Generator().manual_seed(0)
+    L = BlockSparseLayout(16, (3, 4), [0, 0, 1, 2, 2], [0, 2, 1, 0, 3])
+    x = torch.randn(5, 64, generator=g, dtype=torch.float64, requires_grad=True)
+    wp = torch.randn(L.nnz, 16, 16, generator=g, dtype=torch.float64, requires_grad=True)
+    W = L.to_dense(wp.detach()).requires_grad_()
+    xr = x.detach().clone().requires_grad_()
+    (xr @ W.T).sum().backward()
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        monkeypatch.setattr(cpu, "follow_load_threads", lambda want: 1)
+        y = bsmm(x, wp, L, kernel)
+        y.sum().backward()
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert torch.allclose(y, xr.detach() @ W.detach().T)
+    assert torch.allclose(x.grad, xr.grad)
+    assert torch.allclose(L.to_dense(wp.grad), W.grad * L.to_dense(torch.ones_like(wp)))
+
+
+def test_cpu_kernel_sets_one_thread_inside_the_loop(monkeypatch):
+    import seq2d.sparse.backends.cpu as cpu
+
+    calls = []
+    monkeypatch.setattr(cpu, "follow_load_threads", lambda want: 1)
+    monkeypatch.setattr(cpu.torch, "set_num_threads", lambda n: calls.append(n))
+    monkeypatch.setattr(cpu.torch, "get_num_threads", lambda: 2)
+    with cpu._threads_for_load():
+        calls.append("body")
+    assert calls == [1, "body", 2]

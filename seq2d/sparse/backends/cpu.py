@@ -51,12 +51,32 @@ with a competing busy process (docs/performance.md).
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 
 import torch
 from torch import Tensor
 
+from ...threads import follow_load_threads
 from ..layout import BlockSparseLayout
 from .base import KernelBackend, register_kernel
+
+
+@contextmanager
+def _threads_for_load():
+    """Fewer OpenMP threads while other processes hold cores (``runs``/``gather`` issue one
+    parallel region per GEMM and wait at every barrier for a descheduled thread; measured in
+    docs/performance.md, "Model step", under contention). :func:`seq2d.threads.follow_load_threads`
+    decides; torch's setting is restored on exit."""
+    n = torch.get_num_threads()
+    k = follow_load_threads(n) if n > 1 else n
+    if k >= n:
+        yield
+        return
+    torch.set_num_threads(k)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
 
 
 def _plan(layout: BlockSparseLayout) -> dict:
@@ -267,9 +287,13 @@ class CPUBackend(KernelBackend):
 
     # ------------------------------------------------------------------ forward
     def dds_t(self, x: Tensor, wp: Tensor, layout: BlockSparseLayout) -> Tensor:
-        B, T = x.shape[0], layout.tile
         if self.strategy == "bmm":
             return self._dds_t_bmm(x, wp, layout)
+        with _threads_for_load():
+            return self._dds_t(x, wp, layout)
+
+    def _dds_t(self, x: Tensor, wp: Tensor, layout: BlockSparseLayout) -> Tensor:
+        B, T = x.shape[0], layout.tile
         plan = _plan(layout)
         if self.strategy == "runs":
             y = x.new_empty(B, layout.Mt * T)
@@ -290,8 +314,14 @@ class CPUBackend(KernelBackend):
 
     # ------------------------------------------------------------------ backward
     def backward(self, dy, x, wp, layout, need_dx, need_dw):
-        if self.strategy != "runs":
+        if self.strategy == "bmm":
             return super().backward(dy, x, wp, layout, need_dx, need_dw)
+        with _threads_for_load():
+            if self.strategy != "runs":
+                return super().backward(dy, x, wp, layout, need_dx, need_dw)
+            return self._backward_runs(dy, x, wp, layout, need_dx, need_dw)
+
+    def _backward_runs(self, dy, x, wp, layout, need_dx, need_dw):
         B, T = dy.shape[0], layout.tile
         plan = _plan(layout)
         dx = None
@@ -311,7 +341,7 @@ class CPUBackend(KernelBackend):
 
     def dds(self, dy: Tensor, wp: Tensor, layout: BlockSparseLayout) -> Tensor:
         if self.strategy == "runs":
-            return self.backward(dy, None, wp, layout, True, False)[0]
+            return self._backward_runs(dy, None, wp, layout, True, False)[0]
         B, T = dy.shape[0], layout.tile
         if self.strategy == "bmm":
             return self._dds_bmm(dy, wp, layout)
@@ -330,7 +360,7 @@ class CPUBackend(KernelBackend):
     def sdd_t(self, dy: Tensor, x: Tensor, layout: BlockSparseLayout) -> Tensor:
         B, T = x.shape[0], layout.tile
         if self.strategy == "runs":
-            return self.backward(dy, x, x.new_empty(layout.nnz, T, T), layout, False, True)[1]
+            return self._backward_runs(dy, x, x.new_empty(layout.nnz, T, T), layout, False, True)[1]
         if self.strategy == "bmm":
             return self._sdd_t_bmm(dy, x, layout)
         x = x.contiguous()
