@@ -630,7 +630,7 @@ def environment(args) -> dict:
         "seq2d": getattr(seq2d, "__version__", "?"),
         "seq2d_sha256": _source_hash(),
         "git_commit": _git("rev-parse", "HEAD"),
-        "git_dirty": bool(_git("status", "--porcelain", "--", "seq2d")),
+        "git_dirty": bool(_git("status", "--porcelain", "--", ":(top)seq2d")),  # the library, from the repo root
         "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
