@@ -22,7 +22,8 @@ With ``share=k`` (k processes of one job on this machine, e.g. torchrun ranks) t
 available cores are divided by k first. Without ``/proc/stat`` (not Linux) the available
 cores are the limit, i.e. ``auto`` keeps torch's default.
 
-The choice is made once, at the start of a run; load that appears later is not followed.
+The choice is made once, at the start of a run; load that appears later is not followed,
+except by the block-sparse CPU kernels, which ask a :class:`LoadFollower` before every pass.
 """
 
 from __future__ import annotations
