@@ -1,0 +1,227 @@
+r"""Contraction constants of the recurrent cores: lambda certified for every input, lambda
+measured on data, and the constants of an Elman RNN layer.
+
+A state map ``h_t = phi(h_{t-1}, x_t)`` is *lambda-stable* when it is a contraction in ``h``::
+
+    ||phi(h, x) - phi(h', x)|| <= lambda ||h - h'||,   lambda < 1.
+
+For the Elman RNN ``h_t = rho(W h_{t-1} + U x_t + b)`` with an elementwise ``rho`` whose
+Lipschitz constant is ``L_rho`` this holds with ``lambda = L_rho ||W||_2`` (the paper's
+sufficient condition ``||W|| < 1 / L_rho``).
+
+=========================  ===========================================================
+:func:`certified_lambda`   ``lambda <= L_act * ||W_rec||_2``: a bound that holds for every
+                           input (``W_rec`` = the core's block matrix, ``L_act`` = the largest
+                           Lipschitz constant of the core's slot activations).
+:func:`data_lambda`        the largest spectral norm of the state Jacobian
+                           ``d state_t / d state_{t-1}`` (restricted to the core) along real
+                           trajectories: what the model does on *this* data. Always <= the
+                           certified number; the paper observes that nominally unstable
+                           models often operate in the stable regime on data, so the two
+                           answer different questions, and both are reported.
+:func:`rnn_constants`      Lemma 1's constants of one RNN layer (``lam``, ``lipschitz_x``,
+                           ``f0``, ``state_bound``), the keyword arguments of
+                           :func:`seq2d.stability.lemma1_bound`.
+=========================  ===========================================================
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from ..activations import activation_name, lipschitz
+from ..core import Sequential2D, core_of
+from .spectral import _F64, _cores, recurrent_matrix, spectral_norm, spectral_norm_bound
+
+__all__ = ["certified_lambda", "data_lambda", "rnn_constants"]
+
+
+def _act_lipschitz(m: Sequential2D, slots: Sequence[int]) -> float | None:
+    vals = [lipschitz(m.acts[i]) for i in slots]
+    return None if any(v is None for v in vals) else max(vals)
+
+
+def certified_lambda(model, *, exact_below: int = 4096) -> dict:
+    """A certified bound on the contraction constant of every recurrent core.
+
+    One step of sequence mode restricted to a core's slots is ``z <- act(W_rec z + rest)``,
+    with ``rest`` not depending on ``z``; for elementwise activations with Lipschitz constants
+    ``<= L_act`` its Jacobian is ``D W_rec`` with ``|D| <= L_act``, so the step is
+    ``L_act ||W_rec||_2``-Lipschitz in ``z`` for every input: that is the reported lambda.
+
+    Returns a dict:
+        ``cores``: one dict per core (sorted by first slot) with ``slots``, ``lipschitz_act``
+        (None when a slot's activation has no known constant, e.g. LayerNorm or a custom
+        module), ``norm`` (the certified ``||W_rec||_2``), ``norm_method`` (see
+        :func:`spectral_norm_bound`) and ``lambda`` (``lipschitz_act * norm``, or None);
+        ``lambda``: the max over cores (None if any core is uncertified; ``0.0`` for an
+        acyclic model, which has no recurrence and forgets its initial state after
+        ``memory`` steps); ``stable``: ``lambda < 1`` (None when lambda is None);
+        ``memory``: :func:`seq2d.graph.memory` for an acyclic model, else None.
+
+    Raises:
+        ValueError: a module block inside a core (see :func:`recurrent_matrix`).
+    """
+    from ..graph import memory
+
+    m = core_of(model)
+    rows = []
+    for slots in _cores(m):
+        W = recurrent_matrix(m, slots)
+        norm, method = spectral_norm_bound(W, exact_below=exact_below)
+        L = _act_lipschitz(m, slots)
+        rows.append({"slots": slots, "lipschitz_act": L, "norm": norm, "norm_method": method,
+                     "lambda": None if L is None else L * norm})
+    if not rows:
+        return {"cores": [], "lambda": 0.0, "stable": True, "memory": memory(m)}
+    lams = [r["lambda"] for r in rows]
+    lam = None if any(v is None for v in lams) else max(lams)
+    return {"cores": rows, "lambda": lam, "stable": None if lam is None else lam < 1, "memory": None}
+
+
+def data_lambda(model, xs: Tensor, *, iters: int = 20, generator: torch.Generator | None = None) -> dict:
+    """The state Jacobian's spectral norm along the real trajectory of ``model`` on ``xs``.
+
+    ``model`` (a Sequential2D or seq2d.RNN) runs in sequence mode with pipelining, exactly as
+    :meth:`Sequential2D.sequence` (zero initial state) on ``xs`` of shape ``(T, B, in_features)``
+    (time first, also for a ``batch_first`` RNN; ``(T, in_features)`` is one sequence). At every
+    step ``s`` where all of a core's slots are updated, the map ``z -> (the core's slots after the
+    step)``, with ``z`` the core's slots before it and every other slot fixed at its trajectory
+    value, has a Jacobian ``J_s`` (per sequence); its spectral norm is estimated by ``iters``
+    rounds of power iteration on ``J_s^T J_s`` with ``torch.func.jvp`` and ``torch.func.vjp``,
+    all sequences at once (they are independent). Each estimate is ``||J_s v||`` for a unit
+    ``v``, a lower bound on ``||J_s||_2 <= L_act ||W_rec||_2``, so the result never exceeds
+    :func:`certified_lambda`.
+
+    Returns a dict: ``cores``: per core ``slots``, ``max`` and ``mean`` over steps and
+    sequences, ``per_step`` (a float64 tensor ``(steps, B)``), ``steps`` (the sequence-mode
+    step indices measured); ``max``: the max over cores (0.0 without cores); ``mean``: the mean
+    over every measured value. A multi-layer RNN has one core per layer.
+    """
+    m = core_of(model)
+    if not isinstance(xs, Tensor):
+        raise TypeError(f"xs must be a tensor of shape (T, B, {m.in_features}), got {type(xs).__name__}")
+    if xs.dim() == 2:
+        xs = xs.unsqueeze(1)
+    if xs.dim() != 3 or xs.shape[-1] != m.in_features:
+        raise RuntimeError(f"xs must have shape (T, B, {m.in_features}) (time first), got {tuple(xs.shape)}")
+    if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
+        raise ValueError(f"iters must be a positive int, got {iters!r}")
+    ref = m._param_ref()
+    if ref is not None:
+        xs = xs.to(device=ref.device, dtype=ref.dtype)
+    cores = _cores(m)
+    if not cores:
+        return {"cores": [], "max": 0.0, "mean": 0.0}
+    if generator is None:
+        generator = torch.Generator().manual_seed(0)
+    T, B = xs.shape[0], xs.shape[1]
+    held = set(m.held())
+    rows = [i for i in range(m.n) if i not in held]
+    d = m.delays()
+    D = max((d[i] for i in rows), default=0)
+    state: list[Tensor | None] = [None] * m.n
+    found: list[list[Tensor]] = [[] for _ in cores]
+    steps: list[list[int]] = [[] for _ in cores]
+    for s in range(T + D):
+        if s < T:
+            parts = m.split_inputs(xs[s])
+            for i in m.inputs:
+                state[i] = parts[i]
+        active = {i for i in rows if d[i] <= s < T + d[i]}
+        hold = sorted(set(rows) - active)
+        for c, slots in enumerate(cores):
+            if set(slots) <= active:
+                found[c].append(_jacobian_norm(m, state, slots, hold, iters, generator))
+                steps[c].append(s)
+        with torch.no_grad():
+            state = [None if x is None else x.detach() for x in m(state, 1, hold=hold)]
+    out, allv = [], []
+    for slots, vals, st in zip(cores, found, steps):
+        per = torch.stack(vals).to(_F64).cpu() if vals else torch.zeros(0, B, dtype=_F64)
+        allv.append(per.reshape(-1))
+        out.append({"slots": slots, "max": float(per.max()) if per.numel() else 0.0,
+                    "mean": float(per.mean()) if per.numel() else 0.0, "per_step": per, "steps": st})
+    flat = torch.cat(allv)
+    return {"cores": out, "max": max(r["max"] for r in out), "mean": float(flat.mean()) if flat.numel() else 0.0}
+
+
+def _jacobian_norm(m: Sequential2D, state, slots, hold, iters: int, generator) -> Tensor:
+    """Power-iteration estimate of ``||d core_after / d core_before||_2`` per sequence: (B,)."""
+    like = next(x for x in state if x is not None)
+    B = like.shape[0]
+    sizes = [m.sizes[i] for i in slots]
+    z0 = torch.cat([state[i] if state[i] is not None else like.new_zeros(B, m.sizes[i]) for i in slots], dim=-1)
+
+    def step(z: Tensor) -> Tensor:
+        st = list(state)
+        for i, p in zip(slots, z.split(sizes, dim=-1)):
+            st[i] = p
+        new = m(st, 1, hold=hold)
+        return torch.cat([new[i] for i in slots], dim=-1)
+
+    v = torch.randn(z0.shape, generator=generator, dtype=_F64).to(device=z0.device, dtype=z0.dtype)
+    v = v / v.norm(dim=-1, keepdim=True)
+    with torch.no_grad():  # the transforms still differentiate w.r.t. z; no graph w.r.t. the weights
+        out, vjp_fn = torch.func.vjp(step, z0)  # vjp_fn(u) = J^T u, one forward for every round
+        # J v without re-running the step: the vjp of the linear map u -> J^T u is v -> J v
+        # (checked against torch.func.jvp below, once per call)
+        _, jvp_fn = torch.func.vjp(lambda u: vjp_fn(u)[0], torch.zeros_like(out))
+        _, u_ref = torch.func.jvp(step, (z0,), (v,))
+        u = jvp_fn(v)[0]
+        if not torch.allclose(u, u_ref, rtol=1e-4, atol=1e-6 * float(u_ref.abs().max().clamp_min(1))):
+            raise RuntimeError("data_lambda: the Jacobian-vector products disagree (jvp vs double vjp)")
+        for _ in range(iters):
+            (w,) = vjp_fn(u)
+            n = w.norm(dim=-1, keepdim=True)
+            v = torch.where(n > 0, w / n.clamp_min(torch.finfo(w.dtype).tiny), v)
+            u = jvp_fn(v)[0]
+    return u.norm(dim=-1).detach()
+
+
+def rnn_constants(rnn, layer: int = 1) -> dict:
+    """Lemma 1's constants of one layer (1-based) of a ``seq2d.RNN`` or ``torch.nn.RNN``:
+    ``lam = L_rho ||W_hh||_2``, ``lipschitz_x = L_rho ||W_ih||_2``, ``f0 = ||rho(b)||_2``
+    (``phi(0, 0)`` of the layer; ``b`` = the layer's total bias) and ``state_bound``
+    (``sqrt(H)`` for tanh, None for relu). Exact norms (float64 SVD). The keys are exactly the
+    keyword arguments of :func:`~seq2d.stability.lemma1_bound` / :func:`~seq2d.stability.truncation_length`. For a
+    stack, the input of layer ``l > 1`` is layer ``l - 1``'s state: see
+    :func:`~seq2d.stability.stacked_lemma1_bound`.
+    """
+    from ..recurrent import RNN
+
+    if isinstance(rnn, RNN):
+        L = rnn.num_layers
+        if isinstance(layer, bool) or not isinstance(layer, int) or not 1 <= layer <= L:
+            raise ValueError(f"layer must be in 1 .. {L}, got {layer!r}")
+        wih, whh = rnn.layer_blocks(layer)
+        act = rnn.core.acts[layer]
+        Lr = lipschitz(act)
+        if Lr is None:
+            raise ValueError(f"layer {layer}'s activation {type(act).__name__} has no known Lipschitz constant")
+        name = activation_name(act)
+        W_ih, W_hh, b = wih.effective_weight(), whh.effective_weight(), rnn.core.bias(layer)
+    elif isinstance(rnn, nn.RNN):
+        L = rnn.num_layers
+        if isinstance(layer, bool) or not isinstance(layer, int) or not 1 <= layer <= L:
+            raise ValueError(f"layer must be in 1 .. {L}, got {layer!r}")
+        if rnn.bidirectional:
+            raise ValueError("rnn_constants: bidirectional RNNs are not supported")
+        l = layer - 1
+        W_ih, W_hh = getattr(rnn, f"weight_ih_l{l}"), getattr(rnn, f"weight_hh_l{l}")
+        b = getattr(rnn, f"bias_ih_l{l}") + getattr(rnn, f"bias_hh_l{l}") if rnn.bias else None
+        name, Lr = rnn.nonlinearity, 1.0
+        act = torch.tanh if name == "tanh" else torch.relu
+    else:
+        raise TypeError(f"rnn_constants expects a seq2d.RNN or a torch.nn.RNN, got {type(rnn).__name__}")
+    with torch.no_grad():
+        H = W_hh.shape[0]
+        b64 = torch.zeros(H, dtype=_F64) if b is None else b.detach().to(_F64).cpu()
+        f0 = float(act(b64).norm())
+        return {"lam": Lr * spectral_norm(W_hh, exact_below=1 << 30),
+                "lipschitz_x": Lr * spectral_norm(W_ih, exact_below=1 << 30),
+                "f0": f0, "state_bound": math.sqrt(H) if name in ("tanh", "sigmoid") else None}
