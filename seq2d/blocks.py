@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["Identity", "LinearLike", "LinearBlock", "ContextModule"]
+__all__ = ["Identity", "LinearLike", "LinearBlock", "ContextModule", "block_kind"]
 
 
 class Identity(nn.Module):
@@ -275,3 +275,14 @@ class LinearBlock(LinearLike):
         if self.store is not None:
             s += ", handle"
         return s
+
+
+def block_kind(block: nn.Module | None) -> str:
+    """'absent', 'identity', 'linear' or 'module' (the kinds of a grid position)."""
+    if block is None:
+        return "absent"
+    if isinstance(block, Identity):
+        return "identity"
+    if isinstance(block, LinearLike):
+        return "linear"
+    return "module"

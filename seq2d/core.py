@@ -16,26 +16,17 @@ import torch
 from torch import Tensor, nn
 
 from .activations import activation_name, is_identity, make_activation
-from .blocks import ContextModule, Identity, LinearBlock, LinearLike  # noqa: F401 (ContextModule: re-exported)
+from .arguments import check_block_fits, check_sizes, check_slot_list, check_steps, normalize_grid
+from .blocks import ContextModule, Identity, LinearBlock, LinearLike, block_kind  # noqa: F401 (re-exported)
 from .engines import STORES, DenseStore, TiledStore, choose_store
 from .engines.migrate import migrate_state_dict
 from .flat import Segments, SlotBias, build_plan, run_plan
-from .schedule import sequence_by_components
+from .schedule import SequenceMode
+from .state import State, StateIO
 
 __all__ = ["Sequential2D", "block_kind", "core_of"]
 
-State = list[Tensor | None]
 
-
-def block_kind(block: nn.Module | None) -> str:
-    """'absent', 'identity', 'linear' or 'module'."""
-    if block is None:
-        return "absent"
-    if isinstance(block, Identity):
-        return "identity"
-    if isinstance(block, LinearLike):
-        return "linear"
-    return "module"
 
 
 def core_of(model, what: str = "expected") -> "Sequential2D":
@@ -49,20 +40,11 @@ def core_of(model, what: str = "expected") -> "Sequential2D":
     raise TypeError(f"{what} a Sequential2D (or a model with a .core Sequential2D), got {type(model).__name__}")
 
 
-def _is_pos_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v > 0
 
 
-def _module_features(block: nn.Module) -> tuple[int | None, int | None]:
-    """(in_features, out_features) when a module declares them, else None."""
-    if isinstance(block, Sequential2D):
-        return block.in_features, block.out_features
-    fin = getattr(block, "in_features", None)
-    fout = getattr(block, "out_features", None)
-    return (fin if _is_pos_int(fin) else None, fout if _is_pos_int(fout) else None)
 
 
-class Sequential2D(nn.Module):
+class Sequential2D(StateIO, SequenceMode, ContextModule):
     r"""A Sequential2D block network (Hershey et al., arXiv 2404.00880).
 
     The state is a list of ``n`` slots; slot ``i`` holds a tensor of shape
@@ -147,12 +129,12 @@ class Sequential2D(nn.Module):
     ) -> None:
         factory_kwargs = {"device": device, "dtype": dtype}
         super().__init__()
-        self.sizes = self._check_sizes(sizes)
+        self.sizes = check_sizes(sizes)
         n = len(self.sizes)
-        grid = self._normalize_grid(blocks, n)
+        grid = normalize_grid(blocks, n)
         self.blocks = nn.ModuleDict()
         for (i, j), blk in sorted(grid.items()):
-            self._check_block_fits(i, j, blk)
+            check_block_fits(self.sizes, i, j, blk)
             self.blocks[f"{i}_{j}"] = blk
         self._positions = sorted(grid)  # (i, j) of every non-absent block
         self._rows: dict[int, list[int]] = {}
@@ -160,8 +142,8 @@ class Sequential2D(nn.Module):
             self._rows.setdefault(i, []).append(j)
         held = [i for i in range(n) if i not in self._rows]
 
-        self.inputs = self._check_slot_list("inputs", held if inputs is None else inputs, n)
-        self.outputs = self._check_slot_list("outputs", [n - 1] if outputs is None else outputs, n)
+        self.inputs = check_slot_list("inputs", held if inputs is None else inputs, n)
+        self.outputs = check_slot_list("outputs", [n - 1] if outputs is None else outputs, n)
         self.acts = self._build_activations(activations, held, factory_kwargs)
         self.slot_bias = self._build_biases(bias, held, factory_kwargs)
         if not isinstance(backend, str) or backend not in STORES:
@@ -175,7 +157,7 @@ class Sequential2D(nn.Module):
         self.use_plan = True  # evaluate acyclic models level by level (see forward)
         if steps is None:
             steps = self.depth
-        self.steps = None if steps is None else self._check_steps(steps)
+        self.steps = None if steps is None else check_steps(steps)
         self._plans: dict = {}
         self.store = self._build_store()
         self.reset_bias_parameters()
@@ -239,96 +221,9 @@ class Sequential2D(nn.Module):
                 return self.store
         return store
 
-    # ------------------------------------------------------------------ construction checks
-    @staticmethod
-    def _check_sizes(sizes) -> tuple[int, ...]:
-        if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence):
-            raise TypeError(f"sizes must be a sequence of positive ints, got {type(sizes).__name__}")
-        if len(sizes) == 0:
-            raise ValueError("sizes must name at least one slot, got an empty sequence")
-        for k, s in enumerate(sizes):
-            if not _is_pos_int(s):
-                raise ValueError(f"sizes[{k}] must be a positive int, got {s!r}")
-        return tuple(int(s) for s in sizes)
-
-    @staticmethod
-    def _normalize_grid(blocks, n: int) -> dict[tuple[int, int], nn.Module]:
-        items: list[tuple[tuple[int, int], object]] = []
-        if isinstance(blocks, Mapping):
-            for key, blk in blocks.items():
-                if not (isinstance(key, tuple) and len(key) == 2
-                        and all(isinstance(k, int) and not isinstance(k, bool) for k in key)):
-                    raise TypeError(f"block keys must be (row, col) int pairs, got {key!r}")
-                i, j = key
-                if not (-n <= i < n and -n <= j < n):
-                    raise IndexError(f"block position {key} is outside the {n} x {n} grid")
-                items.append(((i % n, j % n), blk))
-        elif isinstance(blocks, Sequence) and not isinstance(blocks, (str, bytes)):
-            if len(blocks) != n:
-                raise ValueError(f"blocks must be an {n} x {n} grid (one row per slot), got {len(blocks)} rows")
-            for i, row in enumerate(blocks):
-                if not isinstance(row, Sequence) or isinstance(row, (str, bytes)) or len(row) != n:
-                    got = len(row) if isinstance(row, Sequence) else type(row).__name__
-                    raise ValueError(f"blocks row {i} must hold {n} entries (one per slot), got {got}")
-                for j, blk in enumerate(row):
-                    items.append(((i, j), blk))
-        else:
-            raise TypeError(f"blocks must be an n x n nested list or a dict {{(i, j): block}}, got {type(blocks).__name__}")
-        grid: dict[tuple[int, int], nn.Module] = {}
-        shared_identity = None
-        for (i, j), blk in items:
-            if blk is None:
-                continue
-            if isinstance(blk, str):
-                if blk.lower() != "identity":
-                    raise ValueError(f"block F[{i}][{j}]: unknown block name {blk!r}. Select from 'identity', or pass a module")
-                shared_identity = shared_identity or Identity()
-                blk = shared_identity
-            if not isinstance(blk, nn.Module):
-                raise TypeError(f"block F[{i}][{j}] must be None, 'identity' or an nn.Module, got {type(blk).__name__}")
-            if (i, j) in grid:
-                raise ValueError(f"block F[{i}][{j}] is given twice")
-            grid[(i, j)] = blk
-        return grid
-
-    def _check_block_fits(self, i: int, j: int, blk: nn.Module) -> None:
-        si, sj = self.sizes[i], self.sizes[j]
-        kind = block_kind(blk)
-        if kind == "identity" and si != sj:
-            raise ValueError(f"block F[{i}][{j}] is an identity, but slot {j} has size {sj} and slot {i} has size {si}")
-        if kind == "linear":
-            fin, fout = blk.in_features, blk.out_features
-        elif kind == "module":
-            fin, fout = _module_features(blk)
-        else:
-            return
-        if fin is not None and fin != sj:
-            raise ValueError(f"block F[{i}][{j}] takes {fin} input features, but slot {j} has size {sj}")
-        if fout is not None and fout != si:
-            raise ValueError(f"block F[{i}][{j}] gives {fout} output features, but slot {i} has size {si}")
-
-    @staticmethod
-    def _check_slot_list(name: str, slots, n: int) -> tuple[int, ...]:
-        if isinstance(slots, int):
-            slots = [slots]
-        out = []
-        for s in slots:
-            if isinstance(s, bool) or not isinstance(s, int):
-                raise TypeError(f"{name} must hold slot indices (ints), got {s!r}")
-            if not -n <= s < n:
-                raise IndexError(f"{name}: slot {s} does not exist (the model has {n} slots)")
-            out.append(s % n)
-        if len(set(out)) != len(out):
-            raise ValueError(f"{name} lists a slot twice: {list(slots)}")
-        return tuple(out)
-
-    @staticmethod
-    def _check_steps(steps) -> int:
-        if isinstance(steps, bool) or not isinstance(steps, int):
-            raise TypeError(f"steps must be a non-negative int, got {type(steps).__name__} {steps!r}")
-        if steps < 0:
-            raise ValueError(f"steps must be a non-negative int, got {steps}")
-        return steps
+    # constructor-argument checks live in seq2d/arguments.py; these names stay for callers
+    _check_sizes = staticmethod(check_sizes)
+    _check_steps = staticmethod(check_steps)
 
     def _build_activations(self, activations, held, factory_kwargs) -> nn.ModuleList:
         n = len(self.sizes)
@@ -520,12 +415,6 @@ class Sequential2D(nn.Module):
                     total += p.numel()
         return total
 
-    def to_spec(self, *, weights: bool = False) -> dict:
-        """The declarative spec of this (linear-block) model; see :func:`seq2d.spec.to_spec`."""
-        from .spec import to_spec
-
-        return to_spec(self, weights=weights)
-
     def grid(self) -> str:
         """The block grid as text. Legend: ``.`` absent, ``I`` identity, ``W`` dense linear,
         ``w`` masked linear, ``F`` linear with frozen values, ``T`` a tiled block of the
@@ -595,111 +484,7 @@ class Sequential2D(nn.Module):
                 return p
         return None
 
-    def check_state(self, state) -> State:
-        """Validate a state list and return it as a list (typed errors name the slot)."""
-        if isinstance(state, Tensor) or not isinstance(state, Sequence) or isinstance(state, (str, bytes)):
-            raise TypeError(f"state must be a list of {self.n} tensors (or None), got {type(state).__name__}")
-        if len(state) != self.n:
-            raise ValueError(f"state must have {self.n} slots (sizes {list(self.sizes)}), got {len(state)}")
-        batch = dtype = device = None
-        first = None
-        for i, x in enumerate(state):
-            if x is None:
-                continue
-            if not isinstance(x, Tensor):
-                raise TypeError(f"slot {i} of the state must be a tensor or None, got {type(x).__name__}")
-            if x.dim() == 0 or x.shape[-1] != self.sizes[i]:
-                raise RuntimeError(f"slot {i} expects shape (*batch, {self.sizes[i]}), got {tuple(x.shape)}")
-            if first is None:
-                first, batch, dtype, device = i, x.shape[:-1], x.dtype, x.device
-                continue
-            if x.shape[:-1] != batch:
-                raise RuntimeError(
-                    f"slot {i} has batch dims {tuple(x.shape[:-1])} but slot {first} has {tuple(batch)}; all slots must share them"
-                )
-            if x.dtype != dtype:
-                raise TypeError(f"slot {i} has dtype {x.dtype} but slot {first} has {dtype}; all slots must share one dtype")
-            if x.device != device:
-                raise RuntimeError(f"slot {i} is on {x.device} but slot {first} is on {device}; all slots must be on one device")
-        ref = self._param_ref()
-        if first is not None and ref is not None:
-            if dtype != ref.dtype:
-                raise TypeError(f"the state has dtype {dtype} but the model's parameters are {ref.dtype}; convert one with .to()")
-            if device != ref.device:
-                raise RuntimeError(f"the state is on {device} but the model's parameters are on {ref.device}; move one with .to()")
-        return list(state)
-
-    def _resolve_steps(self, steps) -> int:
-        if steps is None:
-            if self.steps is None:
-                raise ValueError("steps is not set: this model has a cycle, so give steps= to the constructor or to forward")
-            return self.steps
-        return self._check_steps(steps)
-
-    def _batch_like(self, state: State) -> Tensor:
-        for x in state:
-            if x is not None:
-                return x
-        raise ValueError("every slot of the state is None: give at least one slot so the batch shape is known")
-
     # ------------------------------------------------------------------ the flat state
-    def to_flat(self, state: State) -> tuple[Tensor, frozenset]:
-        """``(flat, present)``: the state list as one ``(*batch, flat_size)`` tensor (``None``
-        slots and tile padding as zeros; one ``cat``) and the set of non-None slots."""
-        seg, present = self._segments(state)
-        return seg.tensor(), present
-
-    def _segments(self, state: State) -> tuple[Segments, frozenset]:
-        """The state list as flat-state pieces (no copy: a slot read back is its own tensor)."""
-        like = self._batch_like(state)
-        batch = like.shape[:-1]
-        off = self.flat_offsets
-        pieces: list[tuple[int, int, Tensor]] = []
-        gap = 0
-        for i, x in enumerate(state):
-            w = off[i + 1] - off[i]
-            if x is None:
-                gap += w
-                continue
-            if gap:
-                pieces.append((off[i] - gap, off[i], like.new_zeros(*batch, gap)))
-            pieces.append((off[i], off[i] + self.sizes[i], x))
-            gap = w - self.sizes[i]
-        if gap:
-            pieces.append((off[-1] - gap, off[-1], like.new_zeros(*batch, gap)))
-        return Segments.of(pieces, off[-1]), frozenset(i for i, x in enumerate(state) if x is not None)
-
-    def from_flat(self, flat, present=None, keep: State | None = None, touched=None) -> State:
-        """The flat state (a tensor or :class:`seq2d.flat.Segments`) as a list of slot views (one
-        ``split`` per piece); slots not in ``present`` are None, slots not in ``touched`` are
-        returned as the tensors of ``keep``."""
-        seg = flat if isinstance(flat, Segments) else Segments(flat)
-        off = self.flat_offsets
-        if any(a not in off for a, _, _ in seg.parts):  # a piece starts inside a slot (tile padding)
-            seg.tensor()
-        views: dict[int, Tensor] = {}
-        for a, b, t in seg.parts:
-            slots = [i for i in range(self.n) if a <= off[i] < b]
-            widths, index = [], []
-            for i in slots:
-                index.append(len(widths))
-                widths.append(self.sizes[i])
-                pad = off[i + 1] - off[i] - self.sizes[i]
-                if pad:
-                    widths.append(pad)
-            parts = t.split(widths, dim=-1) if len(widths) > 1 else (t,)
-            for i, k in zip(slots, index):
-                views[i] = parts[k]
-        out: State = []
-        for i in range(self.n):
-            if present is not None and i not in present:
-                out.append(None)
-            elif keep is not None and touched is not None and i not in touched:
-                out.append(keep[i])
-            else:
-                out.append(views[i])
-        return out
-
     def _plan(self, upd: tuple[int, ...], present: frozenset):
         key = (upd, present if self._reads_present else None)
         plan = self._plans.get(key)
@@ -739,23 +524,11 @@ class Sequential2D(nn.Module):
             return x, present, self._all_rows
         upd = self._all_rows_t
         if hold is not None:
-            held = set(self._check_slot_list("hold", hold, self.n))
+            held = set(check_slot_list("hold", hold, self.n))
             upd = tuple(i for i in upd if i not in held)
         for _ in range(steps):
             present = self._advance(x, present, upd, context, cache)
         return x, present, frozenset(upd)
-
-    def _check_flat(self, x) -> Tensor:
-        if not isinstance(x, Tensor):
-            raise TypeError(f"the flat state must be a tensor of shape (*batch, {self.flat_size}), got {type(x).__name__}")
-        if x.dim() == 0 or x.shape[-1] != self.flat_size:
-            raise RuntimeError(f"the flat state must have shape (*batch, {self.flat_size}) (slots at flat_offsets "
-                               f"{list(self.flat_offsets)}), got {tuple(x.shape)}")
-        ref = self._param_ref()
-        if ref is not None and (x.dtype != ref.dtype or x.device != ref.device):
-            raise TypeError(f"the flat state is {x.dtype} on {x.device} but the model's parameters are "
-                            f"{ref.dtype} on {ref.device}; convert one with .to()")
-        return x
 
     def forward_flat(self, x: Tensor, steps: int | None = None, *, hold=None, **context) -> Tensor:
         """``steps`` Jacobi updates on a flat state ``x`` of shape ``(*batch, flat_size)`` (slot
@@ -817,36 +590,6 @@ class Sequential2D(nn.Module):
         x, present, touched = self._iterate(x, present, steps, hold, context)
         return self.from_flat(x, present, state, touched)
 
-    def split_inputs(self, x: Tensor) -> State:
-        """A state with ``x`` (*batch, in_features) split over the input slots, others None."""
-        if x.dim() == 0 or x.shape[-1] != self.in_features:
-            raise RuntimeError(
-                f"expected input of shape (*batch, {self.in_features}) (input slots {list(self.inputs)} "
-                f"of sizes {[self.sizes[i] for i in self.inputs]}), got {tuple(x.shape)}"
-            )
-        state: State = [None] * self.n
-        parts = x.split([self.sizes[i] for i in self.inputs], dim=-1) if len(self.inputs) > 1 else (x,)
-        for i, p in zip(self.inputs, parts):
-            state[i] = p
-        return state
-
-    def join_outputs(self, state: State) -> Tensor:
-        like = self._batch_like(state)
-        outs = [state[i] if state[i] is not None else like.new_zeros((*like.shape[:-1], self.sizes[i])) for i in self.outputs]
-        return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
-
-    def _read_outputs(self, x: Segments, present: frozenset) -> Tensor:
-        """The output slots of a flat state, concatenated (zeros for absent ones)."""
-        off = self.flat_offsets
-        outs = []
-        for o in self.outputs:
-            if o in present:
-                outs.append(x.read(off[o], off[o] + self.sizes[o]))
-            else:
-                like = x.parts[0][2]
-                outs.append(like.new_zeros(*like.shape[:-1], self.sizes[o]))
-        return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
-
     def _forward_tensor(self, x: Tensor, steps, context, hold=None) -> Tensor:
         state = self.split_inputs(x)
         self.check_state(state)
@@ -856,124 +599,3 @@ class Sequential2D(nn.Module):
         return self._read_outputs(flat, present)
 
     # ------------------------------------------------------------------ sequence mode
-    def delays(self) -> tuple[int, ...]:
-        """Pipeline delay of every slot: (shortest number of blocks from an input slot) - 1,
-        0 for input slots and for slots no input reaches."""
-        n = self.n
-        dist = [None] * n
-        succ: list[list[int]] = [[] for _ in range(n)]
-        for i, j in self._positions:
-            succ[j].append(i)
-        queue = deque()
-        for i in self.inputs:
-            dist[i] = 0
-            queue.append(i)
-        while queue:
-            j = queue.popleft()
-            for i in succ[j]:
-                if dist[i] is None:
-                    dist[i] = dist[j] + 1
-                    queue.append(i)
-        return tuple(0 if (d is None or i in self.inputs) else d - 1 for i, d in enumerate(dist))
-
-    def sequence(self, xs: Tensor, state=None, *, pipeline: bool = True, **context) -> tuple[Tensor, State]:
-        r"""Sequence mode: refill the input slots with ``xs[t]`` before each step; read the outputs.
-
-        Args:
-            xs: ``(T, *batch, in_features)``, time first.
-            state: optional initial state (list of n; input slots are ignored, missing = zero).
-            pipeline: align outputs with inputs across depth (default). A slot at
-                delay ``d`` (see :meth:`delays`) sees the wave of input ``t`` at step ``t + d``,
-                so it is updated only in steps ``d <= s < T + d`` and held otherwise.
-                With ``pipeline=False`` every slot is updated every step and outputs are
-                read after each of the T steps (delay 0 everywhere).
-
-        Returns:
-            ``(ys, state)``: ys ``(T, *batch, out_features)`` with ``ys[t]`` the output for
-            input ``t``, and the final state (each slot after its last update).
-
-        Equivalent to the following (``d`` = delays, all zero when ``pipeline=False``)::
-
-            D = max(d[i] for non-held slots i)
-            for s in range(T + D):
-                if s < T:
-                    x[inputs] = xs[s]
-                x = step(x, only slots i with d[i] <= s < T + d[i])
-                for o in outputs:
-                    if d[o] <= s < T + d[o]:
-                        ys[s - d[o]][o] = x[o]
-        """
-        if not isinstance(xs, Tensor):
-            raise TypeError(f"xs must be a tensor of shape (T, *batch, {self.in_features}), got {type(xs).__name__}")
-        if xs.dim() < 2 or xs.shape[-1] != self.in_features:
-            raise RuntimeError(f"xs must have shape (T, *batch, {self.in_features}), got {tuple(xs.shape)}")
-        T = xs.shape[0]
-        if state is None:
-            state = [None] * self.n
-        state = list(state)
-        if len(state) == self.n:
-            for i, p in zip(self.inputs, self._split_in(xs[0])):
-                state[i] = p
-        state = self.check_state(state)
-        out = sequence_by_components(self, xs, state, pipeline, context)  # seq2d/schedule.py
-        if out is not None:
-            return out
-        d = self.delays() if pipeline else (0,) * self.n
-        D = max((d[i] for i in self._rows), default=0)
-        x, present = self._segments(state)
-        x0 = x.parts[0][2]
-        off = self.flat_offsets
-        in_runs = self._input_runs()
-        outs_by_delay: dict[int, list[int]] = {}
-        for k, o in enumerate(self.outputs):
-            outs_by_delay.setdefault(d[o], []).append(k)
-        ys: list[list[Tensor | None]] = [[None] * len(self.outputs) for _ in range(T)]
-        cache: dict = {}
-        xs = xs.to(dtype=x0.dtype) if xs.dtype != x0.dtype else xs
-        upd_cache: dict = {}
-        rows = self._all_rows_t
-        # products with the input slots do not depend on the state: one GEMM for all T steps
-        hoisted = isinstance(self.store, DenseStore) and not self._reads_inputs_elsewhere() and \
-            self.store.hoist_inputs(xs, self.inputs, cache)
-        xs_t = xs.unbind(0)  # one node for all T steps (xs[s] would zero-fill xs's gradient every step)
-        for s in range(T + D):
-            if hoisted:
-                cache["t"] = min(s, T - 1)  # after the last input the input slots keep xs[T-1]
-            if s < T and s > 0:
-                xin = xs_t[s]
-                x.write([(a, b, xin if (ca == 0 and cb == xin.shape[-1]) else xin[..., ca:cb]) for a, b, ca, cb in in_runs])
-            key = (min(s, D), max(s - T + 1, 0))
-            upd = upd_cache.get(key)
-            if upd is None:
-                upd = upd_cache[key] = tuple(i for i in rows if key[1] <= d[i] <= key[0])
-            present = self._advance(x, present, upd, context, cache)
-            for k, o in enumerate(self.outputs):
-                if d[o] <= s < T + d[o]:
-                    ys[s - d[o]][k] = x.read(off[o], off[o] + self.sizes[o]) if o in present else \
-                        x0.new_zeros(*x0.shape[:-1], self.sizes[o])
-        rows_out = [r[0] if len(r) == 1 else torch.cat(r, dim=-1) for r in ys]
-        return torch.stack(rows_out, dim=0), self.from_flat(x, present)
-
-    def _reads_inputs_elsewhere(self) -> bool:
-        """True when an input slot also has linear blocks in its own row (then it is not held and
-        its value is not xs[t]); hoisting input products is then not valid."""
-        return any(i in self._rows for i in self.inputs)
-
-    def _split_in(self, x: Tensor) -> tuple[Tensor, ...]:
-        return x.split([self.sizes[i] for i in self.inputs], dim=-1) if len(self.inputs) > 1 else (x,)
-
-    def _input_runs(self) -> list[tuple[int, int, int, int]]:
-        """``(flat start, flat end, input start, input end)`` runs where the input tensor is
-        written into the flat state (consecutive input slots without padding merge)."""
-        off = self.flat_offsets
-        runs: list[list[int]] = []
-        c = 0
-        for i in self.inputs:
-            a, s = off[i], self.sizes[i]
-            if runs and runs[-1][1] == a and runs[-1][3] == c:
-                runs[-1][1] += s
-                runs[-1][3] += s
-            else:
-                runs.append([a, a + s, c, c + s])
-            c += s
-        return [tuple(r) for r in sorted(runs)]

@@ -25,6 +25,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from .blocks import ContextModule, block_kind
+
 __all__ = ["SlotBias", "Segments", "StepPlan", "build_plan", "run_plan", "elementwise_key"]
 
 _ELEMENTWISE = (nn.Identity, nn.ReLU, nn.Tanh, nn.Sigmoid, nn.GELU, nn.SiLU, nn.LeakyReLU, nn.ELU, nn.Softplus)
@@ -169,7 +171,6 @@ class StepPlan:
 
 def build_plan(model, upd: Sequence[int], present: frozenset) -> StepPlan:
     """Compile the step that updates slots ``upd`` given the ``present`` slots."""
-    from .core import block_kind  # the grid kinds live with the model
 
     plan = StepPlan()
     plan.upd = tuple(sorted(upd))
@@ -333,8 +334,6 @@ def run_plan(model, plan: StepPlan, x: Segments, context: dict, cache: dict | No
 
 
 def _add_modules(model, plan: StepPlan, x: Tensor, pre: Tensor, context: dict) -> Tensor:
-    from .core import Sequential2D
-    from .blocks import ContextModule
 
     off = model.flat_offsets
     sizes = model.sizes
@@ -348,7 +347,7 @@ def _add_modules(model, plan: StepPlan, x: Tensor, pre: Tensor, context: dict) -
             y = xj
         else:
             blk = model.blocks[f"{i}_{j}"]
-            y = blk(xj, **context) if isinstance(blk, (ContextModule, Sequential2D)) else blk(xj)
+            y = blk(xj, **context) if isinstance(blk, ContextModule) else blk(xj)
         k = where[u0]
         parts[k] = parts[k] + y
     return _cat(parts)

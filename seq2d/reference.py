@@ -26,7 +26,7 @@ def reference_step(model, x: list[Tensor | None], **context) -> list[Tensor | No
         for j in row:
             if x[j] is not None:
                 blk = model.block(i, j)
-                y = blk(x[j], **context) if isinstance(blk, ContextModule) or type(blk).__name__ == "Sequential2D" else blk(x[j])
+                y = blk(x[j], **context) if isinstance(blk, ContextModule) else blk(x[j])
                 acc = acc + y
         acc = acc + like.new_zeros((*like.shape[:-1], model.sizes[i]))  # broadcast to (*batch, s_i)
         new[i] = model.acts[i](acc)

@@ -22,12 +22,17 @@ position-wise are called once per wave.
 from __future__ import annotations
 
 import contextlib
+from collections import deque
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["ENABLED", "components", "unsupported_reason", "sequence_by_components", "step_loop"]
+from .blocks import ContextModule, block_kind
+from .engines import DenseStore
+from .flat import elementwise_key
+
+__all__ = ["ENABLED", "components", "unsupported_reason", "sequence_by_components", "step_loop", "SequenceMode"]
 
 ENABLED = True  # False (or ``model.use_schedule = False``): sequence() runs the step loop
 _POINTWISE = (nn.Identity, nn.ReLU, nn.Tanh, nn.Sigmoid, nn.GELU, nn.SiLU, nn.LeakyReLU, nn.ELU,
@@ -48,11 +53,12 @@ def step_loop():
 
 
 def components(model) -> list[tuple[int, ...]]:
-    """Strongly connected components of the non-held slots of ``model`` (a Sequential2D or a
-    wrapper with ``.core``), each sorted, in topological order (after all they read)."""
-    from .core import core_of
+    """Strongly connected components of the non-held slots of ``model`` (a Sequential2D),
+    each sorted, in topological order (after all they read)."""
 
-    rows = core_of(model)._rows
+    if not isinstance(model, SequenceMode):
+        raise TypeError(f"expected a Sequential2D, got {type(model).__name__}")
+    rows = model._rows
     succ: dict[int, list[int]] = {v: [] for v in sorted(rows)}
     for i in succ:
         for j in (j for j in rows[i] if j in succ):
@@ -124,11 +130,7 @@ def unsupported_reason(model, pipeline: bool = True) -> str | None:
 
 def _plan(model, pipeline: bool):
     """``(components, weight plan, modules to watch, number of rects)`` or why not (cached)."""
-    from .blocks import ContextModule
-    from .core import Sequential2D, block_kind, core_of
-    from .engines import DenseStore
 
-    model = core_of(model)
     store, rows, blocks = model.store, model._rows, model.blocks
     key = (bool(pipeline), id(store), getattr(store, "mode", None), model.inputs, model.outputs,
            tuple(map(id, blocks.values())), tuple(map(id, model.acts)))
@@ -136,7 +138,7 @@ def _plan(model, pipeline: bool):
     if key in cache:
         return cache[key]
     ctx = [f"block F[{i}][{j}] is a {type(b).__name__} (call-time context)" for i, j, _, b in model.positions()
-           if isinstance(b, (ContextModule, Sequential2D))]
+           if isinstance(b, ContextModule)]
     reason = ("the tiled (block-sparse) store" if store is not None and not isinstance(store, DenseStore) else
               "backend 'loop'" if store is not None and store.mode != "dense" else
               "an input slot with a non-empty row" if any(i in rows for i in model.inputs) else
@@ -306,7 +308,6 @@ def _add(a: Tensor | None, b: Tensor) -> Tensor:
 
 def _acts(model, comp: _Comp, a: int, b: int) -> list[tuple[int, int, nn.Module]]:
     """Activation runs over the component's vector range [a, b) (elementwise neighbours merged)."""
-    from .flat import elementwise_key
 
     runs: list[list] = []
     for i in (i for i in comp.slots if a <= comp.off[i] < b):
@@ -396,3 +397,131 @@ def sequence_by_components(model, xs: Tensor, state: list, pipeline: bool, conte
           else like.new_zeros(T, *batch, sizes[o]) for o in model.outputs]
     final = [vals[i][T - 1] if i in model.inputs else last.get(i, state[i]) for i in range(model.n)]
     return _cat(ys, -1).contiguous(), final
+
+
+class SequenceMode:
+    """Sequence mode of :class:`seq2d.Sequential2D` (a mixin): :meth:`sequence` and
+    :meth:`delays`; by components when :func:`sequence_by_components` supports the model,
+    else the step loop below, which is the definition."""
+
+    def delays(self) -> tuple[int, ...]:
+        """Pipeline delay of every slot: (shortest number of blocks from an input slot) - 1,
+        0 for input slots and for slots no input reaches."""
+        n = self.n
+        dist = [None] * n
+        succ: list[list[int]] = [[] for _ in range(n)]
+        for i, j in self._positions:
+            succ[j].append(i)
+        queue = deque()
+        for i in self.inputs:
+            dist[i] = 0
+            queue.append(i)
+        while queue:
+            j = queue.popleft()
+            for i in succ[j]:
+                if dist[i] is None:
+                    dist[i] = dist[j] + 1
+                    queue.append(i)
+        return tuple(0 if (d is None or i in self.inputs) else d - 1 for i, d in enumerate(dist))
+
+    def sequence(self, xs: Tensor, state=None, *, pipeline: bool = True, **context) -> tuple[Tensor, list]:
+        r"""Sequence mode: refill the input slots with ``xs[t]`` before each step; read the outputs.
+
+        Args:
+            xs: ``(T, *batch, in_features)``, time first.
+            state: optional initial state (list of n; input slots are ignored, missing = zero).
+            pipeline: align outputs with inputs across depth (default). A slot at
+                delay ``d`` (see :meth:`delays`) sees the wave of input ``t`` at step ``t + d``,
+                so it is updated only in steps ``d <= s < T + d`` and held otherwise.
+                With ``pipeline=False`` every slot is updated every step and outputs are
+                read after each of the T steps (delay 0 everywhere).
+
+        Returns:
+            ``(ys, state)``: ys ``(T, *batch, out_features)`` with ``ys[t]`` the output for
+            input ``t``, and the final state (each slot after its last update).
+
+        Equivalent to the following (``d`` = delays, all zero when ``pipeline=False``)::
+
+            D = max(d[i] for non-held slots i)
+            for s in range(T + D):
+                if s < T:
+                    x[inputs] = xs[s]
+                x = step(x, only slots i with d[i] <= s < T + d[i])
+                for o in outputs:
+                    if d[o] <= s < T + d[o]:
+                        ys[s - d[o]][o] = x[o]
+        """
+        if not isinstance(xs, Tensor):
+            raise TypeError(f"xs must be a tensor of shape (T, *batch, {self.in_features}), got {type(xs).__name__}")
+        if xs.dim() < 2 or xs.shape[-1] != self.in_features:
+            raise RuntimeError(f"xs must have shape (T, *batch, {self.in_features}), got {tuple(xs.shape)}")
+        T = xs.shape[0]
+        if state is None:
+            state = [None] * self.n
+        state = list(state)
+        if len(state) == self.n:
+            for i, p in zip(self.inputs, self._split_in(xs[0])):
+                state[i] = p
+        state = self.check_state(state)
+        out = sequence_by_components(self, xs, state, pipeline, context)  # above
+        if out is not None:
+            return out
+        d = self.delays() if pipeline else (0,) * self.n
+        D = max((d[i] for i in self._rows), default=0)
+        x, present = self._segments(state)
+        x0 = x.parts[0][2]
+        off = self.flat_offsets
+        in_runs = self._input_runs()
+        outs_by_delay: dict[int, list[int]] = {}
+        for k, o in enumerate(self.outputs):
+            outs_by_delay.setdefault(d[o], []).append(k)
+        ys: list[list[Tensor | None]] = [[None] * len(self.outputs) for _ in range(T)]
+        cache: dict = {}
+        xs = xs.to(dtype=x0.dtype) if xs.dtype != x0.dtype else xs
+        upd_cache: dict = {}
+        rows = self._all_rows_t
+        # products with the input slots do not depend on the state: one GEMM for all T steps
+        hoisted = isinstance(self.store, DenseStore) and not self._reads_inputs_elsewhere() and \
+            self.store.hoist_inputs(xs, self.inputs, cache)
+        xs_t = xs.unbind(0)  # one node for all T steps (xs[s] would zero-fill xs's gradient every step)
+        for s in range(T + D):
+            if hoisted:
+                cache["t"] = min(s, T - 1)  # after the last input the input slots keep xs[T-1]
+            if s < T and s > 0:
+                xin = xs_t[s]
+                x.write([(a, b, xin if (ca == 0 and cb == xin.shape[-1]) else xin[..., ca:cb]) for a, b, ca, cb in in_runs])
+            key = (min(s, D), max(s - T + 1, 0))
+            upd = upd_cache.get(key)
+            if upd is None:
+                upd = upd_cache[key] = tuple(i for i in rows if key[1] <= d[i] <= key[0])
+            present = self._advance(x, present, upd, context, cache)
+            for k, o in enumerate(self.outputs):
+                if d[o] <= s < T + d[o]:
+                    ys[s - d[o]][k] = x.read(off[o], off[o] + self.sizes[o]) if o in present else \
+                        x0.new_zeros(*x0.shape[:-1], self.sizes[o])
+        rows_out = [r[0] if len(r) == 1 else torch.cat(r, dim=-1) for r in ys]
+        return torch.stack(rows_out, dim=0), self.from_flat(x, present)
+
+    def _reads_inputs_elsewhere(self) -> bool:
+        """True when an input slot also has linear blocks in its own row (then it is not held and
+        its value is not xs[t]); hoisting input products is then not valid."""
+        return any(i in self._rows for i in self.inputs)
+
+    def _split_in(self, x: Tensor) -> tuple[Tensor, ...]:
+        return x.split([self.sizes[i] for i in self.inputs], dim=-1) if len(self.inputs) > 1 else (x,)
+
+    def _input_runs(self) -> list[tuple[int, int, int, int]]:
+        """``(flat start, flat end, input start, input end)`` runs where the input tensor is
+        written into the flat state (consecutive input slots without padding merge)."""
+        off = self.flat_offsets
+        runs: list[list[int]] = []
+        c = 0
+        for i in self.inputs:
+            a, s = off[i], self.sizes[i]
+            if runs and runs[-1][1] == a and runs[-1][3] == c:
+                runs[-1][1] += s
+                runs[-1][3] += s
+            else:
+                runs.append([a, a + s, c, c + s])
+            c += s
+        return [tuple(r) for r in sorted(runs)]

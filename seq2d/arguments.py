@@ -1,0 +1,115 @@
+"""Checks of :class:`seq2d.Sequential2D`'s constructor arguments (sizes, the block grid, slot
+lists, step counts). Each raises a typed error that says what was expected and what arrived."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from torch import nn
+
+from .blocks import Identity, block_kind
+
+__all__ = ["is_pos_int", "module_features", "check_sizes", "normalize_grid", "check_block_fits",
+           "check_slot_list", "check_steps"]
+
+
+def is_pos_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+def module_features(block: nn.Module) -> tuple[int | None, int | None]:
+    """(in_features, out_features) when a module declares them (a nested Sequential2D does), else None."""
+    fin = getattr(block, "in_features", None)
+    fout = getattr(block, "out_features", None)
+    return (fin if is_pos_int(fin) else None, fout if is_pos_int(fout) else None)
+
+
+def check_sizes(sizes) -> tuple[int, ...]:
+    if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence):
+        raise TypeError(f"sizes must be a sequence of positive ints, got {type(sizes).__name__}")
+    if len(sizes) == 0:
+        raise ValueError("sizes must name at least one slot, got an empty sequence")
+    for k, s in enumerate(sizes):
+        if not is_pos_int(s):
+            raise ValueError(f"sizes[{k}] must be a positive int, got {s!r}")
+    return tuple(int(s) for s in sizes)
+
+
+def normalize_grid(blocks, n: int) -> dict[tuple[int, int], nn.Module]:
+    items: list[tuple[tuple[int, int], object]] = []
+    if isinstance(blocks, Mapping):
+        for key, blk in blocks.items():
+            if not (isinstance(key, tuple) and len(key) == 2
+                    and all(isinstance(k, int) and not isinstance(k, bool) for k in key)):
+                raise TypeError(f"block keys must be (row, col) int pairs, got {key!r}")
+            i, j = key
+            if not (-n <= i < n and -n <= j < n):
+                raise IndexError(f"block position {key} is outside the {n} x {n} grid")
+            items.append(((i % n, j % n), blk))
+    elif isinstance(blocks, Sequence) and not isinstance(blocks, (str, bytes)):
+        if len(blocks) != n:
+            raise ValueError(f"blocks must be an {n} x {n} grid (one row per slot), got {len(blocks)} rows")
+        for i, row in enumerate(blocks):
+            if not isinstance(row, Sequence) or isinstance(row, (str, bytes)) or len(row) != n:
+                got = len(row) if isinstance(row, Sequence) else type(row).__name__
+                raise ValueError(f"blocks row {i} must hold {n} entries (one per slot), got {got}")
+            for j, blk in enumerate(row):
+                items.append(((i, j), blk))
+    else:
+        raise TypeError(f"blocks must be an n x n nested list or a dict {{(i, j): block}}, got {type(blocks).__name__}")
+    grid: dict[tuple[int, int], nn.Module] = {}
+    shared_identity = None
+    for (i, j), blk in items:
+        if blk is None:
+            continue
+        if isinstance(blk, str):
+            if blk.lower() != "identity":
+                raise ValueError(f"block F[{i}][{j}]: unknown block name {blk!r}. Select from 'identity', or pass a module")
+            shared_identity = shared_identity or Identity()
+            blk = shared_identity
+        if not isinstance(blk, nn.Module):
+            raise TypeError(f"block F[{i}][{j}] must be None, 'identity' or an nn.Module, got {type(blk).__name__}")
+        if (i, j) in grid:
+            raise ValueError(f"block F[{i}][{j}] is given twice")
+        grid[(i, j)] = blk
+    return grid
+
+
+def check_block_fits(sizes: Sequence[int], i: int, j: int, blk: nn.Module) -> None:
+    si, sj = sizes[i], sizes[j]
+    kind = block_kind(blk)
+    if kind == "identity" and si != sj:
+        raise ValueError(f"block F[{i}][{j}] is an identity, but slot {j} has size {sj} and slot {i} has size {si}")
+    if kind == "linear":
+        fin, fout = blk.in_features, blk.out_features
+    elif kind == "module":
+        fin, fout = module_features(blk)
+    else:
+        return
+    if fin is not None and fin != sj:
+        raise ValueError(f"block F[{i}][{j}] takes {fin} input features, but slot {j} has size {sj}")
+    if fout is not None and fout != si:
+        raise ValueError(f"block F[{i}][{j}] gives {fout} output features, but slot {i} has size {si}")
+
+
+def check_slot_list(name: str, slots, n: int) -> tuple[int, ...]:
+    if isinstance(slots, int):
+        slots = [slots]
+    out = []
+    for s in slots:
+        if isinstance(s, bool) or not isinstance(s, int):
+            raise TypeError(f"{name} must hold slot indices (ints), got {s!r}")
+        if not -n <= s < n:
+            raise IndexError(f"{name}: slot {s} does not exist (the model has {n} slots)")
+        out.append(s % n)
+    if len(set(out)) != len(out):
+        raise ValueError(f"{name} lists a slot twice: {list(slots)}")
+    return tuple(out)
+
+
+def check_steps(steps) -> int:
+    if isinstance(steps, bool) or not isinstance(steps, int):
+        raise TypeError(f"steps must be a non-negative int, got {type(steps).__name__} {steps!r}")
+    if steps < 0:
+        raise ValueError(f"steps must be a non-negative int, got {steps}")
+    return steps
