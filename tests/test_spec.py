@@ -8,6 +8,7 @@ structure and (with weights) bitwise, and every rejected input names its place.
 import copy
 import json
 import math
+import pathlib
 import re
 import tomllib
 
@@ -148,9 +149,10 @@ def rich_model(dtype=torch.float32) -> Sequential2D:
 
 
 def doc_example_spec() -> dict:
-    m = re.search(r"A full example.*?::\n\n(.*?)\n\nTrainable", spec_module.__doc__, re.S)
-    assert m, "the module docstring lost its TOML example"
-    return tomllib.loads("\n".join(line[4:] for line in m.group(1).splitlines()))
+    """The TOML example of docs/spec.md (the user guide of seq2d.spec)."""
+    text = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "spec.md").read_text(encoding="utf-8")
+    (toml,) = re.findall(r"^```toml\n(.*?)^```$", text, re.S | re.M)
+    return tomllib.loads(toml)
 
 
 # ---------------------------------------------------------------------- building
@@ -590,8 +592,6 @@ ERROR_CASES = [
     ("weight_off_random_pattern", _set(B0, {"row": 1, "col": 0, "kind": "exact", "n": 1, "weight": [[1.0] * 4] * 8}), ValueError, r"blocks\[0\]\.weight: expected zeros outside the drawn 'exact' pattern"),
     ("weight_frozen_block", _set(B0, {"row": 1, "col": 0, "trainable": False, "weight": [[0.0] * 4] * 8}), ValueError, r"blocks\[0\]: 'weight' does not apply to a block with trainable = false"),
     ("init_and_weight", _set(B0, {"row": 1, "col": 0, "init": "default", "weight": [[0.0] * 4] * 8}), ValueError, r"blocks\[0\]: give 'init' or 'weight'"),
-    ("frozen_on_dense", _set(B0, {"row": 1, "col": 0, "frozen": [[0.0] * 4] * 8}), ValueError, r"blocks\[0\]: 'frozen' needs entries outside the trainable pattern"),
-    ("frozen_on_pattern", _set(B0, {"row": 1, "col": 0, "kind": "mask", "indices": [[0, 0]], "frozen": [[1.0, 0, 0, 0]] + [[0.0] * 4] * 7}), ValueError, r"blocks\[0\]\.frozen: expected zeros on the trainable 'mask' pattern, got 1\.0 at \[0, 0\]"),
     ("bias_value_len", _set(("slots", 1, "bias_value"), [0.0] * 3), ValueError, r"slots\[1\]\.bias_value: expected 8 numbers"),
     ("bias_value_no_bias", lambda s: _set(("slots", 1, "bias"), False)(_set(("slots", 1, "bias_value"), [0.0] * 8)(s)), ValueError, r"slots\[1\]: 'bias_value' needs bias = true"),
     ("norm_without_layernorm", _set(("slots", 1, "norm_weight"), [1.0] * 8), ValueError, r"slots\[1\]: 'norm_weight' applies to activation 'layernorm' only"),
