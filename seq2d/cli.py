@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from .registry import create_model, list_models
+from .report import show_text  # noqa: F401 - seq2d.cli.show_text, as before
 
 _FMT = argparse.RawDescriptionHelpFormatter
 
@@ -72,73 +73,6 @@ def _cmd_models(args) -> int:
     return 0
 
 
-def _yes(b: bool) -> str:
-    return "yes" if b else "no"
-
-
-def _param_breakdown(core) -> list[tuple[str, int]]:
-    """Trainable parameters by owner (tied weights once), summing to core.num_parameters()."""
-
-    seen: set[int] = set()
-
-    def count(params) -> int:
-        n = 0
-        for p in params:
-            if id(p) not in seen and p.requires_grad:
-                seen.add(id(p))
-                n += p.numel()
-        return n
-
-    linear = core.store.num_trainable() if core.store is not None else 0
-    if core.store is not None:
-        seen.update(id(p) for p in core.store.parameters())
-    module = sum(count(blk.parameters()) for _, _, kind, blk in core.positions() if kind == "module")
-    bias = core.slot_bias.num_trainable()
-    act = count(core.acts.parameters())
-    rows = [("linear blocks (masked/frozen entries excluded)", linear), ("module blocks", module),
-            ("slot biases", bias), ("slot activations (LayerNorm)", act)]
-    other = core.num_parameters() - sum(n for _, n in rows)
-    if other:
-        rows.append(("other", other))
-    rows.append(("total trainable (tied weights once)", core.num_parameters()))
-    return rows
-
-
-def show_text(model) -> str:
-    """What ``seq2d show`` prints for ``model``."""
-    from . import graph as G
-
-    core = getattr(model, "core", model)
-    g = G.to_networkx(core)
-    lines = [type(model).__name__ + (f" (core: {type(core).__name__})" if core is not model else ""), core.summary(), ""]
-    lines.append("blocks (F[i][j] maps slot j to slot i; shape = out x in):")
-    head = f"  {'block':<10}{'kind':<14}{'shape':>13}{'stored':>12}{'density':>9}{'params':>12}  tie"
-    lines.append(head)
-    for i, j, kind, blk in core.positions():
-        d = g.edges[j, i]
-        shape = f"{d['shape'][0]} x {d['shape'][1]}"
-        stored = "-" if d["stored"] is None else f"{d['stored']:,}"
-        dens = "-" if d["density"] is None else f"{100 * d['density']:.3g}%"
-        name = kind if kind != "module" else type(blk).__name__
-        tie = "-" if d["tie"] is None else str(d["tie"])
-        lines.append(f"  {f'F[{i}][{j}]':<10}{name:<14}{shape:>13}{stored:>12}{dens:>9}{d['params']:>12,}  {tie}")
-    lines += ["", "trainable parameters:"]
-    lines += [f"  {k:<44}{n:>12,}" for k, n in _param_breakdown(core)]
-    cores = G.recurrent_cores(g)
-    mem = G.memory(core)
-    dist = G.distances(core)
-    lines += ["", "graph:"]
-    lines.append(f"  acyclic: {_yes(G.is_acyclic(g))}; depth = {core.depth if core.depth is not None else 'none (cyclic)'}; "
-                 f"steps = {core.steps}")
-    lines.append("  recurrent cores: " + (", ".join("{" + ", ".join(map(str, sorted(c))) + "}" for c in
-                                                    sorted(cores, key=min)) if cores else "none"))
-    lines.append("  memory: " + (f"{mem} steps (after {mem} steps the outputs no longer depend on the initial "
-                                 "state of any non-input slot)" if mem is not None else
-                                 "none (the outputs depend on the initial state at every step)"))
-    lines.append("  distance from the inputs: " + ", ".join(f"{v}:{'-' if d is None else d}" for v, d in sorted(dist.items())))
-    return "\n".join(lines)
-
-
 def _cmd_show(args) -> int:
     print(show_text(_resolve(args.model, args.kwargs)))
     return 0
@@ -171,19 +105,13 @@ def _cmd_draw(args) -> int:
 
 
 def _cmd_equivalence(args) -> int:
-    from .testing import CASES, TOLERANCE, compare  # noqa: F401 - imported lazily (slow deps)
-    import torch
+    from .report import equivalence_table
 
-    worst_all = True
-    print(f"{'case':<46}{'float32':>12}{'float64':>12}")
-    for case in CASES:
-        errs = []
-        for dtype in (torch.float32, torch.float64):
-            e = max(max(compare(case, dtype, s).values()) for s in range(args.seeds))
-            worst_all &= e <= TOLERANCE[dtype]
-            errs.append(e)
-        print(f"{case.name:<46}{errs[0]:>12.2e}{errs[1]:>12.2e}")
-    return 0 if worst_all else 1
+    ok = True
+    for line, within in equivalence_table(args.seeds):
+        print(line)
+        ok &= within
+    return 0 if ok else 1
 
 
 def _stability_model(text: str, kwargs: list[str]):
@@ -211,16 +139,10 @@ def _stability_model(text: str, kwargs: list[str]):
     return _resolve(text, kwargs), text
 
 
-def _fmt(v) -> str:
-    return "n/a" if v is None else f"{v:.6g}"
-
-
 def _cmd_stability(args) -> int:
     import torch
 
-    from . import graph as G
-    from .recurrent import RNN
-    from .stability import certified_lambda, data_lambda, rnn_constants, stacked_truncation_length
+    from .report import stability_lines
 
     if not args.eps > 0:
         raise ValueError(f"--eps must be positive, got {args.eps}")
@@ -231,57 +153,9 @@ def _cmd_stability(args) -> int:
     with torch.random.fork_rng(devices=[]):  # a preset's random initial weights: the same on every call
         torch.manual_seed(args.seed)
         model, what = _stability_model(args.model, args.kwargs)
-    core = getattr(model, "core", model)
-    print(f"model: {what} ({type(model).__name__})")
-    cores = G.recurrent_cores(core)
-    if not cores:
-        mem = G.memory(core)
-        print("recurrent cores: none (the block graph is acyclic)")
-        print("certified lambda: n/a (no recurrence)")
-        print("data lambda: n/a (no recurrence)")
-        print("truncation: n/a; memory is finite: " + (f"the outputs forget the initial state after {mem} step(s) (seq2d.graph.memory)"
-                                                      if mem is not None else "none (a held non-input slot reaches an output)"))
-        return 0
-    try:
-        cert = certified_lambda(core)
-    except ValueError as e:
-        cert = None
-        print(f"certified lambda: not certifiable ({e})")
-    if cert is not None:
-        for c in cert["cores"]:
-            print(f"core {{{', '.join(map(str, c['slots']))}}}: L_act = {_fmt(c['lipschitz_act'])}, ||W_rec||_2 = {c['norm']:.6g} "
-                  f"({c['norm_method']}), certified lambda <= {_fmt(c['lambda'])}")
-        print(f"certified lambda (max over cores): {_fmt(cert['lambda'])}"
-              + ("" if cert["lambda"] is None else ("  (stable)" if cert["stable"] else "  (not certified stable: >= 1)")))
-    # random inputs uniform in the ball ||x_t|| <= B (the bound Lemma 1 assumes)
-    g = torch.Generator().manual_seed(args.seed)
-    T, Bn, n = args.data_steps, args.batch, core.in_features
-    xs = torch.randn(T, Bn, n, generator=g, dtype=torch.float64)
-    radius = args.input_bound * torch.rand(T, Bn, 1, generator=g, dtype=torch.float64) ** (1.0 / n)
-    xs = xs / xs.norm(dim=-1, keepdim=True).clamp_min(1e-12) * radius
-    data = data_lambda(core, xs, iters=args.iters, generator=g)
-    for c in data["cores"]:
-        print(f"core {{{', '.join(map(str, c['slots']))}}}: data lambda max {c['max']:.6g}, mean {c['mean']:.6g} "
-              f"(||d state_t / d state_(t-1)||_2 over {c['per_step'].shape[0]} steps x {Bn} random sequences, ||x_t|| <= {args.input_bound:g})")
-    print(f"data lambda (max over cores): {data['max']:.6g}")
-    if not isinstance(model, RNN):
-        print("k for eps: n/a (the Lemma 1 bound is implemented for RNN layers; see seq2d.stability.lemma1_bound)")
-        return 0
-    layers = [rnn_constants(model, l) for l in range(1, model.num_layers + 1)]
-    unstable = [l + 1 for l, c in enumerate(layers) if c["lam"] >= 1]
-    if unstable:
-        print(f"k for eps={args.eps:g}: no guarantee: lambda >= 1 (layer(s) {unstable})")
-    else:
-        k = stacked_truncation_length(layers, args.eps, input_bound=args.input_bound)
-        print(f"k for eps={args.eps:g}: {k} (Lemma 1: ||h_t - h_t^k|| <= eps for every t when ||x_t|| <= {args.input_bound:g}; "
-              f"seq2d.truncated_rnn(model, {k}))")
-    data_max = [c["max"] for c in data["cores"]]
-    if len(data_max) == len(layers) and all(v < 1 for v in data_max):
-        est = [dict(c, lam=v) for c, v in zip(layers, data_max)]
-        k = stacked_truncation_length(est, args.eps, input_bound=args.input_bound)
-        print(f"k with the data lambda in place of the certified one: {k} (an estimate for inputs like these, not a guarantee)")
-    else:
-        print("k with the data lambda in place of the certified one: n/a (data lambda >= 1 on these inputs)")
+    for line in stability_lines(model, what, eps=args.eps, input_bound=args.input_bound, data_steps=args.data_steps,
+                                batch=args.batch, iters=args.iters, seed=args.seed):
+        print(line)
     return 0
 
 
@@ -368,6 +242,7 @@ def _cmd_mnist(args) -> int:
     import json
     from pathlib import Path
 
+    from .report import threads_line
     from .sparsity import MODELS, PROTOCOLS, compare, configs_for, format_table
     from .train.config import load_config
 
@@ -390,7 +265,7 @@ def _cmd_mnist(args) -> int:
         raise ValueError(f"unknown model(s) {bad}. Select from " + ", ".join(repr(m) for m in MODELS))
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else ([0, 1, 2, 3, 4] if args.full else [0])
     base = load_config(proto)
-    _print_threads(base.num_threads)
+    print(threads_line(base.num_threads))
     out = Path(args.out)
     rows = compare(configs_for(base, models), seeds, out, resume=not args.fresh)
     table = format_table(rows)
@@ -405,22 +280,8 @@ def _cmd_mnist(args) -> int:
     return 0
 
 
-def _print_threads(num_threads) -> None:
-    """One line: the torch thread count the runs of `seq2d mnist` will use."""
-    import torch
-
-    if num_threads != "auto":
-        print(f"torch threads: {num_threads if num_threads is not None else torch.get_num_threads()}")
-        return
-    from .threads import auto_threads, available_cores, cpu_limit
-
-    avail = available_cores()
-    n = auto_threads(available=avail, limit=torch.get_num_threads())
-    print(f"torch threads: auto -> {n} now ({avail:.1f} of {cpu_limit()} cores idle); chosen again at the start of "
-          "each run and recorded in its metrics (num_threads)")
-
-
 def _cmd_train(args) -> int:
+    from .report import train_result_line
     from .train.config import config_from_args
     from .train.trainer import run
 
@@ -430,10 +291,7 @@ def _cmd_train(args) -> int:
         args.config = args.config_file
     cfg = config_from_args(args, base=_TRAIN_DEFAULTS)
     summary = run(cfg, resume=args.resume, overwrite=args.overwrite)
-    print(f"final test accuracy {100 * summary['final_test_acc']:.2f}% (best {100 * summary['best_test_acc']:.2f}% "
-          f"at epoch {summary['best_epoch']}), {summary['params']:,} trainable parameters, "
-          f"{summary['time_per_epoch_s']:.2f} s/epoch on {summary['device']} ({summary['num_threads']} thread{'s' if summary['num_threads'] != 1 else ''}); "
-          f"outputs in {summary['out_dir']}")
+    print(train_result_line(summary))
     return 0
 
 

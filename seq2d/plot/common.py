@@ -1,0 +1,57 @@
+"""Shared helpers of :mod:`seq2d.plot`: the output path check, new figures on the Agg
+canvas, saving, and the short number formats of titles and labels."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+SAVE_FORMATS = (".png", ".svg")
+
+
+def _check_path(path) -> Path | None:
+    if path is None:
+        return None
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+    p = Path(path)
+    if p.suffix.lower() not in SAVE_FORMATS:
+        raise ValueError(f"cannot save a figure as {p.suffix or 'a file without suffix'!r} ({p.name}); "
+                         f"use one of {', '.join(SAVE_FORMATS)}")
+    return p
+
+
+def _new_axes(figsize) -> tuple[Figure, object]:
+    fig = Figure(figsize=figsize)
+    FigureCanvasAgg(fig)  # the Agg canvas: no screen, no pyplot registry
+    return fig, fig.add_subplot(1, 1, 1)
+
+
+def _save(fig: Figure, path: Path | None, dpi: float) -> None:
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=dpi, bbox_inches="tight", facecolor="white")
+
+
+def _model_name(model) -> str:
+    return type(model).__name__
+
+
+def _fmt_count(x: int) -> str:
+    for unit, div in (("M", 1e6), ("k", 1e3)):
+        if x >= div:
+            return f"{x / div:.3g}{unit}"
+    return str(x)
+
+
+def _pct(d: float) -> str:
+    if d >= 0.995:
+        return "100%"
+    if d >= 0.1:
+        return f"{100 * d:.0f}%"
+    if d >= 0.01:
+        return f"{100 * d:.1f}%"
+    return f"{100 * d:.2g}%"
