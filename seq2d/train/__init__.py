@@ -8,12 +8,16 @@ experiments share it)::
     summary = run(cfg)                       # or Trainer(cfg, model, data).fit(resume=True)
 
 Submodules: :mod:`~seq2d.train.config` (TrainConfig, TOML, flags),
-:mod:`~seq2d.train.trainer` (the loop, metrics, model/data builders),
-:mod:`~seq2d.train.checkpoint` (atomic save, checked load),
-:mod:`~seq2d.train.distributed` (torchrun/DDP; ``python -m seq2d.train.distributed``).
+:mod:`~seq2d.train.trainer` (the loop, the model builder), :mod:`~seq2d.train.datasets`
+(data sets, augmentation), :mod:`~seq2d.train.metrics` (metrics.jsonl/.csv),
+:mod:`~seq2d.train.seeds` (seeds, epoch order), :mod:`~seq2d.train.runtime` (threads,
+determinism), :mod:`~seq2d.train.progress` (progress bar, epoch lines),
+:mod:`~seq2d.train.errors`, :mod:`~seq2d.train.checkpoint` (atomic save, checked load),
+:mod:`~seq2d.train.distributed` (torchrun/DDP). The command line is ``python -m seq2d.train``
+(``torchrun --nproc_per_node=2 -m seq2d.train ...`` for data-parallel runs).
 
-Names are imported on first use, so ``python -m seq2d.train.distributed`` runs that module
-once and ``import seq2d.train.config`` stays light.
+Names are imported on first use, so ``import seq2d.train.config`` stays light and
+``python -m seq2d.train.distributed`` (the older spelling of the command) runs that module once.
 """
 
 from __future__ import annotations
@@ -25,8 +29,11 @@ _EXPORTS = {
                "apply_overrides", "add_config_args", "config_from_args", "MODEL_FIELDS", "RESUME_FREE_FIELDS"),
     "checkpoint": ("CheckpointError", "save_checkpoint", "load_checkpoint", "check_resume_config",
                    "capture_rng_state", "restore_rng_state", "FORMAT", "FORMAT_VERSION"),
-    "trainer": ("Trainer", "train", "run", "NonFiniteLossError", "METRIC_COLUMNS", "build_model", "load_data",
-                "make_augment", "synthetic_data", "derive_seed", "epoch_permutation", "write_metrics", "read_metrics"),
+    "trainer": ("Trainer", "train", "run", "build_model"),
+    "errors": ("NonFiniteLossError",),
+    "metrics": ("METRIC_COLUMNS", "write_metrics", "read_metrics"),
+    "datasets": ("load_data", "make_augment", "synthetic_data"),
+    "seeds": ("derive_seed", "epoch_permutation"),
     "distributed": ("DistContext", "init_distributed", "cleanup", "wrap_model", "resolve_device"),
 }
 _WHERE = {name: mod for mod, names in _EXPORTS.items() for name in names}

@@ -2,7 +2,7 @@ r"""Data-parallel training over several processes (torchrun + DistributedDataPar
 
 Launch any run with ``torchrun``; a plain ``python`` run never touches torch.distributed::
 
-    torchrun --standalone --nproc_per_node=2 -m seq2d.train.distributed --config run.toml --epochs 3
+    torchrun --standalone --nproc_per_node=2 -m seq2d.train --config run.toml --epochs 3
 
 :func:`init_distributed` reads torchrun's environment (``RANK``, ``WORLD_SIZE``,
 ``LOCAL_RANK``) and starts the process group (nccl on CUDA, gloo on CPU); without it (or
@@ -22,9 +22,7 @@ How the trainer uses it (:mod:`seq2d.train.trainer`):
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 import warnings
 from dataclasses import dataclass
 
@@ -187,43 +185,13 @@ def wrap_model(model: nn.Module, ctx: DistContext, example: torch.Tensor | None 
 
 
 # ---------------------------------------------------------------------- command line
-def build_parser() -> argparse.ArgumentParser:
-    from .config import add_config_args
-
-    ap = argparse.ArgumentParser(
-        prog="python -m seq2d.train.distributed",
-        allow_abbrev=False,  # "--epoch" must not silently mean "--epochs"
-        description="Train a seq2d model (one process, or several under torchrun).",
-    )
-    ap.add_argument("--resume", action="store_true", help="continue from <out_dir>/checkpoint.pt (exactly)")
-    ap.add_argument("--overwrite", action="store_true", help="start afresh even if <out_dir> holds a checkpoint")
-    add_config_args(ap)
-    return ap
-
-
 def main(argv: list[str] | None = None) -> int:
-    """Parse flags (``--config``, ``--set``, one per config field, ``--resume``) and run."""
-    from .checkpoint import CheckpointError
-    from .config import config_from_args
-    from .trainer import NonFiniteLossError, run
+    """The command line, :func:`seq2d.train.__main__.main` (kept here so that
+    ``python -m seq2d.train.distributed`` still works; ``python -m seq2d.train`` is the entry)."""
+    from .__main__ import main as _main  # imported here: the entry imports the trainer, which imports this module
 
-    args = build_parser().parse_args(argv)
-    try:
-        cfg = config_from_args(args)
-        run(cfg, resume=args.resume, overwrite=args.overwrite)
-    except NonFiniteLossError as e:  # every rank stops at the same step: one message is enough
-        if int(os.environ.get("RANK", "0")) == 0:
-            print(f"seq2d train: error: {e}", file=sys.stderr)
-        return 2
-    except (ValueError, TypeError, FileNotFoundError, FileExistsError, CheckpointError) as e:
-        print(f"seq2d train: error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    return _main(argv)
 
 
 if __name__ == "__main__":
-    # delegate to the package's copy of this module (not this __main__ one), so that
-    # seq2d.train.distributed is imported exactly once
-    from seq2d.train.distributed import main as _main
-
-    raise SystemExit(_main())
+    raise SystemExit(main())

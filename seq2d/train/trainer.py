@@ -33,15 +33,9 @@ an epoch) raises the same way, before that epoch's checkpoint is written.
 
 from __future__ import annotations
 
-import contextlib
-import csv
-import hashlib
 import inspect
-import io
-import json
 import math
 import os
-import random
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -61,7 +55,13 @@ from .checkpoint import (
     save_checkpoint,
 )
 from .config import TrainConfig, config_to_dict, save_config
+from .datasets import load_data, make_augment, split_data, synthetic_data
 from .distributed import DistContext, all_reduce_sum, barrier, cleanup, init_distributed, wrap_model
+from .errors import NonFiniteLossError
+from .metrics import METRIC_COLUMNS, read_metrics, write_metrics
+from .progress import EpochBar, epoch_line
+from .runtime import run_settings
+from .seeds import derive_seed, epoch_permutation, seed_everything
 
 __all__ = [
     "Trainer",
@@ -79,46 +79,8 @@ __all__ = [
     "read_metrics",
 ]
 
-METRIC_COLUMNS = ("epoch", "step", "train_loss", "train_acc", "test_loss", "test_acc", "epoch_time_s", "lr", "device", "world_size",
-                  "num_threads")
 
-
-class NonFiniteLossError(RuntimeError):
-    """The loss became NaN or infinite; the checkpoint on disk is the last good one."""
-
-    def __init__(self, message: str, *, epoch: int, step: int, checkpoint: Path | None):
-        super().__init__(message)
-        self.epoch = epoch
-        self.step = step
-        self.checkpoint = checkpoint
-
-
-# ---------------------------------------------------------------------- seeds and order
-def derive_seed(seed: int, *keys) -> int:
-    """A 63-bit seed from ``seed`` and ``keys`` (stable across runs, platforms, processes)."""
-    h = hashlib.blake2b(repr((int(seed),) + tuple(keys)).encode(), digest_size=8).digest()
-    return int.from_bytes(h, "little") >> 1
-
-
-def epoch_permutation(n: int, seed: int, epoch: int) -> Tensor:
-    """The order of the ``n`` training samples in epoch ``epoch`` (CPU int64): a function of
-    ``(seed, epoch)`` only, identical on every rank and after any resume."""
-    g = torch.Generator().manual_seed(derive_seed(seed, "shuffle", epoch))
-    return torch.randperm(n, generator=g)
-
-
-def _seed_everything(seed: int) -> None:
-    torch.manual_seed(seed)  # also seeds every CUDA device
-    random.seed(seed)
-    try:
-        import numpy as np
-
-        np.random.seed(seed % 2**32)
-    except ImportError:  # pragma: no cover
-        pass
-
-
-# ---------------------------------------------------------------------- model, data, augment
+# ---------------------------------------------------------------------- model
 def _is_spec_path(name: str) -> bool:
     return name.lower().endswith((".toml", ".json")) or (":" not in name and Path(name).is_file())
 
@@ -223,142 +185,12 @@ def build_model(cfg: TrainConfig, *, device=None) -> nn.Module:
     return model
 
 
-def synthetic_data(features: int = 16, classes: int = 4, *, n_train: int = 512, n_test: int = 256,
-                   seed: int = 1234, spread: float = 0.5, device=None) -> dict:
-    """Gaussian clusters: class centres ~ N(0, spread^2), unit within-class noise. A
-    deterministic data set in the data protocol's layout (hard enough that accuracy stays
-    below 100%), for tests and smoke runs. It does not depend on the training seed."""
-    g = torch.Generator().manual_seed(seed)
-    centres = spread * torch.randn(classes, features, generator=g)
-
-    def draw(n):
-        y = torch.randint(0, classes, (n,), generator=g)
-        x = centres[y] + torch.randn(n, features, generator=g)
-        return x.to(device=device, dtype=torch.float32), y.to(device)
-
-    return {"train": draw(n_train), "test": draw(n_test), "classes": classes, "source": "synthetic"}
-
-
-def load_data(cfg: TrainConfig, device=None, ctx: DistContext | None = None) -> dict:
-    """The data set ``cfg.data`` names, on ``device``: "synthetic" here, "subset"/"full" from
-    :func:`seq2d.data.get_data`. Under torchrun with ``download``, rank 0 fetches first."""
-    if cfg.data == "synthetic":
-        return synthetic_data(cfg.sizes[0], cfg.sizes[-1], device=device)
-    try:
-        from ..data import get_data
-    except ImportError as e:
-        raise ModuleNotFoundError(f"data={cfg.data!r} needs seq2d.data (MNIST loading), which failed to import: {e}") from e
-    ctx = ctx or DistContext()
-    kw = dict(source=cfg.data, root=cfg.data_root, download=cfg.download, size=cfg.image_size, device=device)
-    if cfg.download and ctx.distributed and not ctx.is_main:
-        barrier(ctx)  # wait for rank 0's download
-        return get_data(**kw)
-    data = get_data(**kw)
-    if cfg.download and ctx.distributed:
-        barrier(ctx)
-    return data
-
-
-def make_augment(cfg: TrainConfig) -> Callable | None:
-    """:class:`seq2d.data.augment.Augment` when erasing or perspective is on, else None."""
-    if cfg.erasing_p == 0 and cfg.perspective_p == 0:
-        return None
-    from ..data.augment import Augment
-
-    return Augment(erasing_p=cfg.erasing_p, perspective_p=cfg.perspective_p)
-
-
-def _split_data(data) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    def get(key):
-        if isinstance(data, Mapping):
-            if key not in data:
-                raise KeyError(f"data must hold {key!r}: (X, y); it has keys {sorted(data)}")
-            v = data[key]
-        else:
-            v = getattr(data, key, None)
-            if v is None:
-                raise TypeError(f"data must be a dict with 'train' and 'test', or an object with .train/.test, got {type(data).__name__}")
-        if not (isinstance(v, (tuple, list)) and len(v) == 2 and all(isinstance(t, Tensor) for t in v)):
-            raise TypeError(f"data[{key!r}] must be a pair (X, y) of tensors, got {type(v).__name__}")
-        X, y = v
-        if X.shape[0] != y.shape[0]:
-            raise ValueError(f"data[{key!r}]: X has {X.shape[0]} samples but y has {y.shape[0]}")
-        if X.shape[0] == 0:
-            raise ValueError(f"data[{key!r}] is empty")
-        return X, y
-
-    return (*get("train"), *get("test"))
-
-
-# ---------------------------------------------------------------------- metrics files
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def write_metrics(out_dir: str | os.PathLike, rows: Sequence[Mapping]) -> None:
-    """Write ``metrics.jsonl`` (one JSON object per row) and ``metrics.csv`` (the columns of
-    :data:`METRIC_COLUMNS`, then any extra keys in order of appearance), each atomically."""
-    out = Path(out_dir)
-    cols = list(METRIC_COLUMNS)
-    for r in rows:
-        cols += [k for k in r if k not in cols]
-    _atomic_write(out / "metrics.jsonl", "".join(json.dumps(dict(r)) + "\n" for r in rows))
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
-    w.writeheader()
-    for r in rows:
-        w.writerow({k: r.get(k, "") for k in cols})
-    _atomic_write(out / "metrics.csv", buf.getvalue())
-
-
-def read_metrics(out_dir: str | os.PathLike) -> list[dict]:
-    """The rows of ``metrics.jsonl``."""
-    with open(Path(out_dir) / "metrics.jsonl", encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
 # ---------------------------------------------------------------------- the trainer
 def classification_loss(out: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
     """(summed cross-entropy, number of correct argmax predictions) over the last dimension."""
     logits = out.reshape(-1, out.shape[-1])
     t = y.reshape(-1)
     return F.cross_entropy(logits, t, reduction="sum"), (logits.argmax(-1) == t).sum()
-
-
-def _choose_threads(cfg: TrainConfig, dist: DistContext) -> tuple[int, str]:
-    """The torch thread count for the run and how it was chosen (``num_threads``: None keeps
-    torch's, an int is used as is, "auto" samples the idle cores now, see seq2d.threads)."""
-    if cfg.num_threads is None:
-        return torch.get_num_threads(), "torch's setting"
-    if cfg.num_threads != "auto":
-        return int(cfg.num_threads), "num_threads"
-    from ..threads import auto_threads, available_cores, cpu_limit
-
-    share = int(os.environ.get("LOCAL_WORLD_SIZE", dist.world_size)) if dist.distributed else 1
-    avail = available_cores()
-    n = auto_threads(limit=torch.get_num_threads(), share=max(share, 1), available=avail)
-    per = f" shared by {share} processes" if share > 1 else ""
-    return n, f"auto: {avail:.1f} of {cpu_limit()} cores idle{per}, torch default {torch.get_num_threads()}"
-
-
-@contextlib.contextmanager
-def _run_settings(cfg: TrainConfig, dist: DistContext | None = None):
-    """Apply num_threads / deterministic for the run (yields the thread count used and how it
-    was chosen); restore torch's settings after."""
-    threads = torch.get_num_threads()
-    det, det_warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
-    try:
-        n, why = _choose_threads(cfg, dist if dist is not None else DistContext.current(cfg.device))
-        if n != threads:
-            torch.set_num_threads(n)
-        if cfg.deterministic:
-            torch.use_deterministic_algorithms(True, warn_only=True)
-        yield n, why
-    finally:
-        torch.set_num_threads(threads)
-        torch.use_deterministic_algorithms(det, warn_only=det_warn)
 
 
 def _call(callbacks, hook: str, *args) -> list:
@@ -408,7 +240,7 @@ class Trainer:
                 f"{self.dist.world_size} processes; use a multiple of {self.dist.world_size}"
             )
         self.model = model.to(self.device)
-        Xtr, ytr, Xte, yte = _split_data(data)
+        Xtr, ytr, Xte, yte = split_data(data)
         self.train_data = (Xtr.to(self.device), ytr.to(self.device))
         self.test_data = (Xte.to(self.device), yte.to(self.device))
         fin = getattr(model, "in_features", None)
@@ -485,7 +317,7 @@ class Trainer:
         is missing or does not fit). Without it, an existing checkpoint there raises
         FileExistsError unless ``overwrite=True`` (then it is deleted first)."""
         cfg = self.config
-        with _run_settings(cfg, self.dist) as (self.num_threads, why):
+        with run_settings(cfg, self.dist) as (self.num_threads, why):
             if self.is_main and not cfg.quiet:
                 print(f"torch threads: {self.num_threads} ({why})", flush=True)
             if resume:
@@ -498,7 +330,7 @@ class Trainer:
                     )
                 if self.is_main and overwrite:
                     self.checkpoint_path.unlink(missing_ok=True)
-                _seed_everything(cfg.seed)
+                seed_everything(cfg.seed)
             if self.is_main:
                 self.out_dir.mkdir(parents=True, exist_ok=True)
                 save_config(cfg, self.out_dir / "config.toml")
@@ -528,12 +360,8 @@ class Trainer:
         sums = dict(self._partial) if self._partial else {"loss": 0.0, "correct": 0, "count": 0, "time": 0.0}
         self._resume_batch, self._partial, self._aug_state = 0, None, None
 
-        show = self.is_main and not cfg.quiet and sys.stderr.isatty()
-        bar = None
-        if show:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=nb, initial=start, desc=f"epoch {epoch + 1}/{cfg.epochs}", leave=False, dynamic_ncols=True)
+        bar = EpochBar(self.is_main and not cfg.quiet and sys.stderr.isatty(), total=nb, initial=start,
+                       desc=f"epoch {epoch + 1}/{cfg.epochs}", log_every=cfg.log_every)
         t0 = time.perf_counter()
         self.train_model.train()
         done = start
@@ -565,15 +393,11 @@ class Trainer:
             sums["correct"] += int(correct_total)
             sums["count"] += count
             _call(self.callbacks, "on_step_end", self, self.step)
-            if bar is not None:
-                bar.update(1)
-                if self.step % cfg.log_every == 0 or done == nb:
-                    bar.set_postfix(loss=f"{sums['loss'] / sums['count']:.4f}", acc=f"{sums['correct'] / sums['count']:.4f}")
+            bar.update(self.step, done, sums)
             if cfg.max_steps is not None and self.step >= cfg.max_steps and done < nb:
                 stopped = True
                 break
-        if bar is not None:
-            bar.close()
+        bar.close()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         sums["time"] += time.perf_counter() - t0
@@ -606,12 +430,7 @@ class Trainer:
             self.epoch = epoch + 1
             self._save(self.epoch, rows=self.history, extra={"batch": 0})
         if self.is_main and not cfg.quiet:
-            print(
-                f"epoch {row['epoch']}/{cfg.epochs}  step {self.step}  train loss {row['train_loss']:.4f} "
-                f"acc {row['train_acc']:.4f} | test loss {row['test_loss']:.4f} acc {row['test_acc']:.4f} "
-                f"| {row['epoch_time_s']:.1f}s",
-                flush=True,
-            )
+            print(epoch_line(row, cfg.epochs, self.step), flush=True)
         return not stopped
 
     def _save(self, epoch: int, *, rows: list[dict], extra: dict, generators=None) -> None:

@@ -1,0 +1,84 @@
+"""The data a run trains on: the data set a config names (:func:`load_data`, with the
+deterministic :func:`synthetic_data`), its augmentation (:func:`make_augment`) and the
+check of the data protocol (:func:`split_data`: ``data["train"] = (X, y)``,
+``data["test"] = (X, y)``, or an object with ``.train``/``.test``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import torch
+from torch import Tensor
+
+from .config import TrainConfig
+from .distributed import DistContext, barrier
+
+__all__ = ["synthetic_data", "load_data", "make_augment", "split_data"]
+
+
+def synthetic_data(features: int = 16, classes: int = 4, *, n_train: int = 512, n_test: int = 256,
+                   seed: int = 1234, spread: float = 0.5, device=None) -> dict:
+    """Gaussian clusters: class centres ~ N(0, spread^2), unit within-class noise. A
+    deterministic data set in the data protocol's layout (hard enough that accuracy stays
+    below 100%), for tests and smoke runs. It does not depend on the training seed."""
+    g = torch.Generator().manual_seed(seed)
+    centres = spread * torch.randn(classes, features, generator=g)
+
+    def draw(n):
+        y = torch.randint(0, classes, (n,), generator=g)
+        x = centres[y] + torch.randn(n, features, generator=g)
+        return x.to(device=device, dtype=torch.float32), y.to(device)
+
+    return {"train": draw(n_train), "test": draw(n_test), "classes": classes, "source": "synthetic"}
+
+
+def load_data(cfg: TrainConfig, device=None, ctx: DistContext | None = None) -> dict:
+    """The data set ``cfg.data`` names, on ``device``: "synthetic" here, "subset"/"full" from
+    :func:`seq2d.data.get_data`. Under torchrun with ``download``, rank 0 fetches first."""
+    if cfg.data == "synthetic":
+        return synthetic_data(cfg.sizes[0], cfg.sizes[-1], device=device)
+    try:
+        from ..data import get_data
+    except ImportError as e:
+        raise ModuleNotFoundError(f"data={cfg.data!r} needs seq2d.data (MNIST loading), which failed to import: {e}") from e
+    ctx = ctx or DistContext()
+    kw = dict(source=cfg.data, root=cfg.data_root, download=cfg.download, size=cfg.image_size, device=device)
+    if cfg.download and ctx.distributed and not ctx.is_main:
+        barrier(ctx)  # wait for rank 0's download
+        return get_data(**kw)
+    data = get_data(**kw)
+    if cfg.download and ctx.distributed:
+        barrier(ctx)
+    return data
+
+
+def make_augment(cfg: TrainConfig) -> Callable | None:
+    """:class:`seq2d.data.augment.Augment` when erasing or perspective is on, else None."""
+    if cfg.erasing_p == 0 and cfg.perspective_p == 0:
+        return None
+    from ..data.augment import Augment
+
+    return Augment(erasing_p=cfg.erasing_p, perspective_p=cfg.perspective_p)
+
+
+def split_data(data) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(X_train, y_train, X_test, y_test)`` from ``data``, checked against the data protocol."""
+    def get(key):
+        if isinstance(data, Mapping):
+            if key not in data:
+                raise KeyError(f"data must hold {key!r}: (X, y); it has keys {sorted(data)}")
+            v = data[key]
+        else:
+            v = getattr(data, key, None)
+            if v is None:
+                raise TypeError(f"data must be a dict with 'train' and 'test', or an object with .train/.test, got {type(data).__name__}")
+        if not (isinstance(v, (tuple, list)) and len(v) == 2 and all(isinstance(t, Tensor) for t in v)):
+            raise TypeError(f"data[{key!r}] must be a pair (X, y) of tensors, got {type(v).__name__}")
+        X, y = v
+        if X.shape[0] != y.shape[0]:
+            raise ValueError(f"data[{key!r}]: X has {X.shape[0]} samples but y has {y.shape[0]}")
+        if X.shape[0] == 0:
+            raise ValueError(f"data[{key!r}] is empty")
+        return X, y
+
+    return (*get("train"), *get("test"))
