@@ -3,8 +3,8 @@
 - absent: ``None`` (the block is zero and never evaluated);
 - :class:`Identity`: ``F[i][j](x) = x`` (slot sizes must match);
 - :class:`LinearBlock`: ``F[i][j](x) = x @ W.T`` with
-  ``W = frozen + weight * mask`` (masked entries are exactly zero and receive no
-  gradient; frozen entries take part in the product but are not trainable);
+  ``W = frozen + weight * mask`` (masked-out weight entries are exactly zero and receive
+  no gradient; frozen values take part in the product everywhere but are not trainable);
 - any other ``nn.Module`` mapping ``(*batch, s_j)`` to ``(*batch, s_i)``.
   A module that needs call-time context (an attention mask, say) derives from
   :class:`ContextModule` and receives the keyword arguments given to
@@ -61,8 +61,11 @@ class LinearBlock(LinearLike):
     - ``weight`` (out_features, in_features) is the trainable parameter; entries where
       ``mask`` is False are kept at exactly zero;
     - ``mask`` (bool, same shape, optional) marks the trainable entries. ``None`` means all;
-    - ``frozen`` (same shape, optional) holds fixed values at non-trainable entries (as
-      the authors' ``MaskedLinear`` does). It must be zero wherever ``mask`` is True.
+    - ``frozen`` (same shape, optional) holds fixed, non-trainable values added to the
+      product everywhere: at entries where ``mask`` is False they are the entry's value (as
+      the authors' ``MaskedLinear`` does); where ``mask`` is True they are a fixed offset under
+      the trainable entry (``W0 + U * M`` of iterativennsimple). Frozen values are buffers:
+      ``num_trainable()``/``num_parameters()`` count trainable entries only.
 
     The same ``LinearBlock`` object may sit at several grid positions (weight tying):
     its gradient then accumulates over the positions and it is counted once.
@@ -121,16 +124,13 @@ class LinearBlock(LinearLike):
             mask = mask.to(device=device).clone()  # own copy: later edits to the caller's tensor can't leak in
         if frozen is not None:
             _check_matrix("frozen", frozen, shape, what)
-            if mask is None:
-                raise ValueError(
-                    f"{what}: frozen values need a mask saying which entries are trainable "
-                    "(frozen entries are those where mask is False)"
-                )
+            if not frozen.is_floating_point():
+                raise TypeError(f"{what}: frozen must be a floating tensor, got {frozen.dtype}")
             frozen = frozen.to(**{k: v for k, v in (("device", device), ("dtype", dtype)) if v is not None}).clone()
-            if bool((frozen[mask.to(frozen.device)] != 0).any()):
-                raise ValueError(f"{what}: frozen must be zero wherever mask is True (those entries are trainable)")
+            if not bool((frozen != 0).any()):
+                frozen = None  # an all-zero offset adds nothing: store nothing
         if mask is not None and bool(mask.all()):
-            mask = frozen = None  # all trainable (frozen is then all zero): store nothing
+            mask = None  # all trainable: no mask to store (a frozen offset stays)
         return mask, frozen
 
     # ------------------------------------------------------------------ handle plumbing
@@ -183,8 +183,6 @@ class LinearBlock(LinearLike):
             return
         mask = self.mask if name == "frozen" else value
         frozen = self.frozen if name == "mask" else value
-        if name == "mask" and mask is None:
-            frozen = None  # all trainable again: no entry can be frozen
         mask, frozen = self._checked(mask, frozen, device=store.device)
         store.set_region(key, mask, frozen)
         self.apply_mask_()
@@ -249,12 +247,15 @@ class LinearBlock(LinearLike):
         return int(m.sum())
 
     def num_stored(self) -> int:
-        """Entries that take part in the product: trainable ones and non-zero frozen ones."""
+        """Entries that take part in the product: trainable ones and non-zero frozen values at
+        non-trainable entries (an offset under a trainable entry is not counted twice)."""
         m = self.mask
-        n = self.in_features * self.out_features if m is None else int(m.sum())
+        if m is None:
+            return self.in_features * self.out_features
+        n = int(m.sum())
         f = self.frozen
         if f is not None:
-            n += int((f != 0).sum())
+            n += int(((f != 0) & ~m.to(f.device)).sum())
         return n
 
     def trainable_mask(self) -> Tensor:

@@ -73,12 +73,10 @@ def test_mask_wrong_shape_and_dtype():
 
 
 def test_frozen_errors():
-    m = torch.zeros(2, 3, dtype=torch.bool)
-    m[0, 0] = True
-    with pytest.raises(ValueError, match="frozen values need a mask"):
-        LinearBlock(3, 2, frozen=torch.ones(2, 3))
-    with pytest.raises(ValueError, match="frozen must be zero wherever mask is True"):
-        LinearBlock(3, 2, mask=m, frozen=torch.ones(2, 3))
+    with pytest.raises(ValueError, match=r"frozen must have shape \(2, 3\)"):
+        LinearBlock(3, 2, frozen=torch.ones(3, 2))
+    with pytest.raises(TypeError, match="frozen must be a floating tensor, got torch.int64"):
+        LinearBlock(3, 2, frozen=torch.ones(2, 3, dtype=torch.int64))
 
 
 def test_steps_errors():

@@ -194,11 +194,14 @@ class TiledBlock(LinearLike):
         return self._tile_sum(eng.tmask)
 
     def num_stored(self) -> int:
-        """Entries that take part in the product: trainable ones and non-zero frozen ones."""
+        """Entries that take part in the product: trainable ones and non-zero frozen values at
+        non-trainable entries (an offset under a trainable entry is not counted twice)."""
         eng = self._engine
-        n = self._tile_sum(eng.tmask) if eng.tmask is not None else eng.groups[self.group].n_tiles * eng.tile * eng.tile
+        if eng.tmask is None:
+            return eng.groups[self.group].n_tiles * eng.tile * eng.tile
+        n = self._tile_sum(eng.tmask)
         if eng.frozen is not None:
-            n += self._tile_sum(eng.frozen != 0)
+            n += self._tile_sum((eng.frozen != 0) & ~eng.tmask)
         return n
 
     def forward(self, x: Tensor) -> Tensor:
