@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 from seq2d import graph as G  # noqa: E402
 from seq2d.report import show_text  # noqa: E402
 from seq2d.plot import draw_graph, spy  # noqa: E402
-from seq2d.presets import build_preset  # noqa: E402
+from seq2d.models.presets import build_preset  # noqa: E402
 
 OUT = ROOT / "docs" / "gallery"
 DPI = 100  # modest: the whole gallery stays well under 2 MB
@@ -155,7 +155,7 @@ Presets: `mlp:SIZES[,act=relu]`, `rnn:IN,HIDDEN[,layers=1][,nonlinearity=tanh]`,
 `random:SIZES[,granularity=element][,seed=0]` (the paper's randomized model, `seq2d.randomize`),
 `masked-random:SIZES[,density=0.1][,seed=0]`, `blocksparse-random:SIZES[,density=0.1][,tile=32]`
 (`seq2d draw --help` lists every key). In Python: `seq2d.plot.draw_graph(model, path=...)`,
-`seq2d.plot.spy(model, path=...)`, `seq2d.presets.build_preset("mlp:784,256,10")`.
+`seq2d.plot.spy(model, path=...)`, `seq2d.models.presets.build_preset("mlp:784,256,10")`.
 
 ## Reading the pictures
 

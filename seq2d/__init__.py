@@ -6,16 +6,14 @@ proven equal to torch.nn, and one engine seam (seq2d.engines) for the parameter 
 
 from . import graph
 from .activations import ACTIVATIONS
+from .attention import AttentionCore
 from .blocks import ContextModule, Identity, LinearBlock
-from .constructors import from_mask, mlp, rnn
-from .convert import from_torch
 from .core import Sequential2D, block_kind
 from .engines import DenseStore, TiledBlock, TiledStore
-from .recurrent import RNN, TruncatedRNN, truncated_rnn
-from .randomize import randomize
-from .registry import create_model, list_models, register_model
+from .models import (RNN, TransformerEncoder, TransformerEncoderLayer, TruncatedRNN, create_model, from_mask,
+                     from_torch, list_models, mlp, randomize, register_model, resolve_model, rnn, transformer_encoder,
+                     transformer_layer, truncated_rnn)
 from .spec import from_spec, load_spec, save_spec, to_spec
-from .transformer import AttentionCore, TransformerEncoder, TransformerEncoderLayer, transformer_encoder, transformer_layer
 
 __version__ = "0.1.0"
 
@@ -27,7 +25,15 @@ def available_backends() -> list[str]:
     return list(STORES)
 
 
+_MOVED = {"constructors": "seq2d.models.feedforward (mlp, from_mask) and seq2d.models.recurrent (rnn)",
+          "recurrent": "seq2d.models.recurrent", "randomize": "seq2d.models.random",
+          "presets": "seq2d.models.presets", "registry": "seq2d.models.registry",
+          "transformer": "seq2d.models.transformer (AttentionCore: seq2d.attention)", "convert": "seq2d.models.convert"}
+
+
 def __getattr__(name):
+    if name in _MOVED:
+        raise AttributeError(f"the module seq2d.{name} moved: see {_MOVED[name]} (every constructor lives in seq2d.models)")
     if name == "register_backend":
         raise AttributeError("seq2d.register_backend was removed: linear blocks now live in a parameter "
                              "store; a new fast path is an engine in seq2d.engines (see docs/concepts.md)")
@@ -61,6 +67,7 @@ __all__ = [
     "list_models",
     "mlp",
     "randomize",
+    "resolve_model",
     "register_model",
     "rnn",
     "truncated_rnn",

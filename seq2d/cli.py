@@ -8,7 +8,7 @@
 
 MODEL is a preset (``mlp:784,256,10``, ``rnn:8,16,layers=2``, ``truncated-rnn:8,16,k=4``,
 ``transformer:64,4,128,norm_first=1``, ``masked-random:784,256,10,density=0.1``, ...; see
-:mod:`seq2d.presets`), a path to a ``.toml``/``.json`` spec, or a registered constructor
+:mod:`seq2d.models.presets`), a path to a ``.toml``/``.json`` spec, or a registered constructor
 name followed by ``key=value`` arguments (values are Python literals). Errors print
 ``seq2d: error: ...`` and exit with status 2.
 """
@@ -20,7 +20,7 @@ import ast
 import sys
 from pathlib import Path
 
-from .registry import create_model, list_models
+from .models.registry import list_models
 from .report import show_text  # noqa: F401 - seq2d.cli.show_text, as before
 
 _FMT = argparse.RawDescriptionHelpFormatter
@@ -51,20 +51,9 @@ def _parse_kv(items: list[str]) -> dict:
 
 def _resolve(text: str, kwargs: list[str]):
     """A model from a preset, a spec path, or a registered name with key=value arguments."""
-    from .presets import PRESETS, build_preset, is_preset
+    from .models import resolve_model
 
-    if kwargs:
-        if is_preset(text):
-            raise ValueError(f"key=value arguments go with a registered constructor name, not with the preset {text!r}; "
-                             "write preset options after the colon (e.g. mlp:784,256,10,act=tanh)")
-        return create_model(text, **_parse_kv(kwargs))
-    if not is_preset(text) and text in list_models():
-        return create_model(text)
-    if not is_preset(text) and ":" not in text and text not in PRESETS and not Path(text).suffix:
-        raise ValueError(f"Unknown model {text!r}. Give a preset (" + ", ".join(f"{k}:..." for k in PRESETS)
-                         + "), a path to a .toml/.json spec, or a registered constructor ("
-                         + ", ".join(list_models()) + ")")
-    return build_preset(text)
+    return resolve_model(text, **_parse_kv(kwargs))
 
 
 def _cmd_models(args) -> int:
@@ -163,7 +152,7 @@ _MODEL_HELP = "a preset (see below), a .toml/.json spec file, or a registered co
 
 
 def _presets_epilog(examples: str) -> str:
-    from .presets import preset_help
+    from .models.presets import preset_help
 
     return f"examples:\n{examples}\npresets:\n{preset_help()}"
 

@@ -20,10 +20,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .constructors import rnn as _seq2d_rnn
+from .models.recurrent import rnn as _seq2d_rnn
 from .core import Sequential2D
 from .data.wikitext import get_batch
-from .recurrent import RNN, truncated_rnn
+from .models.recurrent import RNN, truncated_rnn
 
 __all__ = ["CELLS", "RNNLM", "TruncatedLM", "evaluate", "evaluate_truncated", "grad_norm_vs_distance", "perplexity"]
 

@@ -109,7 +109,7 @@ def stability_lines(model, what: str, *, eps: float = 1e-3, input_bound: float =
     import torch
 
     from . import graph as G
-    from .recurrent import RNN
+    from .models.recurrent import RNN
     from .stability import certified_lambda, data_lambda, rnn_constants, stacked_truncation_length
 
     core = getattr(model, "core", model)

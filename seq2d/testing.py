@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from .constructors import from_mask, mlp, rnn
-from .convert import from_torch
 from .core import Sequential2D
-from .recurrent import truncated_rnn
+from .models.convert import from_torch
+from .models.feedforward import from_mask, mlp
+from .models.recurrent import truncated_rnn
 
 __all__ = ["TOLERANCE", "EquivCase", "CASES", "autograd_nodes", "compare", "example_input", "grads_of", "view_grad"]
 
@@ -351,7 +351,7 @@ CASES: list[EquivCase] = [
 
 def example_input(model: nn.Module, batch: int = 3, steps: int = 5, dtype=None, generator=None) -> tuple:
     """Positional inputs that ``model`` accepts, for generic tests over the registry."""
-    from .recurrent import RNN, TruncatedRNN
+    from .models.recurrent import RNN, TruncatedRNN
 
     p = next(model.parameters())
     dtype = dtype or p.dtype

@@ -10,7 +10,7 @@ import pytest
 
 import seq2d
 from seq2d.cli import main, show_text
-from seq2d.presets import PRESETS, build_preset
+from seq2d.models.presets import PRESETS, build_preset
 
 PLOT_PRESETS = {
     "mlp": "mlp:64,32,10",

@@ -11,7 +11,7 @@ import torch
 import seq2d
 from seq2d import graph as G
 from seq2d.plot import SPY_DOWNSAMPLE_ABOVE, draw_graph, graph_layout, spy, spy_image
-from seq2d.presets import build_preset
+from seq2d.models.presets import build_preset
 
 PRESETS = {
     "mlp": "mlp:64,32,10",

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import seq2d
-from seq2d.randomize import region_mask
+from seq2d.models.random import region_mask
 
 TEMPLATES = {
     "mlp": lambda: seq2d.mlp([40, 30, 20, 10]),

@@ -12,8 +12,9 @@ import torch
 
 import seq2d
 from seq2d import Sequential2D
+from seq2d.models.random import random_tile_engine
 from seq2d.testing import example_input
-from seq2d.sparse import BlockSparseLayout, BlockSparseLinear, bsmm, get_kernel, layout_from_tile_mask
+from seq2d.sparse import BlockSparseLayout, bsmm, layout_from_tile_mask
 
 CPU_KERNELS = ["cpu", "cpu_gather", "cpu_bmm", "dense"]
 TOL = {torch.float32: 2e-4, torch.float64: 1e-10}
@@ -197,7 +198,7 @@ def test_tied_blocks_share_tiles():
 
 
 def test_engine_state_is_proportional_to_stored_tiles():
-    eng = BlockSparseLinear.random([256] * 8, 32, 0.05, generator=torch.Generator().manual_seed(0))
+    eng = random_tile_engine([256] * 8, 32, 0.05, generator=torch.Generator().manual_seed(0))
     m = Sequential2D(eng.sizes, {(i, j): seq2d.engines.TiledBlock(eng, g) for i, j, g in eng.placements},
                      bias=True, activations="tanh", inputs=[0], steps=3)
     P = eng.nnz_tiles
@@ -211,7 +212,7 @@ def test_engine_state_is_proportional_to_stored_tiles():
 
 
 def test_state_errors_for_mixed_engines():
-    eng = BlockSparseLinear.random([32, 32], 16, 0.5, generator=torch.Generator().manual_seed(0))
+    eng = random_tile_engine([32, 32], 16, 0.5, generator=torch.Generator().manual_seed(0))
     views = {(i, j): seq2d.engines.TiledBlock(eng, g) for i, j, g in eng.placements}
     views[(1, 1) if (1, 0) in views else (1, 0)] = seq2d.LinearBlock(32, 32)
     with pytest.raises(ValueError, match="dense LinearBlocks|do not match"):
@@ -227,11 +228,11 @@ def test_huge_sparse_state_never_allocates_n_by_n():
     resident memory stays far below one N x N float32 matrix (16 GiB)."""
     code = textwrap.dedent("""
         import resource, torch, seq2d
-        from seq2d.sparse import BlockSparseLinear
+        from seq2d.models.random import random_tile_engine
         from seq2d.engines import TiledBlock
         torch.set_num_threads(2)
         sizes = [4096] * 16
-        eng = BlockSparseLinear.random(sizes, 64, 0.001, generator=torch.Generator().manual_seed(0), backend="cpu")
+        eng = random_tile_engine(sizes, 64, 0.001, generator=torch.Generator().manual_seed(0), backend="cpu")
         m = seq2d.Sequential2D(sizes, {(i, j): TiledBlock(eng, g) for i, j, g in eng.placements},
                                bias=True, activations="tanh", inputs=[0], steps=2)
         x = torch.randn(8, 4096)

@@ -20,8 +20,8 @@ from torch import nn
 from seq2d.blocks import Identity, LinearBlock
 from seq2d.core import Sequential2D
 from seq2d.testing import grads_of, view_grad
-from seq2d.registry import create_model, list_models
-from seq2d.transformer import (
+from seq2d.models.registry import create_model, list_models
+from seq2d.models.transformer import (
     AttentionCore,
     TransformerEncoder,
     TransformerEncoderLayer,

@@ -262,50 +262,6 @@ class BlockSparseLinear(nn.Module):
         self.tmask = None if bool(tmask.all()) else tmask
         self.frozen = frozen if any_frozen else None
 
-    @classmethod
-    def random(cls, sizes: Sequence[int], tile: int, density: float, *, region: Tensor | None = None,
-               generator: torch.Generator | None = None, backend: str = "auto", device=None, dtype=None
-               ) -> BlockSparseLinear:
-        """Tiles placed uniformly at random (exactly ``round(density * allowed)`` of the allowed
-        tiles), each grid block its own group, values ``U(-1/sqrt(f), 1/sqrt(f))`` with ``f`` the
-        stored fan-in of the tile-row. ``region`` is an (n, n) bool block mask of allowed blocks
-        (default: every non-first row, every column). Never forms anything N x N."""
-        T = tile
-        n = len(sizes)
-        ntiles = [math.ceil(s / T) for s in sizes]
-        toff = [0]
-        for k in ntiles:
-            toff.append(toff[-1] + k)
-        if region is None:
-            region = torch.ones(n, n, dtype=torch.bool)
-            region[0] = False
-        # allowed tiles, counted per block, then a uniform sample of positions
-        blocks = region.nonzero().tolist()
-        counts = [ntiles[i] * ntiles[j] for i, j in blocks]
-        total = sum(counts)
-        k = round(density * total)
-        if not 0 < k <= total:
-            raise ValueError(f"density {density} gives {k} tiles of {total} allowed; need at least one")
-        pick = torch.randperm(total, generator=generator)[:k].sort().values.tolist()
-        groups, placements = [], []
-        start, bi = 0, 0
-        per_block: dict[int, list[int]] = {}
-        for p in pick:
-            while p >= start + counts[bi]:
-                start += counts[bi]
-                bi += 1
-            per_block.setdefault(bi, []).append(p - start)
-        for bi, locs in per_block.items():
-            i, j = blocks[bi]
-            pattern = torch.zeros(ntiles[i], ntiles[j], dtype=torch.bool)
-            for q in locs:
-                pattern[q // ntiles[j], q % ntiles[j]] = True
-            placements.append((i, j, len(groups)))
-            groups.append(Group((sizes[i], sizes[j]), pattern))
-        eng = cls(sizes, tile, groups, placements, backend=backend, device=device, dtype=dtype)
-        eng.reset_parameters(generator)
-        return eng
-
     @torch.no_grad()
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
         """U(-1/sqrt(f), 1/sqrt(f)) per output unit, f = its stored trainable fan-in."""

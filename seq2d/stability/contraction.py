@@ -192,7 +192,7 @@ def rnn_constants(rnn, layer: int = 1) -> dict:
     stack, the input of layer ``l > 1`` is layer ``l - 1``'s state: see
     :func:`~seq2d.stability.stacked_lemma1_bound`.
     """
-    from ..recurrent import RNN
+    from ..models.recurrent import RNN
 
     if isinstance(rnn, RNN):
         L = rnn.num_layers

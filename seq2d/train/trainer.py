@@ -33,14 +33,12 @@ an epoch) raises the same way, before that epoch's checkpoint is written.
 
 from __future__ import annotations
 
-import inspect
 import math
 import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -97,35 +95,23 @@ _MODEL_KWARGS = {
 }
 
 
-def _random_model(cfg: TrainConfig, seed: int) -> nn.Module:
-    """The randomized model of the paper: ``mlp(sizes, activation)``'s parameter count placed
-    at random (:func:`seq2d.randomize.randomize`)."""
-    from ..constructors import mlp
-    from ..randomize import randomize
-
-    return randomize(mlp(cfg.sizes, activation=cfg.activation), granularity=cfg.granularity,
-                     region=None if cfg.region == "default" else cfg.region, seed=seed, tile=cfg.tile,
-                     steps=cfg.iterations, backend=cfg.backend)
-
-
 def build_model(cfg: TrainConfig, *, device=None) -> nn.Module:
-    """The model ``cfg.model`` names, built from ``cfg.model_seed`` (None = ``cfg.seed``).
+    """The model ``cfg.model`` names (:func:`seq2d.models.resolve_model`), built from
+    ``cfg.model_seed`` (None = ``cfg.seed``).
 
-    - ``"random"``: :func:`seq2d.randomize.randomize` of ``mlp(sizes, activation)`` with
-      ``granularity``, ``region``, ``tile``, ``backend``, ``iterations`` (as steps) and the
-      model seed;
-    - another registered name (``seq2d.list_models()``, e.g. "mlp"): the constructor is
+    - a registered name (``seq2d.list_models()``, e.g. "mlp", "random"): the constructor is
       called with the config fields its signature names (``sizes``, ``activation``,
       ``granularity``, ``tile``, ``region``, ``backend`` unless "auto",
-      ``iterations``/``steps`` unless None, ``seed`` = the model seed);
-    - a preset string (``"mlp:784,256,10"``, see :mod:`seq2d.presets`) or a spec file path
-      (.toml/.json, :func:`seq2d.from_spec`): its structure comes from the string/file.
+      ``iterations``/``steps`` unless None, ``seed`` = the model seed); "random" is
+      :func:`seq2d.models.random.random_model`, ``randomize(mlp(sizes, activation))``;
+    - a preset string (``"mlp:784,256,10"``, see :mod:`seq2d.models.presets`) or a spec file
+      path (.toml/.json, :func:`seq2d.from_spec`): its structure comes from the string/file.
 
     The global RNG is seeded with the model seed while building and restored after. A model
     field set away from its default that the builder does not use raises ValueError (never
     silently ignored), except ``iterations``, which is then applied as ``model.steps``.
     """
-    from ..registry import list_models, model_entrypoint
+    from ..models import constructor_options, list_models, resolve_model
 
     defaults = TrainConfig()
     seed = cfg.effective_model_seed()
@@ -133,33 +119,18 @@ def build_model(cfg: TrainConfig, *, device=None) -> nn.Module:
     consumed: set[str] = set()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        if cfg.model == "random":
-            model = _random_model(cfg, seed)
-            consumed = set(_MODEL_KWARGS)
-            source = None
-        elif cfg.model in list_models():
-            fn = model_entrypoint(cfg.model)
-            params = inspect.signature(fn).parameters
-            kwargs: dict[str, Any] = {}
-            for field_name, names in _MODEL_KWARGS.items():
-                value = getattr(cfg, field_name)
-                if (field_name == "backend" and value == "auto") or (field_name == "iterations" and value is None):
-                    continue
-                for kw in names:
-                    if kw in params:
-                        kwargs[kw] = list(value) if isinstance(value, list) else value
-                        consumed.add(field_name)
-                        break
-            if "seed" in params:
-                kwargs["seed"] = seed
-            model = fn(**kwargs)
+        if cfg.model in list_models():
+            available = {f: (names, getattr(cfg, f)) for f, names in _MODEL_KWARGS.items()
+                         if not ((f == "backend" and cfg.backend == "auto") or (f == "iterations" and cfg.iterations is None))}
+            available["seed"] = (("seed",), seed)
+            kwargs, consumed = constructor_options(cfg.model, available)
+            consumed.discard("seed")
+            model = resolve_model(cfg.model, **kwargs)
             source = "not in its signature"
         elif _is_spec_path(cfg.model) or ":" in cfg.model:
-            from ..presets import build_preset
-
             if _is_spec_path(cfg.model) and not Path(cfg.model).is_file():
                 raise FileNotFoundError(f"config field 'model': the spec file {cfg.model!r} does not exist")
-            model = build_preset(cfg.model)
+            model = resolve_model(cfg.model)
             source = "its structure comes from the preset string or spec file"
         else:
             raise ValueError(

@@ -35,12 +35,12 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from .activations import activation_name
-from .constructors import from_mask
-from .core import Sequential2D, core_of
+from ..activations import activation_name
+from .feedforward import from_mask
+from ..core import Sequential2D, core_of
 from .registry import register_model
 
-__all__ = ["randomize", "region_mask"]
+__all__ = ["randomize", "region_mask", "random_model", "random_mask", "random_tiles", "random_tile_engine"]
 
 GRANULARITIES = ("element", "tile", "block")
 
@@ -99,12 +99,111 @@ def _act_spec(core: Sequential2D) -> list:
 
 
 @register_model(name="random")
-def _random_preset(sizes: Sequence[int] = (64, 32, 16, 10), granularity: str = "element", seed: int = 0,
-                   steps: int | None = None, *, device=None, dtype=None) -> Sequential2D:
-    """Registry entry: a randomized model with the parameter count of ``mlp(sizes)``."""
-    from .constructors import mlp
+def random_model(sizes: Sequence[int] = (64, 32, 16, 10), activation="relu", granularity: str = "element",
+                 region=None, seed: int = 0, tile: int = 64, steps: int | None = None, backend: str = "auto", *,
+                 device=None, dtype=None) -> Sequential2D:
+    """The randomized model of the paper: ``randomize(mlp(sizes, activation))``, i.e. the MLP's
+    exact trainable-parameter count placed at random over ``region`` (see :func:`randomize`).
+    The registry entry that ``seq2d train``, ``seq2d mnist`` and the ``random:`` preset use."""
+    from .feedforward import mlp
 
-    return randomize(mlp(sizes), granularity=granularity, seed=seed, steps=steps, tile=16, device=device, dtype=dtype)
+    return randomize(mlp(sizes, activation=activation), granularity=granularity, region=region, seed=seed,
+                     tile=tile, steps=steps, backend=backend, device=device, dtype=dtype)
+
+
+@register_model(name="random_mask")
+def random_mask(sizes: Sequence[int] = (64, 32, 16, 10), density: float = 0.1, seed: int = 0, activation="relu",
+                steps: int | None = None, *, device=None, dtype=None) -> Sequential2D:
+    """An element mask over every non-input row x every column (slot 0 is the input), each
+    entry kept with probability ``density``: a cyclic model iterated ``steps`` (default
+    ``len(sizes) - 1``) times."""
+    _check_density(density)
+    sizes = list(sizes)
+    N, s0 = sum(sizes), sizes[0]
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.zeros(N, N, dtype=torch.bool)
+    mask[s0:] = torch.rand(N - s0, N, generator=g) < density
+    return from_mask(sizes, mask, activations=activation, seed=seed, inputs=[0],
+                     steps=len(sizes) - 1 if steps is None else steps, device=device, dtype=dtype)
+
+
+@register_model(name="random_tiles")
+def random_tiles(sizes: Sequence[int] = (64, 32, 16, 10), density: float = 0.1, tile: int = 64, seed: int = 0,
+                 activation="relu", steps: int | None = None, backend: str = "auto", *, device=None, dtype=None
+                 ) -> Sequential2D:
+    """``T x T`` tiles placed at random (exactly ``round(density * allowed)`` of the tiles of every
+    non-input row x every column) in one block-sparse engine; slot 0 is the input, the last
+    slot the output, rows without a tile are held."""
+    from ..engines import TiledBlock
+
+    g = torch.Generator().manual_seed(seed)
+    eng = random_tile_engine(sizes, tile, density, generator=g, backend=backend, device=device, dtype=dtype)
+    blocks = {(i, j): TiledBlock(eng, grp) for i, j, grp in eng.placements}
+    n = len(sizes)
+    acts = [None] + [activation] * (n - 2) + [None]
+    rows = {i for i, _ in blocks}
+    acts = [a if i in rows else None for i, a in enumerate(acts)]
+    return Sequential2D(sizes, blocks, bias=[i in rows for i in range(n)], activations=acts, inputs=[0],
+                        outputs=[n - 1], steps=n - 1 if steps is None else steps, device=device, dtype=dtype)
+
+
+def _check_density(p: float) -> None:
+    if not 0 < p <= 1:
+        raise ValueError(f"density must be in (0, 1], got {p}")
+
+
+# ---------------------------------------------------------------------- tile placement (one implementation)
+def _tile_counts(sizes: Sequence[int], T: int) -> list[int]:
+    return [math.ceil(s / T) for s in sizes]
+
+
+def _engine_of(sizes, T: int, blocks, patterns: dict, *, backend, device, dtype):
+    """The engine holding the chosen tiles: one group per block of the region with a tile."""
+    from ..sparse import TILE_SIZES
+    from ..sparse.linear import BlockSparseLinear, Group
+
+    if T not in TILE_SIZES:
+        raise ValueError(f"tile must be one of {', '.join(map(str, TILE_SIZES))}, got {T}")
+    groups, placements = [], []
+    for bi, (i, j) in enumerate(blocks):
+        if bi in patterns and bool(patterns[bi].any()):
+            placements.append((i, j, len(groups)))
+            groups.append(Group((sizes[i], sizes[j]), patterns[bi]))
+    return BlockSparseLinear(sizes, T, groups, placements, backend=backend, device=device, dtype=dtype)
+
+
+def random_tile_engine(sizes: Sequence[int], tile: int, density: float, *, region: Tensor | None = None,
+                       generator: torch.Generator | None = None, backend: str = "auto", device=None, dtype=None):
+    """A :class:`~seq2d.sparse.BlockSparseLinear` with tiles placed uniformly at random: exactly
+    ``round(density * allowed)`` of the allowed tiles, each grid block its own group, values
+    ``U(-1/sqrt(f), 1/sqrt(f))`` with ``f`` the stored fan-in of the tile-row. ``region`` is an
+    (n, n) bool block mask of allowed blocks (default: every non-first row, every column).
+    Never forms anything N x N."""
+    _check_density(density)
+    T, n = tile, len(sizes)
+    nt = _tile_counts(sizes, T)
+    if region is None:
+        region = torch.ones(n, n, dtype=torch.bool)
+        region[0] = False
+    blocks = region.nonzero().tolist()
+    counts = [nt[i] * nt[j] for i, j in blocks]
+    total = sum(counts)
+    k = round(density * total)
+    if not 0 < k <= total:
+        raise ValueError(f"density {density} gives {k} tiles of {total} allowed; need at least one")
+    pick = torch.randperm(total, generator=generator)[:k]
+    starts = torch.tensor([0] + counts).cumsum(0)
+    which = torch.searchsorted(starts, pick, right=True) - 1
+    patterns = {}
+    for bi in which.unique().tolist():
+        i, j = blocks[bi]
+        loc = pick[which == bi] - starts[bi]
+        p = torch.zeros(nt[i], nt[j], dtype=torch.bool)
+        p[loc // nt[j], loc % nt[j]] = True
+        patterns[bi] = p
+    eng = _engine_of(sizes, T, blocks, patterns, backend=backend, device=device, dtype=dtype)
+    eng.reset_parameters(generator)
+    return eng
 
 
 def randomize(template, granularity: str = "element", region=None, seed: int = 0, *, tile: int = 64,
@@ -204,12 +303,11 @@ def _scatter(elem: Tensor, blocks, counts, picks: Tensor, sizes, off) -> None:
 
 def _tile_model(core: Sequential2D, reg: Tensor, W: int, T: int, gen: torch.Generator, *, backend, activations,
                 bias, inputs, outputs, steps, device, dtype) -> Sequential2D:
-    from .engines import TiledBlock
-    from .sparse.linear import BlockSparseLinear, Group
+    from ..engines import TiledBlock
 
     sizes = core.sizes
     n = core.n
-    nt = [math.ceil(s / T) for s in sizes]
+    nt = _tile_counts(sizes, T)
     # every candidate tile of the region with its number of real (unpadded) entries
     cand = []  # (block index, a, b, real entries)
     blocks = reg.nonzero().tolist()
@@ -237,16 +335,12 @@ def _tile_model(core: Sequential2D, reg: Tensor, W: int, T: int, gen: torch.Gene
     for t in chosen:
         bi, a, b, _ = cand[t]
         patterns[bi][a, b] = True
-    groups, placements = [], []
-    for bi, (i, j) in enumerate(blocks):
-        if bool(patterns[bi].any()):
-            placements.append((i, j, len(groups)))
-            groups.append(Group((sizes[i], sizes[j]), patterns[bi]))
-    filled = {i for i, _, _ in placements}
+    filled = {blocks[bi][0] for bi, p in patterns.items() if bool(p.any())}
     if any(bias[i] and i not in filled for i in range(n)):
         return None, filled
     activations = [a if i in filled else None for i, a in enumerate(activations)]  # empty rows are held
-    eng = BlockSparseLinear(sizes, T, groups, placements, backend=backend, device=device, dtype=dtype)
+    eng = _engine_of(sizes, T, blocks, patterns, backend=backend, device=device, dtype=dtype)
+    placements = eng.placements
     if left > 0:  # keep `left` random real entries of the partial tile trainable
         bi, a, b, c = cand[partial]
         g = next(gi for gi, (ii, jj, _) in enumerate(placements) if (ii, jj) == tuple(blocks[bi]))

@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 from torch import nn
 
 __all__ = ["PRESETS", "build_preset", "is_preset", "preset_help"]
@@ -37,81 +36,60 @@ class Preset:
     build: Callable[..., nn.Module]
 
 
-def _mlp(pos, kw):
-    from .constructors import mlp
+def _registered(name: str, **fixed):
+    """A preset that calls the registered constructor ``name``: positional ints as ``sizes`` (or
+    the names in ``positional``), keys renamed by ``rename``."""
 
-    return mlp(pos, activation=kw["act"], bias=kw["bias"])
+    def build(pos, kw, *, positional=("sizes",), rename=None):
+        from .registry import create_model
+
+        args = {k: v for k, v in kw.items() if v is not None}
+        for old, new in (rename or {}).items():
+            if old in args:
+                args[new] = args.pop(old)
+        if positional == ("sizes",):
+            args["sizes"] = list(pos)
+        else:
+            args.update(zip(positional, pos))
+        return create_model(name, **args, **fixed)
+
+    return build
+
+
+def _mlp(pos, kw):
+    return _registered("mlp")(pos, kw, rename={"act": "activation"})
 
 
 def _rnn_model(pos, kw):
-    from .constructors import rnn
-
-    return rnn(pos[0], pos[1], num_layers=kw["layers"], nonlinearity=kw["nonlinearity"], bias=kw["bias"])
+    return _registered("rnn")(pos, kw, positional=("input_size", "hidden_size"), rename={"layers": "num_layers"})
 
 
 def _truncated(pos, kw):
-    from .recurrent import truncated_rnn
-
-    return truncated_rnn(_rnn_model(pos, kw), kw["k"])
+    return _registered("truncated_rnn")(pos, kw, positional=("input_size", "hidden_size"),
+                                        rename={"layers": "num_layers"})
 
 
 def _transformer(pos, kw):
-    from .transformer import transformer_encoder, transformer_layer
-
     d, h, dff = pos
     common = dict(activation=kw["activation"], norm_first=kw["norm_first"])
+    from .registry import create_model
+
     if kw["layers"] == 1 and not kw["final_norm"]:
-        return transformer_layer(d, h, dff, **common)
-    return transformer_encoder(d, h, kw["layers"], dff, final_norm=kw["final_norm"], **common)
-
-
-def _steps(pos, kw) -> int:
-    return kw["steps"] if kw["steps"] is not None else len(pos) - 1
-
-
-def _check_density(p: float) -> None:
-    if not 0 < p <= 1:
-        raise ValueError(f"density must be in (0, 1], got {p}")
+        return create_model("transformer_layer", d_model=d, nhead=h, dim_feedforward=dff, **common)
+    return create_model("transformer_encoder", d_model=d, nhead=h, num_layers=kw["layers"], dim_feedforward=dff,
+                        final_norm=kw["final_norm"], **common)
 
 
 def _random(pos, kw):
-    """Element mask over every non-input row x every column, each entry kept with probability p."""
-    from .constructors import from_mask
-
-    _check_density(kw["density"])
-    N, s0 = sum(pos), pos[0]
-    g = torch.Generator().manual_seed(kw["seed"])
-    mask = torch.zeros(N, N, dtype=torch.bool)
-    mask[s0:] = torch.rand(N - s0, N, generator=g) < kw["density"]
-    return from_mask(pos, mask, activations=kw["act"], seed=kw["seed"], inputs=[0], steps=_steps(pos, kw))
+    return _registered("random_mask")(pos, kw, rename={"act": "activation"})
 
 
 def _randomized(pos, kw):
-    """seq2d.randomize(mlp(sizes)): equal trainable-parameter count, placed at random."""
-    from .constructors import mlp
-    from .randomize import randomize
-
-    return randomize(mlp(pos), granularity=kw["granularity"], seed=kw["seed"], tile=kw["tile"], steps=kw["steps"])
+    return _registered("random")(pos, kw)
 
 
 def _blocksparse_random(pos, kw):
-    """Tiles placed at random (tile density p) over every non-input row x every column."""
-    from .core import Sequential2D
-    from .engines import TiledBlock
-    from .sparse import TILE_SIZES, BlockSparseLinear
-
-    _check_density(kw["density"])
-    if kw["tile"] not in TILE_SIZES:
-        raise ValueError(f"tile must be one of {', '.join(map(str, TILE_SIZES))}, got {kw['tile']}")
-    g = torch.Generator().manual_seed(kw["seed"])
-    eng = BlockSparseLinear.random(pos, kw["tile"], kw["density"], generator=g)
-    blocks = {(i, j): TiledBlock(eng, grp) for i, j, grp in eng.placements}
-    n = len(pos)
-    acts = [None] + [kw["act"]] * (n - 2) + [None]
-    rows = {i for i, _ in blocks}
-    acts = [a if i in rows else None for i, a in enumerate(acts)]
-    return Sequential2D(pos, blocks, bias=[i in rows for i in range(n)], activations=acts, inputs=[0],
-                        outputs=[n - 1], steps=_steps(pos, kw))
+    return _registered("random_tiles")(pos, kw, rename={"act": "activation"})
 
 
 _NL = ("tanh", "relu")
@@ -193,7 +171,7 @@ def build_preset(text: str) -> nn.Module:
         path = Path(text)
         if not path.is_file():
             raise ValueError(f"spec file {text!r} does not exist")
-        from .spec import from_spec
+        from ..spec import from_spec
 
         return from_spec(path)
     name, sep, rest = text.partition(":")

@@ -1,24 +1,30 @@
-"""Constructors: the classic networks written as Sequential2D block matrices.
+"""Feed-forward models: ``mlp`` (block sub-diagonal), ``from_mask`` (any block or element mask)
+and ``from_sequential`` (an ``nn.Sequential`` of Linear + activations, for ``from_torch``).
 
-Each is registered by name (``seq2d.create_model``) and proven equal to its
+Each constructor is registered by name (``seq2d.create_model``) and proven equal to its
 torch.nn counterpart in ``tests/`` (max abs error <= 1e-5 float32, <= 1e-10 float64,
 outputs and gradients).
 """
 
 from __future__ import annotations
 
-import math
+import copy
 from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
 
-from .blocks import LinearBlock
-from .core import Sequential2D
+from ..blocks import LinearBlock
+from ..core import Sequential2D
 from .registry import register_model
-from .recurrent import RNN
 
-__all__ = ["mlp", "rnn", "from_mask"]
+__all__ = ["mlp", "from_mask", "from_sequential"]
+
+_ACT_TYPES = (nn.ReLU, nn.Tanh, nn.Sigmoid, nn.GELU, nn.LayerNorm, nn.Identity)
+SUPPORTED = (
+    "nn.Linear, nn.Sequential of Linear and activations (ReLU, Tanh, Sigmoid, GELU, LayerNorm, Identity), "
+    "nn.RNN, nn.TransformerEncoderLayer, nn.TransformerEncoder"
+)
 
 
 @register_model
@@ -51,54 +57,6 @@ def mlp(
     blocks = {(l + 1, l): LinearBlock(sizes[l], sizes[l + 1], **kw) for l in range(L)}
     acts = [None] + [activation] * (L - 1) + [final_activation]
     return Sequential2D(sizes, blocks, bias=bias, activations=acts, inputs=[0], outputs=[L], steps=L, **kw)
-
-
-@register_model
-def rnn(
-    input_size: int = 8,
-    hidden_size: int = 16,
-    num_layers: int = 1,
-    nonlinearity: str = "tanh",
-    bias: bool = True,
-    batch_first: bool = False,
-    *,
-    device=None,
-    dtype=None,
-) -> RNN:
-    r"""An Elman RNN (``nn.RNN``) as a Sequential2D run in sequence mode.
-
-    Slots ``[x, h_1, ..., h_L]``; ``F[l][l-1] = W_ih^l`` and ``F[l][l] = W_hh^l``;
-    one bias per hidden slot (``b_ih + b_hh`` of ``nn.RNN``)::
-
-        F = [[ .      .      .    ]     x: input, refilled each step
-             [ W_ih1  W_hh1  .    ]     h1 = tanh(W_ih1 x + W_hh1 h1 + b1)
-             [ .      W_ih2  W_hh2]]    h2 = tanh(W_ih2 h1 + W_hh2 h2 + b2)
-
-    Layer ``l`` sits at pipeline delay ``l - 1``; :meth:`Sequential2D.sequence` aligns
-    the outputs. Returns an :class:`~seq2d.RNN` called exactly like ``nn.RNN``.
-    Weights start U(-1/sqrt(H), 1/sqrt(H)) like ``nn.RNN``'s; the single slot bias too.
-    """
-    if nonlinearity not in ("tanh", "relu"):
-        raise ValueError(f"Unknown nonlinearity {nonlinearity!r}. Select from 'tanh' or 'relu'.")
-    for name, v in (("input_size", input_size), ("hidden_size", hidden_size), ("num_layers", num_layers)):
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            raise ValueError(f"rnn: {name} must be a positive int, got {v!r}")
-    kw = {"device": device, "dtype": dtype}
-    H = hidden_size
-    sizes = [input_size] + [H] * num_layers
-    blocks = {}
-    for l in range(1, num_layers + 1):
-        blocks[(l, l - 1)] = LinearBlock(sizes[l - 1], H, **kw)
-        blocks[(l, l)] = LinearBlock(H, H, **kw)
-    core = Sequential2D(
-        sizes, blocks, bias=bias, activations=[None] + [nonlinearity] * num_layers,
-        inputs=[0], outputs=[num_layers], steps=None, **kw,
-    )
-    bound = 1.0 / math.sqrt(H)
-    with torch.no_grad():
-        for p in core.parameters():
-            p.uniform_(-bound, bound)
-    return RNN(core, batch_first=batch_first, nonlinearity=nonlinearity)
 
 
 def _as_bool_mask(mask, what: str) -> Tensor:
@@ -202,3 +160,58 @@ def from_mask(
             i = int(k)
             p.copy_(b_full[off[i] : off[i + 1]])
     return model
+
+
+def _copy_act(m: nn.Module) -> nn.Module:
+    return copy.deepcopy(m)
+
+
+def from_sequential(seq: nn.Sequential | nn.Linear) -> Sequential2D:
+    mods = [seq] if isinstance(seq, nn.Linear) else list(seq)
+    linears: list[nn.Linear] = []
+    acts: list[list[nn.Module]] = []  # activations after each linear
+    for k, m in enumerate(mods):
+        if isinstance(m, nn.Linear):
+            linears.append(m)
+            acts.append([])
+        elif isinstance(m, _ACT_TYPES):
+            if not linears:
+                raise TypeError(
+                    f"from_torch: nn.Sequential item {k} ({type(m).__name__}) comes before any nn.Linear; "
+                    "the input slot of a Sequential2D is held and has no activation"
+                )
+            if not isinstance(m, nn.Identity):
+                acts[-1].append(m)
+        else:
+            raise TypeError(
+                f"from_torch: unsupported module {type(m).__name__} at item {k} of nn.Sequential. Supported: {SUPPORTED}"
+            )
+    if not linears:
+        raise TypeError("from_torch: the nn.Sequential holds no nn.Linear")
+    sizes = [linears[0].in_features] + [lin.out_features for lin in linears]
+    for k in range(1, len(linears)):
+        if linears[k].in_features != linears[k - 1].out_features:
+            raise ValueError(
+                f"from_torch: Linear {k} takes {linears[k].in_features} features but the previous one gives "
+                f"{linears[k - 1].out_features}"
+            )
+    ref = linears[0].weight
+    kw = {"device": ref.device, "dtype": ref.dtype}
+    blocks = {}
+    for l, lin in enumerate(linears):
+        blk = LinearBlock(lin.in_features, lin.out_features, **kw)
+        with torch.no_grad():
+            blk.weight.copy_(lin.weight)
+        blk.weight.requires_grad_(lin.weight.requires_grad)
+        blocks[(l + 1, l)] = blk
+    slot_acts: list = [None]
+    for a in acts:
+        if not a:
+            slot_acts.append(None)
+        elif len(a) == 1:
+            slot_acts.append(_copy_act(a[0]))
+        else:
+            slot_acts.append(nn.Sequential(*[_copy_act(x) for x in a]))
+    bias = [None] + [None if lin.bias is None else lin.bias.detach().clone() for lin in linears]
+    L = len(linears)
+    return Sequential2D(sizes, blocks, bias=bias, activations=slot_acts, inputs=[0], outputs=[L], steps=L, **kw)

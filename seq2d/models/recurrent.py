@@ -1,15 +1,20 @@
-"""Recurrent interfaces over a Sequential2D: ``RNN`` (called like ``nn.RNN``) and
-``TruncatedRNN`` (the feed-forward model that sees only the last k inputs)."""
+"""Recurrent models: the ``rnn`` constructor, the interfaces ``RNN`` (called like ``nn.RNN``) and
+``TruncatedRNN`` (the feed-forward model that sees only the last k inputs), and ``from_rnn``
+(an ``nn.RNN`` with its weights, for ``from_torch``)."""
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor, nn
 
-from .blocks import LinearBlock
-from .core import Sequential2D
+from ..blocks import LinearBlock
+from ..core import Sequential2D
+from .feedforward import SUPPORTED
+from .registry import register_model
 
-__all__ = ["RNN", "TruncatedRNN", "truncated_rnn"]
+__all__ = ["rnn", "RNN", "TruncatedRNN", "truncated_rnn", "from_rnn"]
 
 
 class RNN(nn.Module):
@@ -193,3 +198,81 @@ def truncated_rnn(rnn, k: int) -> TruncatedRNN:
             blocks_hh.append(bhh)
             biases.append(None if b is None else nn.Parameter(b.detach().clone()))
     return TruncatedRNN(blocks_ih, blocks_hh, biases, input_size, H, k, nonlinearity, batch_first)
+
+
+@register_model
+def rnn(
+    input_size: int = 8,
+    hidden_size: int = 16,
+    num_layers: int = 1,
+    nonlinearity: str = "tanh",
+    bias: bool = True,
+    batch_first: bool = False,
+    *,
+    device=None,
+    dtype=None,
+) -> RNN:
+    r"""An Elman RNN (``nn.RNN``) as a Sequential2D run in sequence mode.
+
+    Slots ``[x, h_1, ..., h_L]``; ``F[l][l-1] = W_ih^l`` and ``F[l][l] = W_hh^l``;
+    one bias per hidden slot (``b_ih + b_hh`` of ``nn.RNN``)::
+
+        F = [[ .      .      .    ]     x: input, refilled each step
+             [ W_ih1  W_hh1  .    ]     h1 = tanh(W_ih1 x + W_hh1 h1 + b1)
+             [ .      W_ih2  W_hh2]]    h2 = tanh(W_ih2 h1 + W_hh2 h2 + b2)
+
+    Layer ``l`` sits at pipeline delay ``l - 1``; :meth:`Sequential2D.sequence` aligns
+    the outputs. Returns an :class:`~seq2d.RNN` called exactly like ``nn.RNN``.
+    Weights start U(-1/sqrt(H), 1/sqrt(H)) like ``nn.RNN``'s; the single slot bias too.
+    """
+    if nonlinearity not in ("tanh", "relu"):
+        raise ValueError(f"Unknown nonlinearity {nonlinearity!r}. Select from 'tanh' or 'relu'.")
+    for name, v in (("input_size", input_size), ("hidden_size", hidden_size), ("num_layers", num_layers)):
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise ValueError(f"rnn: {name} must be a positive int, got {v!r}")
+    kw = {"device": device, "dtype": dtype}
+    H = hidden_size
+    sizes = [input_size] + [H] * num_layers
+    blocks = {}
+    for l in range(1, num_layers + 1):
+        blocks[(l, l - 1)] = LinearBlock(sizes[l - 1], H, **kw)
+        blocks[(l, l)] = LinearBlock(H, H, **kw)
+    core = Sequential2D(
+        sizes, blocks, bias=bias, activations=[None] + [nonlinearity] * num_layers,
+        inputs=[0], outputs=[num_layers], steps=None, **kw,
+    )
+    bound = 1.0 / math.sqrt(H)
+    with torch.no_grad():
+        for p in core.parameters():
+            p.uniform_(-bound, bound)
+    return RNN(core, batch_first=batch_first, nonlinearity=nonlinearity)
+
+
+def from_rnn(m: nn.RNN) -> RNN:
+    if m.mode not in ("RNN_TANH", "RNN_RELU"):
+        raise TypeError(f"from_torch: unsupported recurrent mode {m.mode}. Supported: {SUPPORTED}")
+    if m.bidirectional:
+        raise ValueError("from_torch: bidirectional nn.RNN is not supported (a Sequential2D runs forward in time)")
+    if m.dropout > 0:
+        raise ValueError(
+            f"from_torch: nn.RNN with dropout={m.dropout} between layers is not supported yet; "
+            "build it with dropout=0 (eval-mode behaviour is identical)"
+        )
+    ref = m.weight_ih_l0
+    out = rnn(m.input_size, m.hidden_size, num_layers=m.num_layers, nonlinearity=m.nonlinearity, bias=m.bias,
+               batch_first=m.batch_first, device=ref.device, dtype=ref.dtype)
+    with torch.no_grad():
+        for l in range(m.num_layers):
+            wih, whh = out.layer_blocks(l + 1)
+            wih.weight.copy_(getattr(m, f"weight_ih_l{l}"))
+            whh.weight.copy_(getattr(m, f"weight_hh_l{l}"))
+            if m.bias:
+                out.core.bias(l + 1).copy_(getattr(m, f"bias_ih_l{l}") + getattr(m, f"bias_hh_l{l}"))
+    return out
+
+
+@register_model(name="truncated_rnn")
+def truncated_rnn_preset(input_size: int = 8, hidden_size: int = 16, num_layers: int = 1, k: int = 4,
+                         nonlinearity: str = "tanh", bias: bool = True, *, device=None, dtype=None):
+    """A freshly initialised RNN's k-truncation (registry entry; see :func:`seq2d.truncated_rnn`)."""
+    return truncated_rnn(rnn(input_size, hidden_size, num_layers, nonlinearity, bias=bias, device=device, dtype=dtype), k)
