@@ -2,7 +2,7 @@
 
     python experiments/equivalence.py [--seeds 5] [--json out.json]
 
-Runs the case table of seq2d.testing (outputs, input gradient, parameter gradients;
+Runs the case table of seq2d.equivalence (outputs, input gradient, parameter gradients;
 float32 and float64) over several seeds and prints the worst error per case. The
 tolerances the test suite enforces are 1e-5 (float32) and 1e-10 (float64).
 """
@@ -15,7 +15,7 @@ import platform
 
 import torch
 
-from seq2d.testing import CASES, TOLERANCE, compare
+from seq2d.equivalence import CASES, TOLERANCE, compare
 
 
 def main(argv=None) -> int:

@@ -28,12 +28,13 @@ def available_backends() -> list[str]:
 _MOVED = {"constructors": "seq2d.models.feedforward (mlp, from_mask) and seq2d.models.recurrent (rnn)",
           "recurrent": "seq2d.models.recurrent", "randomize": "seq2d.models.random",
           "presets": "seq2d.models.presets", "registry": "seq2d.models.registry",
-          "transformer": "seq2d.models.transformer (AttentionCore: seq2d.attention)", "convert": "seq2d.models.convert"}
+          "transformer": "seq2d.models.transformer (AttentionCore: seq2d.attention)", "convert": "seq2d.models.convert",
+          "sparsity": "seq2d.mnist_comparison"}
 
 
 def __getattr__(name):
     if name in _MOVED:
-        raise AttributeError(f"the module seq2d.{name} moved: see {_MOVED[name]} (every constructor lives in seq2d.models)")
+        raise AttributeError(f"the module seq2d.{name} moved: see {_MOVED[name]}")
     if name == "register_backend":
         raise AttributeError("seq2d.register_backend was removed: linear blocks now live in a parameter "
                              "store; a new fast path is an engine in seq2d.engines (see docs/concepts.md)")

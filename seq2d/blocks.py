@@ -50,7 +50,7 @@ class LinearLike(nn.Module):
     """Base of linear blocks: ``in_features``, ``out_features``, ``effective_weight()``,
     ``trainable_mask()``, ``num_trainable()``, ``mask``/``frozen`` (None when absent).
     :class:`LinearBlock` owns a dense weight; ``seq2d.sparse.TiledBlock`` is a view of tiles
-    stored in a block-sparse engine."""
+    stored in a block-sparse engine. ``bias`` is the block's own bias (None when absent)."""
 
 
 class LinearBlock(LinearLike):
@@ -83,6 +83,10 @@ class LinearBlock(LinearLike):
         out_features: size of the output slot.
         mask: optional bool tensor (out_features, in_features) of trainable entries.
         frozen: optional tensor (out_features, in_features) of fixed values.
+        bias: give the block its own bias (out_features,), as the authors' Linear blocks
+            have: ``F[i][j](x_j) = x_j @ W.T + b_ij``, added to row ``i`` only when slot ``j``
+            is present (not None). Default False: biases are per slot (``Sequential2D(bias=)``).
+            Initialised as ``nn.Linear``'s bias; counted once, like the weight, when tied.
         device, dtype: as for ``nn.Linear``.
     """
 
@@ -95,6 +99,7 @@ class LinearBlock(LinearLike):
         mask: Tensor | None = None,
         frozen: Tensor | None = None,
         *,
+        bias: bool = False,
         device=None,
         dtype=None,
     ) -> None:
@@ -111,6 +116,9 @@ class LinearBlock(LinearLike):
         self.register_parameter("weight", nn.Parameter(torch.empty(shape, **factory_kwargs)))
         self.register_buffer("mask", mask)
         self.register_buffer("frozen", None if frozen is None else frozen.to(self.weight.dtype))
+        if not isinstance(bias, bool):
+            raise TypeError(f"LinearBlock: bias must be a bool, got {type(bias).__name__} {bias!r}")
+        self.register_parameter("bias", nn.Parameter(torch.empty(out_features, **factory_kwargs)) if bias else None)
         self.reset_parameters()
 
     def _checked(self, mask, frozen, device=None, dtype=None):
@@ -206,6 +214,11 @@ class LinearBlock(LinearLike):
             with torch.no_grad():
                 w.copy_(fresh)
         self.apply_mask_()
+        b = self._parameters.get("bias")
+        if b is not None:  # nn.Linear's bias rule, after the weight (the same draws as nn.Linear)
+            bound = 1 / math.sqrt(self.in_features)
+            with torch.no_grad():
+                b.copy_(torch.empty(b.shape, dtype=b.dtype, device=b.device).uniform_(-bound, bound, generator=generator))
 
     @torch.no_grad()
     def apply_mask_(self) -> None:
@@ -265,10 +278,12 @@ class LinearBlock(LinearLike):
         return m
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.linear(x, self.effective_weight())
+        return F.linear(x, self.effective_weight(), self.bias)
 
     def extra_repr(self) -> str:
         s = f"in_features={self.in_features}, out_features={self.out_features}"
+        if self.bias is not None:
+            s += ", bias=True"
         if self.mask is not None:
             s += f", trainable={self.num_trainable()}/{self.in_features * self.out_features}"
         if self.frozen is not None:

@@ -228,11 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_mnist(args) -> int:
-    import json
-    from pathlib import Path
-
+    from .mnist_comparison import MODELS, PROTOCOLS, compare, configs_for, write_results
     from .report import threads_line
-    from .sparsity import MODELS, PROTOCOLS, compare, configs_for, format_table
     from .train.config import load_config
 
     proto = dict(PROTOCOLS["full" if args.full else "quick"])
@@ -255,17 +252,10 @@ def _cmd_mnist(args) -> int:
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else ([0, 1, 2, 3, 4] if args.full else [0])
     base = load_config(proto)
     print(threads_line(base.num_threads))
-    out = Path(args.out)
-    rows = compare(configs_for(base, models), seeds, out, resume=not args.fresh)
-    table = format_table(rows)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps({"protocol": proto, "models": models, "seeds": seeds, "rows": rows}, indent=1))
-    (out / "results.md").write_text(table + "\n")
+    rows = compare(configs_for(base, models), seeds, args.out, resume=not args.fresh)
+    written = write_results(rows, args.out, config=base, protocol=proto, models=models, seeds=seeds)
     print()
-    print(f"MNIST sparsity comparison: data={base.data}, {base.epochs} epochs, seeds {seeds}, "
-          f"MLP {base.sizes} vs randomized models with its exact parameter count")
-    print(table)
-    print(f"\nper-run metrics and checkpoints under {out}/<model>/seed<k>/; table in {out}/results.md")
+    print(written["text"])
     return 0
 
 
@@ -289,7 +279,7 @@ _TRAIN_DEFAULTS = {"num_threads": "auto"}
 
 
 def _add_run_commands(sub) -> None:
-    from .sparsity import MODELS
+    from .mnist_comparison import MODELS
     from .threads import threads_arg
     from .train.config import add_config_args
 

@@ -74,14 +74,15 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
     where:
         n = number of slots, ``sizes[i]`` = size of slot ``i``,
         ``F[i][j]`` = absent (``None``), identity, a :class:`~seq2d.LinearBlock`
-        (``W = frozen + weight * mask``) or any ``nn.Module``,
+        (``x @ W.T`` with ``W = frozen + weight * mask``, ``+ b_ij`` when the block has its
+        own bias: added only when ``x[j]`` is present, as the loop says) or any ``nn.Module``,
         ``b[i]`` = optional per-slot bias (one per slot, shared across its blocks),
         ``act[i]`` = per-slot activation, applied once after the sum.
 
     Fast paths, each tested equal to the loop above: all linear blocks of a step are
-    evaluated together by one fused operator (``backend``, see :mod:`seq2d.fused`) or by
-    the block-sparse engine (:meth:`to_blocksparse`); a row holding a single plain
-    LinearBlock is one ``F.linear`` with its bias; and when the block graph is acyclic and
+    evaluated together by the model's parameter store (``backend``, see :mod:`seq2d.engines`:
+    dense boxes, or the block-sparse tiles of :meth:`to_blocksparse`) on a flat state
+    (:mod:`seq2d.flat`); and when the block graph is acyclic and
     ``steps >= depth`` the model evaluates each slot once, level by level in depth order
     (the fixed point the iteration reaches; ``use_plan = False`` turns this off).
 
@@ -110,7 +111,8 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         inputs: slots filled from the caller (default: the held slots).
         outputs: slots read by the tensor call and sequence mode (default: the last).
         steps: default number of steps (default: the depth when the graph is acyclic).
-        backend: fused-linear backend name (see :func:`seq2d.fused.available_backends`).
+        backend: the parameter store: "auto", "dense" or "loop" (see :mod:`seq2d.engines`,
+            :func:`seq2d.available_backends`).
     """
 
     def __init__(
@@ -186,10 +188,12 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         linear = [(i, j, b) for i, j, k, b in self.positions() if k == "linear"]
         # a LinearBlock bound to another model's store and used here inside a module block
         # owns its values again (it is trained as part of that module)
+        # (not when that store is inside the module block too: a nested Sequential2D keeps its own)
         for i, j, k, blk in self.positions():
             if k == "module":
+                inner = {id(m.store) for m in blk.modules() if isinstance(m, Sequential2D) and m.store is not None}
                 for m in blk.modules():
-                    if isinstance(m, LinearBlock) and m.store is not None:
+                    if isinstance(m, LinearBlock) and m.store is not None and id(m.store) not in inner:
                         m._release()
         if not linear:
             return None
@@ -395,12 +399,26 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
                            device=ref.device if ref is not None else None)
 
     def num_parameters(self) -> int:
-        """Trainable entries: masked and frozen entries excluded, tied weights counted once."""
+        """Trainable entries: masked and frozen entries excluded, tied weights counted once. A
+        module block that implements ``num_trainable()`` (or a nested Sequential2D, through its
+        ``num_parameters()``) reports its own count; other modules count their parameters
+        that require grad."""
         seen: set[int] = set()
         total = 0
         if self.store is not None:
             total += self.store.num_trainable()
             seen.update(id(p) for p in self.store.parameters())
+        counted: set[int] = set()
+        for _, _, kind, blk in self.positions():
+            if kind != "module" or id(blk) in counted:
+                continue
+            own = getattr(blk, "num_trainable", None) or (blk.num_parameters if isinstance(blk, Sequential2D) else None)
+            if callable(own):
+                counted.add(id(blk))
+                params = [p for p in blk.parameters() if id(p) not in seen]
+                if params or not any(True for _ in blk.parameters()):
+                    total += int(own())
+                seen.update(id(p) for p in params)
         for m in self.modules():
             if isinstance(m, LinearBlock) and m.store is None and id(m.weight) not in seen:
                 seen.add(id(m.weight))
@@ -497,7 +515,29 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         """True when a step depends on which slots are None (module or identity blocks)."""
         v = self.__dict__.get("_reads_present_v")
         if v is None:
-            v = self.__dict__["_reads_present_v"] = any(k in ("module", "identity") for _, _, k, _ in self.positions())
+            v = self.__dict__["_reads_present_v"] = any(
+                k in ("module", "identity") or (k == "linear" and getattr(b, "bias", None) is not None)
+                for _, _, k, b in self.positions())
+        return v
+
+    def _block_biases(self) -> tuple[list[str], dict[tuple[int, int], int]]:
+        """The linear blocks' own biases: the block keys holding each bias Parameter once (grid
+        order; their concatenation is the block-bias vector) and every biased position's offset
+        in it (:func:`seq2d.flat.run_plan` adds them with one gather). Keyed by position, so a
+        deep copy's cache stays right."""
+        v = self.__dict__.get("_block_bias_v")
+        if v is None:
+            keys, first, off, o = [], {}, {}, 0
+            for i, j, k, b in self.positions():
+                p = getattr(b, "bias", None) if k == "linear" else None
+                if p is None:
+                    continue
+                if id(p) not in first:
+                    first[id(p)] = o
+                    keys.append(f"{i}_{j}")
+                    o += p.numel()
+                off[(i, j)] = first[id(p)]
+            v = self.__dict__["_block_bias_v"] = (keys, off)
         return v
 
     def _advance(self, x: Segments, present: frozenset, upd: tuple[int, ...], context, cache) -> frozenset:
@@ -562,12 +602,13 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
             raise ValueError("this model has no linear blocks to convert")
         eng, groups = BlockSparseLinear.from_blocks(self.sizes, entries, tile, backend=backend)
         views: dict[int, TiledBlock] = {}  # one view per group: tied positions stay one object
-        for (i, j, _), g in zip(entries, groups):
-            self.blocks[f"{i}_{j}"] = views.setdefault(g, TiledBlock(eng, g))
+        for (i, j, blk), g in zip(entries, groups):
+            self.blocks[f"{i}_{j}"] = views.setdefault(g, TiledBlock(eng, g, bias=getattr(blk, "bias", None)))
         for blk in {id(b): b for _, _, b in entries}.values():
             blk._release()
         self.store = TiledStore(eng, self._levels)
         self._plans.clear()
+        self.__dict__.pop("_block_bias_v", None)
         return self
 
     def step(self, state, **context) -> State:

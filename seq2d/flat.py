@@ -167,6 +167,7 @@ class StepPlan:
         self.act_write: list[list] = []        # per run: its flat ranges [(start, width)]
         self.all_updated = False
         self.fuse_bias = False                 # the bias is added inside the box's GEMM
+        self.block_bias: tuple | None = None   # (U positions, positions in the block-bias vector)
 
 
 def build_plan(model, upd: Sequence[int], present: frozenset) -> StepPlan:
@@ -218,6 +219,18 @@ def build_plan(model, upd: Sequence[int], present: frozenset) -> StepPlan:
             plan.bias = ("slice", a, a + u)
         else:
             plan.bias = ("gather", idx)
+    # 2b. the linear blocks' own biases: row i gets b_ij for every present input slot j
+    keys, boff = model._block_biases()
+    if keys:
+        dst, src = [], []
+        for i in plan.upd:
+            for j in model._rows[i]:
+                if (i, j) in boff and j in present:
+                    o = boff[(i, j)]
+                    dst.extend(range(u_off[i], u_off[i] + sizes[i]))
+                    src.extend(range(o, o + sizes[i]))
+        if dst:
+            plan.block_bias = (torch.tensor(dst), torch.tensor(src))
     # 3. module and identity blocks whose input is present
     for i in plan.upd:
         for j in model._rows[i]:
@@ -304,6 +317,8 @@ def run_plan(model, plan: StepPlan, x: Segments, context: dict, cache: dict | No
                 idx = idx.to(b.device)
                 plan.bias = ("gather", idx)
             pre = pre + torch.cat([b, b.new_zeros(1)]).index_select(0, idx)
+    if plan.block_bias is not None:
+        pre = pre + _block_bias(model, plan, cache)
     if plan.modules:
         pre = _add_modules(model, plan, x, pre, context)
     # activations: one call per run, on the pieces of one split (no slice whose backward
@@ -331,6 +346,22 @@ def run_plan(model, plan: StepPlan, x: Segments, context: dict, cache: dict | No
         else:  # a run cut by held slots: its flat ranges, one split
             new.extend((f, f + w, p) for (f, w), p in zip(dest, t.split([w for _, w in dest], dim=-1)))
     x.write(new)
+
+
+def _block_bias(model, plan: StepPlan, cache: dict | None) -> Tensor:
+    """The (U,) sum of the linear blocks' own biases of this step (two gathers, any number of blocks)."""
+    if cache is not None and "block_bias" in cache:
+        vec = cache["block_bias"]
+    else:
+        params = [model.blocks[k].bias for k in model._block_biases()[0]]
+        vec = params[0] if len(params) == 1 else torch.cat(params)
+        if cache is not None:
+            cache["block_bias"] = vec
+    dst, src = plan.block_bias
+    if dst.device != vec.device:
+        dst, src = dst.to(vec.device), src.to(vec.device)
+        plan.block_bias = (dst, src)
+    return vec.new_zeros(plan.width).index_add(0, dst, vec.index_select(0, src))
 
 
 def _add_modules(model, plan: StepPlan, x: Tensor, pre: Tensor, context: dict) -> Tensor:

@@ -168,11 +168,11 @@ def stability_lines(model, what: str, *, eps: float = 1e-3, input_bound: float =
 # ---------------------------------------------------------------------------- seq2d equivalence
 def equivalence_table(seeds: int = 1) -> Iterator[tuple[str, bool]]:
     """``(line, within)`` pairs of ``seq2d equivalence``: a header, then per case of
-    :data:`seq2d.testing.CASES` the max abs error against torch.nn over ``seeds`` seeds in
+    :data:`seq2d.equivalence.CASES` the max abs error against torch.nn over ``seeds`` seeds in
     float32 and float64; ``within`` is False when an error exceeds its tolerance."""
     import torch
 
-    from .testing import CASES, TOLERANCE, compare  # imported lazily (slow deps)
+    from .equivalence import CASES, TOLERANCE, compare  # imported lazily (slow deps)
 
     yield f"{'case':<46}{'float32':>12}{'float64':>12}", True
     for case in CASES:

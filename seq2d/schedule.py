@@ -14,7 +14,7 @@ linear block and skipped for a module; after wave ``T - 1`` that wave), an input
 the reference's Jacobi steps restricted to it. ``pipeline=False``: every ``d = 0``.
 
 Falls back to the step loop (:func:`unsupported_reason` says why) for the tiled store,
-``backend='loop'``, an input slot with a non-empty row, a ContextModule or nested Sequential2D
+``backend='loop'``, a linear block with its own bias, an input slot with a non-empty row, a ContextModule or nested Sequential2D
 block, dropout/RReLU in training mode, ``T == 0``. Module blocks and activations not known to act
 position-wise are called once per wave.
 """
@@ -140,6 +140,7 @@ def _plan(model, pipeline: bool):
     ctx = [f"block F[{i}][{j}] is a {type(b).__name__} (call-time context)" for i, j, _, b in model.positions()
            if isinstance(b, ContextModule)]
     reason = ("the tiled (block-sparse) store" if store is not None and not isinstance(store, DenseStore) else
+              "a linear block with its own bias" if model._block_biases()[0] else
               "backend 'loop'" if store is not None and store.mode != "dense" else
               "an input slot with a non-empty row" if any(i in rows for i in model.inputs) else
               ctx[0] if ctx else None)

@@ -1,13 +1,13 @@
 """Every constructor vs its torch.nn reference with copied weights: outputs and gradients.
 
 Tolerance: max abs error <= 1e-5 (float32) and <= 1e-10 (float64). The case table lives
-in seq2d.testing so experiments/equivalence.py reports the same numbers.
+in seq2d.equivalence so experiments/equivalence.py reports the same numbers.
 """
 
 import pytest
 import torch
 
-from seq2d.testing import CASES, TOLERANCE, compare
+from seq2d.equivalence import CASES, TOLERANCE, compare
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])

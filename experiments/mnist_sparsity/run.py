@@ -37,7 +37,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 from seq2d.envinfo import device_name  # noqa: E402
-from seq2d.sparsity import compare, format_table, summarize  # noqa: E402
+from seq2d.mnist_comparison import compare, format_table, summarize  # noqa: E402
 from seq2d.threads import available_cores, auto_threads, threads_arg  # noqa: E402
 from seq2d.train.config import load_config  # noqa: E402
 from seq2d.train.trainer import read_metrics  # noqa: E402

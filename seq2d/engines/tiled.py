@@ -144,16 +144,17 @@ class TiledStore(Engine):
 class TiledBlock(LinearLike):
     """A grid position's view of its group's tiles in a :class:`BlockSparseLinear`.
 
-    Holds no parameters (the engine does). ``effective_weight()`` assembles the dense
-    (out, in) weight for inspection and the reference loop; the model's forward pass uses
-    the engine directly.
+    Holds no weights (the engine does); ``bias`` is the converted LinearBlock's own bias
+    Parameter, when it had one. ``effective_weight()`` assembles the dense (out, in) weight
+    for inspection and the reference loop; the model's forward pass uses the engine directly.
     """
 
-    def __init__(self, engine: BlockSparseLinear, group: int):
+    def __init__(self, engine: BlockSparseLinear, group: int, bias: Tensor | None = None):
         super().__init__()
         object.__setattr__(self, "_engine", engine)  # not a submodule: the model owns the engine
         self.group = group
         self.out_features, self.in_features = engine.groups[group].shape
+        self.register_parameter("bias", bias)
 
     @property
     def engine(self) -> BlockSparseLinear:
@@ -205,7 +206,7 @@ class TiledBlock(LinearLike):
         return n
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.linear(x, self.effective_weight())
+        return F.linear(x, self.effective_weight(), self.bias)
 
     def extra_repr(self) -> str:
         g = self._engine.groups[self.group]

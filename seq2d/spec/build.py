@@ -55,13 +55,14 @@ def _draw(init: tuple[str, dict[str, float]], shape: tuple[int, int], g: torch.G
     return w
 
 
-def _build_linear(b: _Block, shape: tuple[int, int], g: torch.Generator, dtype) -> LinearBlock:
+def _linear_block(b: _Block, shape: tuple[int, int], g: torch.Generator, dtype, bias: bool) -> LinearBlock:
     r, c = shape
     pat = _pattern(b, shape, g)
     where = f"blocks[{b.index}]"
     given = b.weight if b.trainable else b.frozen
     if given is not None:
-        if b.kind in ("random", "exact", "per_row"):  # pattern just drawn: check here
+        # pattern just drawn: check here (dense_trainable: every entry trainable, values anywhere)
+        if b.kind in ("random", "exact", "per_row") and not b.dense_trainable:
             off = ~pat & (given != 0)
             if bool(off.any()):
                 i, j = off.nonzero()[0].tolist()
@@ -71,14 +72,32 @@ def _build_linear(b: _Block, shape: tuple[int, int], g: torch.Generator, dtype) 
     else:
         values = torch.where(pat, _draw(b.init, shape, g), 0.0)
     if not b.trainable:
-        return LinearBlock(c, r, mask=torch.zeros(shape, dtype=torch.bool), frozen=values.to(dtype), dtype=dtype)
+        return LinearBlock(c, r, mask=torch.zeros(shape, dtype=torch.bool), frozen=values.to(dtype), bias=bias, dtype=dtype)
+    if b.dense_trainable:
+        # iterativennsimple's R=p with trainable=True: the pattern placed the initial values
+        # (drawn exactly as without dense_trainable, 0 off the pattern); every entry trains
+        blk = LinearBlock(c, r, bias=bias, dtype=dtype)
+        with torch.no_grad():
+            blk.weight.copy_(values)
+        return blk
     # frozen values: fixed entries off the pattern and fixed offsets under trainable entries
     # on it (W = frozen + weight * mask, docs/concepts.md)
     frozen = None if b.frozen is None else b.frozen.to(dtype)
-    blk = LinearBlock(c, r, mask=pat, frozen=frozen, dtype=dtype)
+    blk = LinearBlock(c, r, mask=pat, frozen=frozen, bias=bias, dtype=dtype)
     with torch.no_grad():
         blk.weight.copy_(values)
     blk.apply_mask_()
+    return blk
+
+def _build_linear(b: _Block, shape: tuple[int, int], g: torch.Generator, dtype) -> LinearBlock:
+    blk = _linear_block(b, shape, g, dtype, b.bias)
+    if b.bias:  # the block's own bias: given values, or nn.Linear's rule from our generator
+        r, c = shape
+        bound = 1.0 / math.sqrt(c)
+        values = b.bias_value if b.bias_value is not None else \
+            torch.empty(r, dtype=torch.float64).uniform_(-bound, bound, generator=g)
+        with torch.no_grad():
+            blk.bias.copy_(values)
     return blk
 
 

@@ -30,6 +30,15 @@ def _pattern_entry(pat: Tensor) -> dict:
 
 
 def _linear_entry(blk: LinearBlock, weights: bool) -> dict:
+    entry = _linear_values(blk, weights)
+    if blk.bias is not None:  # the block's own bias
+        entry["bias"] = True
+        if weights:
+            entry["bias_value"] = _floats(blk.bias.detach().cpu())
+    return entry
+
+
+def _linear_values(blk: LinearBlock, weights: bool) -> dict:
     mask = blk.mask.cpu() if blk.mask is not None else torch.ones(blk.shape, dtype=torch.bool)
     frozen = blk.frozen.cpu() if blk.frozen is not None else None
     if frozen is not None and not bool(mask.any()):  # fully frozen
@@ -38,7 +47,7 @@ def _linear_entry(blk: LinearBlock, weights: bool) -> dict:
         if weights:
             entry["frozen"] = _floats(frozen)
         return entry
-    entry = _pattern_entry(mask)
+    entry = _pattern_entry(mask)  # mask None (dense, or dense_trainable: indistinguishable) -> "dense"
     if weights:
         w = blk.weight.detach().cpu()
         entry["weight"] = _floats(w * mask if blk.mask is not None else w)
@@ -55,6 +64,10 @@ def to_spec(model: Sequential2D, *, weights: bool = False) -> dict:
     With ``weights=True`` it also holds every value (``weight``, ``frozen``,
     ``bias_value``, ``norm_weight``/``norm_bias``), so
     ``from_spec(to_spec(m, weights=True), dtype=<m's dtype>)`` computes bitwise the same.
+
+    A block built with ``dense_trainable = true`` (a sparse start, every entry trainable)
+    is a LinearBlock without a mask, like a ``"dense"`` one: ``to_spec`` cannot tell them
+    apart and writes ``kind = "dense"`` (its sparse start is in ``weight`` with ``weights=True``).
 
     Raises:
         TypeError: a block that is a module (not linear/identity), or an activation

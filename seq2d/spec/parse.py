@@ -135,7 +135,10 @@ def _parse_block(raw, k: int, sizes: tuple[int, ...], leaders: dict[str, tuple[M
                     f"{where}: tie {tie!r} is defined by blocks[{lead.index}] with {key} = {lv!r}, but this block "
                     f"gives {key} = {v!r}; leave the key out or make it match"
                 )
-        return _Block(index=k, row=row, col=col, kind=lead.kind, trainable=lead.trainable, tie=tie, leader=lead.index)
+        return _Block(
+            index=k, row=row, col=col, kind=lead.kind, trainable=lead.trainable,
+            dense_trainable=lead.dense_trainable, bias=lead.bias, tie=tie, leader=lead.index,
+        )
 
     kind = _enum(raw.get("kind", "dense"), KINDS, f"{where}.kind", "block kind")
     allowed = ("row", "col", "kind") + _KIND_KEYS[kind] + (() if kind == "identity" else _LINEAR_KEYS)
@@ -177,19 +180,27 @@ def _parse_block(raw, k: int, sizes: tuple[int, ...], leaders: dict[str, tuple[M
             b.mask = _indices(raw["indices"], shape, f"{where}.indices")
     if "trainable" in raw:
         b.trainable = _bool(raw["trainable"], f"{where}.trainable")
+    if "dense_trainable" in raw:
+        b.dense_trainable = _bool(raw["dense_trainable"], f"{where}.dense_trainable")
+        if b.dense_trainable and not b.trainable:
+            raise ValueError(
+                f"{where}: 'dense_trainable' = true makes every entry trainable, so it needs trainable = true, "
+                "got trainable = false; leave 'dense_trainable' out for a fixed block"
+            )
     if "init" in raw:
         b.init = _parse_init(raw["init"], f"{where}.init")
     if "weight" in raw:
         if not b.trainable:
             raise ValueError(f"{where}: 'weight' does not apply to a block with trainable = false; give its fixed values as 'frozen'")
         b.weight = _matrix(raw["weight"], shape, f"{where}.weight")
-    if "frozen" in raw:
+    if "frozen" in raw:  # on trainable entries: fixed offsets (W = frozen + weight * mask)
         b.frozen = _matrix(raw["frozen"], shape, f"{where}.frozen")
-        if b.trainable and kind == "dense":
-            raise ValueError(
-                f"{where}: 'frozen' needs entries outside the trainable pattern, but kind 'dense' makes every entry trainable; "
-                "use trainable = false, or a sparser kind"
-            )
+    if "bias" in raw:
+        b.bias = _bool(raw["bias"], f"{where}.bias")
+    if "bias_value" in raw:
+        if not b.bias:
+            raise ValueError(f"{where}: 'bias_value' needs bias = true, got bias = {b.bias}")
+        b.bias_value = _vector(raw["bias_value"], r, f"{where}.bias_value")
     given = "weight" if b.trainable else "frozen"
     if "init" in raw and getattr(b, given) is not None:
         raise ValueError(f"{where}: give 'init' or '{given}' (the values themselves), not both")
@@ -270,7 +281,8 @@ def _check_values_fit(blocks: list[_Block]) -> None:
         if pat is None:
             continue
         where = f"blocks[{b.index}]"
-        if b.weight is not None and bool((b.weight[~pat] != 0).any()):
+        # dense_trainable: every entry is trainable, so weight values may sit anywhere
+        if b.weight is not None and not b.dense_trainable and bool((b.weight[~pat] != 0).any()):
             r, c = (~pat & (b.weight != 0)).nonzero()[0].tolist()
             raise ValueError(f"{where}.weight: expected zeros outside the {b.kind!r} pattern, got {b.weight[r, c].item()} at [{r}, {c}]")
         # trainable blocks: frozen values are allowed everywhere (offsets on the pattern);

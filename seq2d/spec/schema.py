@@ -20,7 +20,10 @@ from torch import Tensor
 # ---------------------------------------------------------------------- schema tables
 TOP_KEYS = ("slots", "blocks", "steps", "inputs", "outputs", "seed", "backend", "name")
 SLOT_KEYS = ("size", "activation", "bias", "role", "bias_value", "norm_weight", "norm_bias")
-BLOCK_KEYS = ("row", "col", "kind", "density", "n", "mask", "indices", "init", "trainable", "tie", "weight", "frozen")
+BLOCK_KEYS = (
+    "row", "col", "kind", "density", "n", "mask", "indices", "init", "trainable", "dense_trainable", "tie", "weight", "frozen",
+    "bias", "bias_value",
+)
 ROLES = ("input", "hidden", "output")
 KINDS = ("dense", "diagonal", "identity", "random", "exact", "per_row", "mask")
 # keys only some kinds take; every linear kind also takes _LINEAR_KEYS, identity takes none
@@ -33,7 +36,7 @@ _KIND_KEYS = {
     "per_row": ("n",),
     "mask": ("mask", "indices"),
 }
-_LINEAR_KEYS = ("init", "trainable", "tie", "weight", "frozen")
+_LINEAR_KEYS = ("init", "trainable", "dense_trainable", "tie", "weight", "frozen", "bias", "bias_value")
 INIT_KINDS = ("default", "normal", "uniform", "constant")
 _INIT_KEYS = {
     "default": ("kind",),
@@ -42,7 +45,7 @@ _INIT_KEYS = {
     "constant": ("kind", "value"),
 }
 # what a tied block inherits from the first block of its tie when it leaves a key out
-_BLOCK_DEFAULTS = {"kind": "dense", "init": "default", "trainable": True}
+_BLOCK_DEFAULTS = {"kind": "dense", "init": "default", "trainable": True, "dense_trainable": False, "bias": False}
 
 
 # ---------------------------------------------------------------------- parsed form
@@ -68,9 +71,14 @@ class _Block:
     mask: Tensor | None = None  # bool (rows, cols) for kind "mask"
     init: tuple[str, dict[str, float]] = ("default", {})
     trainable: bool = True
+    # every entry trainable (mask None); the pattern only places the initial values
+    # (iterativennsimple's R=p with trainable=True)
+    dense_trainable: bool = False
     tie: str | None = None
     weight: Tensor | None = None  # float64 (rows, cols)
     frozen: Tensor | None = None  # float64 (rows, cols)
+    bias: bool = False  # the block's own bias (LinearBlock(bias=True)), added when its input is present
+    bias_value: Tensor | None = None  # float64 (rows,)
     leader: int | None = None  # for a tied block after the first: index of the first
 
 

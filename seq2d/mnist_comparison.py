@@ -1,10 +1,11 @@
-"""The MNIST sparsity comparison (Hershey et al., arXiv 2404.00880), as a library function.
+"""The MNIST sparsity comparison (Hershey et al., arXiv 2404.00880), as library functions.
 
 An MLP and randomized Sequential2Ds with **exactly** the MLP's trainable-parameter count
 (:func:`seq2d.randomize`) are trained over several seeds with one shared protocol; the
 result is a table of mean +- std test accuracy, parameters, time per epoch and device, and
 the difference of each model to the MLP with its 95% interval (Welch). ``seq2d mnist``
-and ``experiments/mnist_sparsity/run.py`` are thin fronts to :func:`compare`.
+and ``experiments/mnist_sparsity/run.py`` are thin fronts to :func:`compare`;
+:func:`write_results` writes and formats what ``seq2d mnist`` reports.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from pathlib import Path
 
 from .train.config import TrainConfig, load_config
 
-__all__ = ["MODELS", "PROTOCOLS", "configs_for", "compare", "summarize", "difference", "format_table"]
+__all__ = ["MODELS", "PROTOCOLS", "configs_for", "compare", "summarize", "difference", "format_table",
+           "write_results"]
 
 # The models of the comparison: config overrides on top of the protocol.
 MODELS: dict[str, dict] = {
@@ -149,3 +151,27 @@ def format_table(rows: Sequence[Mapping], reference: str = "mlp") -> str:
             ci = "n/a (one run each)" if math.isnan(d["lo"]) else f"[{100 * d['lo']:+.2f}, {100 * d['hi']:+.2f}]"
             lines.append(f"| {other} - {reference} | {100 * d['diff']:+.2f} | {ci} |")
     return "\n".join(lines)
+
+
+def write_results(rows: Sequence[Mapping], out_dir: str | Path, *, config: TrainConfig,
+                  protocol: Mapping, models: Sequence[str], seeds: Sequence[int]) -> dict:
+    """Write ``out_dir/results.json`` (``protocol``, ``models``, ``seeds`` and the ``rows`` of
+    :func:`compare`) and ``out_dir/results.md`` (the table of :func:`format_table`).
+
+    Returns ``{"json": path, "md": path, "table": table, "text": report}``: ``report`` is the
+    heading naming the protocol of ``config`` (data, epochs, MLP sizes), the table and the
+    line saying where the runs and the table are."""
+    out_dir = Path(out_dir)
+    table = format_table(rows)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = out_dir / "results.json", out_dir / "results.md"
+    json_path.write_text(json.dumps({"protocol": dict(protocol), "models": list(models), "seeds": list(seeds),
+                                     "rows": list(rows)}, indent=1))
+    md_path.write_text(table + "\n")
+    text = "\n".join([
+        f"MNIST sparsity comparison: data={config.data}, {config.epochs} epochs, seeds {list(seeds)}, "
+        f"MLP {config.sizes} vs randomized models with its exact parameter count",
+        table,
+        f"\nper-run metrics and checkpoints under {out_dir}/<model>/seed<k>/; table in {out_dir}/results.md",
+    ])
+    return {"json": json_path, "md": md_path, "table": table, "text": text}

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from seq2d.cli import main
-from seq2d.sparsity import MODELS, configs_for, difference, format_table, summarize
+from seq2d.mnist_comparison import MODELS, configs_for, difference, format_table, summarize, write_results
 
 ROWS = [
     {"model": "mlp", "seed": s, "test_acc": a, "params": 10, "time_per_epoch_s": 1.0, "device": "cpu", "epochs": 1}
@@ -46,6 +46,19 @@ def test_configs_for_rejects_unknown_model():
         configs_for({"data": "synthetic"}, ["cnn"])
     cfgs = configs_for({"data": "synthetic"}, list(MODELS))
     assert cfgs["random-tile"].granularity == "tile" and cfgs["mlp"].model == "mlp"
+
+
+def test_write_results_files_and_text(tmp_path):
+    cfg = configs_for({"data": "synthetic", "epochs": 1, "sizes": [4, 3, 2]}, ["mlp"])["mlp"]
+    w = write_results(ROWS, tmp_path / "out", config=cfg, protocol={"data": "synthetic"}, models=["mlp"], seeds=[0, 1])
+    assert w["md"].read_text() == format_table(ROWS) + "\n"
+    assert json.loads(w["json"].read_text()) == {"protocol": {"data": "synthetic"}, "models": ["mlp"], "seeds": [0, 1],
+                                                 "rows": ROWS}
+    lines = w["text"].splitlines()
+    assert lines[0] == ("MNIST sparsity comparison: data=synthetic, 1 epochs, seeds [0, 1], MLP [4, 3, 2] "
+                        "vs randomized models with its exact parameter count")
+    assert w["table"] in w["text"] and lines[-2] == ""
+    assert lines[-1].endswith(f"table in {tmp_path / 'out'}/results.md")
 
 
 def test_seq2d_mnist_cli_quick(tmp_path, capsys):
