@@ -1,16 +1,20 @@
 """Checks of :class:`seq2d.Sequential2D`'s constructor arguments (sizes, the block grid, slot
-lists, step counts). Each raises a typed error that says what was expected and what arrived."""
+lists, step counts, activations, biases) and the graph facts computed from them (depth and
+levels). Each check raises a typed error that says what was expected and what arrived."""
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping, Sequence
 
-from torch import nn
+import torch
+from torch import Tensor, nn
 
+from .activations import is_identity, make_activation
 from .blocks import Identity, block_kind
 
 __all__ = ["is_pos_int", "module_features", "check_sizes", "normalize_grid", "check_block_fits",
-           "check_slot_list", "check_steps"]
+           "check_slot_list", "check_steps", "build_activations", "slot_biases", "depth_and_levels"]
 
 
 def is_pos_int(v) -> bool:
@@ -113,3 +117,79 @@ def check_steps(steps) -> int:
     if steps < 0:
         raise ValueError(f"steps must be a non-negative int, got {steps}")
     return steps
+
+
+def build_activations(sizes, activations, held, factory_kwargs) -> nn.ModuleList:
+    """One activation module per slot (held slots: identity; a non-identity one there is an error)."""
+    n = len(sizes)
+    per_slot = isinstance(activations, Sequence) and not isinstance(activations, str)
+    if per_slot and len(activations) != n:
+        raise ValueError(f"activations must be one spec or a list of {n} (one per slot), got {len(activations)}")
+    acts = []
+    for i in range(n):
+        spec = activations[i] if per_slot else activations
+        if i in held:
+            if per_slot and spec is not None and not (isinstance(spec, str) and spec.lower() in ("identity", "none", "linear")) and not (isinstance(spec, nn.Module) and is_identity(spec)):
+                raise ValueError(f"slot {i} has no incoming blocks (it is held), so its activation {spec!r} would never be applied")
+            spec = None
+        acts.append(make_activation(spec, sizes[i], slot=i, **factory_kwargs))
+    return nn.ModuleList(acts)
+
+def slot_biases(sizes, bias, held, factory_kwargs) -> tuple[dict[int, Tensor], set[int]]:
+    """The per-slot biases the ``bias`` argument asks for: ``(given, fresh)``, given tensors by slot
+    and the slots whose bias is created here (initialised by ``reset_bias_parameters``)."""
+    n = len(sizes)
+    if isinstance(bias, bool):
+        per = [bias and i not in held for i in range(n)]
+    elif isinstance(bias, Sequence) and not isinstance(bias, str):
+        if len(bias) != n:
+            raise ValueError(f"bias must be a bool or a list of {n} entries (one per slot), got {len(bias)}")
+        per = list(bias)
+    else:
+        raise TypeError(f"bias must be a bool or a per-slot list, got {type(bias).__name__}")
+    given: dict[int, Tensor] = {}
+    fresh: set[int] = set()
+    for i, b in enumerate(per):
+        if b is None or b is False:
+            continue
+        if i in held:
+            raise ValueError(f"slot {i} has no incoming blocks (it is held), so it cannot have a bias")
+        if b is True:
+            given[i] = torch.empty(sizes[i], **factory_kwargs)
+            fresh.add(i)
+        elif isinstance(b, Tensor):
+            if tuple(b.shape) != (sizes[i],):
+                raise ValueError(f"bias of slot {i} must have shape ({sizes[i]},), got {tuple(b.shape)}")
+            given[i] = b
+        else:
+            raise TypeError(f"bias of slot {i} must be a bool, a tensor or None, got {type(b).__name__}")
+    return given, fresh
+
+
+def depth_and_levels(n: int, positions, rows) -> tuple[int | None, list[frozenset] | None]:
+    """``(depth, levels)``: the longest path (in blocks) from the held slots and the non-held
+    slots grouped by depth (levels 1 .. depth), or ``(None, None)`` when the graph has a cycle."""
+    indeg = [0] * n
+    succ: list[list[int]] = [[] for _ in range(n)]
+    for i, j in positions:
+        succ[j].append(i)
+        indeg[i] += 1
+    depth = [0] * n
+    queue = deque(k for k in range(n) if indeg[k] == 0)
+    seen = 0
+    while queue:
+        j = queue.popleft()
+        seen += 1
+        for i in succ[j]:
+            depth[i] = max(depth[i], depth[j] + 1)
+            indeg[i] -= 1
+            if indeg[i] == 0:
+                queue.append(i)
+    if seen < n:
+        return None, None
+    # the execution plan: non-held slots grouped by depth (level 1 .. depth)
+    levels: dict[int, list[int]] = {}
+    for i in range(n):
+        if i in rows:
+            levels.setdefault(depth[i], []).append(i)
+    return (max(depth) if n else 0), [frozenset(levels[d]) for d in sorted(levels)]

@@ -9,14 +9,14 @@ the docstring loop below written out.
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
 
-from .activations import activation_name, is_identity, make_activation
-from .arguments import check_block_fits, check_sizes, check_slot_list, check_steps, normalize_grid
+from .activations import activation_name
+from .arguments import (build_activations, check_block_fits, check_sizes, check_slot_list, check_steps, depth_and_levels,
+                        normalize_grid, slot_biases)
 from .blocks import ContextModule, Identity, LinearBlock, LinearLike, block_kind  # noqa: F401 (re-exported)
 from .engines import STORES, DenseStore, TiledStore, choose_store
 from .engines.migrate import migrate_state_dict
@@ -146,8 +146,9 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
 
         self.inputs = check_slot_list("inputs", held if inputs is None else inputs, n)
         self.outputs = check_slot_list("outputs", [n - 1] if outputs is None else outputs, n)
-        self.acts = self._build_activations(activations, held, factory_kwargs)
-        self.slot_bias = self._build_biases(bias, held, factory_kwargs)
+        self.acts = build_activations(self.sizes, activations, held, factory_kwargs)
+        given, self._fresh_bias = slot_biases(self.sizes, bias, held, factory_kwargs)
+        self.slot_bias = SlotBias(self.sizes, given, self._fresh_bias, **factory_kwargs)
         if not isinstance(backend, str) or backend not in STORES:
             raise ValueError(f"Unknown backend {backend!r}. Select from " + ", ".join(repr(k) for k in STORES))
         self._backend = backend
@@ -229,49 +230,6 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
     _check_sizes = staticmethod(check_sizes)
     _check_steps = staticmethod(check_steps)
 
-    def _build_activations(self, activations, held, factory_kwargs) -> nn.ModuleList:
-        n = len(self.sizes)
-        per_slot = isinstance(activations, Sequence) and not isinstance(activations, str)
-        if per_slot and len(activations) != n:
-            raise ValueError(f"activations must be one spec or a list of {n} (one per slot), got {len(activations)}")
-        acts = []
-        for i in range(n):
-            spec = activations[i] if per_slot else activations
-            if i in held:
-                if per_slot and spec is not None and not (isinstance(spec, str) and spec.lower() in ("identity", "none", "linear")) and not (isinstance(spec, nn.Module) and is_identity(spec)):
-                    raise ValueError(f"slot {i} has no incoming blocks (it is held), so its activation {spec!r} would never be applied")
-                spec = None
-            acts.append(make_activation(spec, self.sizes[i], slot=i, **factory_kwargs))
-        return nn.ModuleList(acts)
-
-    def _build_biases(self, bias, held, factory_kwargs) -> SlotBias:
-        n = len(self.sizes)
-        if isinstance(bias, bool):
-            per = [bias and i not in held for i in range(n)]
-        elif isinstance(bias, Sequence) and not isinstance(bias, str):
-            if len(bias) != n:
-                raise ValueError(f"bias must be a bool or a list of {n} entries (one per slot), got {len(bias)}")
-            per = list(bias)
-        else:
-            raise TypeError(f"bias must be a bool or a per-slot list, got {type(bias).__name__}")
-        given: dict[int, Tensor] = {}
-        self._fresh_bias: set[int] = set()
-        for i, b in enumerate(per):
-            if b is None or b is False:
-                continue
-            if i in held:
-                raise ValueError(f"slot {i} has no incoming blocks (it is held), so it cannot have a bias")
-            if b is True:
-                given[i] = torch.empty(self.sizes[i], **factory_kwargs)
-                self._fresh_bias.add(i)
-            elif isinstance(b, Tensor):
-                if tuple(b.shape) != (self.sizes[i],):
-                    raise ValueError(f"bias of slot {i} must have shape ({self.sizes[i]},), got {tuple(b.shape)}")
-                given[i] = b
-            else:
-                raise TypeError(f"bias of slot {i} must be a bool, a tensor or None, got {type(b).__name__}")
-        return SlotBias(self.sizes, given, self._fresh_bias, **factory_kwargs)
-
     @torch.no_grad()
     def reset_bias_parameters(self, generator: torch.Generator | None = None) -> None:
         """Biases created here start U(-1/sqrt(f), 1/sqrt(f)), f = the row's input width
@@ -299,34 +257,10 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         self.reset_bias_parameters(generator=generator)
 
     def _compute_depth(self) -> int | None:
-        """Longest path (in blocks) from the held slots, or None when the graph has a cycle."""
-        n = len(self.sizes)
-        indeg = [0] * n
-        succ: list[list[int]] = [[] for _ in range(n)]
-        for i, j in self._positions:
-            succ[j].append(i)
-            indeg[i] += 1
-        depth = [0] * n
-        queue = deque(k for k in range(n) if indeg[k] == 0)
-        seen = 0
-        while queue:
-            j = queue.popleft()
-            seen += 1
-            for i in succ[j]:
-                depth[i] = max(depth[i], depth[j] + 1)
-                indeg[i] -= 1
-                if indeg[i] == 0:
-                    queue.append(i)
-        if seen < n:
-            self._levels = None
-            return None
-        # the execution plan: non-held slots grouped by depth (level 1 .. depth)
-        levels: dict[int, list[int]] = {}
-        for i in range(n):
-            if i in self._rows:
-                levels.setdefault(depth[i], []).append(i)
-        self._levels = [frozenset(levels[d]) for d in sorted(levels)]
-        return max(depth) if n else 0
+        """Longest path (in blocks) from the held slots, or None when the graph has a cycle; sets
+        the execution plan's levels (non-held slots grouped by depth)."""
+        depth, self._levels = depth_and_levels(len(self.sizes), self._positions, self._rows)
+        return depth
 
     # ------------------------------------------------------------------ introspection
     @property

@@ -41,7 +41,7 @@ def test_two_process_torchrun_matches_one_process(tmp_path):
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           "-m", "seq2d.train.distributed", "--config", str(tmp_path / "ddp.toml")]
+           "-m", "seq2d.train", "--config", str(tmp_path / "ddp.toml")]
     proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, f"torchrun failed (rc {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
 

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 __all__ = ["DistContext", "init_distributed", "cleanup", "wrap_model", "all_reduce_sum", "barrier",
-           "resolve_device", "unused_parameters", "main"]
+           "resolve_device", "unused_parameters"]
 
 
 @dataclass
@@ -185,13 +185,5 @@ def wrap_model(model: nn.Module, ctx: DistContext, example: torch.Tensor | None 
 
 
 # ---------------------------------------------------------------------- command line
-def main(argv: list[str] | None = None) -> int:
-    """The command line, :func:`seq2d.train.__main__.main` (kept here so that
-    ``python -m seq2d.train.distributed`` still works; ``python -m seq2d.train`` is the entry)."""
-    from .__main__ import main as _main  # imported here: the entry imports the trainer, which imports this module
-
-    return _main(argv)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "__main__":  # the entry point moved; this module imports nothing above it
+    raise SystemExit("the training entry is `python -m seq2d.train` (torchrun: `torchrun ... -m seq2d.train`)")
