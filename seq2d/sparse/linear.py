@@ -30,7 +30,6 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from ..blocks import LinearBlock
 from .layout import TILE_SIZES, BlockSparseLayout
 
 __all__ = ["BlockSparseLinear", "Group"]
@@ -203,14 +202,14 @@ class BlockSparseLinear(nn.Module):
 
     # ------------------------------------------------------------------ builders
     @classmethod
-    def from_blocks(cls, sizes: Sequence[int], entries: Sequence[tuple[int, int, LinearBlock]], tile: int, *,
+    def from_blocks(cls, sizes: Sequence[int], entries: Sequence[tuple[int, int, nn.Module]], tile: int, *,
                     backend: str = "auto") -> tuple[BlockSparseLinear, list[int]]:
         """Pack LinearBlocks (tied by object identity) into an engine. Returns the engine and
         the group index of every entry. Tiles with no trainable and no frozen entry are not stored."""
         T = tile
         gid: dict[int, int] = {}
         groups: list[Group] = []
-        blocks: list[LinearBlock] = []
+        blocks: list[nn.Module] = []
         placements = []
         for i, j, blk in entries:
             if id(blk) not in gid:
@@ -232,8 +231,9 @@ class BlockSparseLinear(nn.Module):
         return eng, [p[2] for p in placements]
 
     @torch.no_grad()
-    def load_blocks(self, blocks: Sequence[LinearBlock]) -> None:
-        """Copy the weights, masks and frozen values of one LinearBlock per group into the tiles."""
+    def load_blocks(self, blocks: Sequence[nn.Module]) -> None:
+        """Copy the weights, masks and frozen values of one LinearBlock per group into the tiles
+        (duck-typed: ``weight``, ``trainable_mask()``, ``frozen``; this package does not import seq2d's blocks)."""
         T = self.tile
         n_data = self._layout.n_data
         tmask = torch.ones(n_data, T, T, dtype=torch.bool, device=self.data.device)
