@@ -20,6 +20,7 @@ import ast
 import sys
 from pathlib import Path
 
+from .core import core_of
 from .models.registry import list_models
 from .report import show_text  # noqa: F401 - seq2d.cli.show_text, as before
 
@@ -83,7 +84,7 @@ def _cmd_draw(args) -> int:
 
     paths = draw_paths(args.output, args.kind)  # a bad suffix fails before the model is built
     model = _resolve(args.model, args.kwargs)
-    core = getattr(model, "core", model)
+    core = core_of(model)
     if args.tile is not None:
         core.to_blocksparse(args.tile)
     for what, path in paths:

@@ -30,10 +30,6 @@ from .core import Sequential2D, core_of
 __all__ = ["to_networkx", "is_acyclic", "depths", "distances", "recurrent_cores", "memory", "influence"]
 
 
-def _core(model) -> Sequential2D:
-    return core_of(model)
-
-
 def to_networkx(model) -> nx.DiGraph:
     """The block graph of ``model`` (a Sequential2D or a wrapper with ``.core``).
 
@@ -45,7 +41,7 @@ def to_networkx(model) -> nx.DiGraph:
     (stored / (out * in)), ``params`` (trainable parameters of the block; a tied block
     reports its count at every position), ``tie`` (tied-weight group id or ``None``).
     """
-    m = _core(model)
+    m = core_of(model)
     g = nx.DiGraph(steps=m.steps, depth=m.depth, n=m.n)
     held = set(m.held())
     for i, s in enumerate(m.sizes):
@@ -105,7 +101,7 @@ def depths(model) -> dict[int, int | None]:
 
 def distances(model) -> dict[int, int | None]:
     """Shortest path (in blocks) from an input slot to each slot (``None``: unreachable)."""
-    m = _core(model) if not isinstance(model, nx.DiGraph) else None
+    m = core_of(model) if not isinstance(model, nx.DiGraph) else None
     g = _graph(model)
     inputs = [n for n, d in g.nodes(data=True) if d["role"] == "input"] if m is None else list(m.inputs)
     out: dict[int, int | None] = {n: None for n in g}
@@ -128,7 +124,7 @@ def memory(model) -> int | None:
     g = _graph(model)
     outputs = [n for n, d in g.nodes(data=True) if d["role"] == "output"]
     if isinstance(model, Sequential2D) or hasattr(model, "core"):
-        outputs = list(_core(model).outputs)
+        outputs = list(core_of(model).outputs)
     ancestors = set(outputs)
     for o in outputs:
         ancestors |= nx.ancestors(g, o)
@@ -156,7 +152,7 @@ def influence(model, k: int) -> set[int]:
     if isinstance(k, bool) or not isinstance(k, int) or k < 0:
         raise ValueError(f"k must be a non-negative int, got {k!r}")
     g = _graph(model)
-    outputs = list(_core(model).outputs) if not isinstance(model, nx.DiGraph) else \
+    outputs = list(core_of(model).outputs) if not isinstance(model, nx.DiGraph) else \
         [n for n, d in g.nodes(data=True) if d["role"] == "output"]
     seen = set(outputs)
     frontier = set(outputs)

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from .core import core_of
+
 __all__ = ["equivalence_table", "param_breakdown", "show_text", "stability_lines", "threads_line", "train_result_line"]
 
 
@@ -66,7 +68,7 @@ def show_text(model) -> str:
     """What ``seq2d show`` prints for ``model`` (a Sequential2D or a wrapper with ``.core``)."""
     from . import graph as G
 
-    core = getattr(model, "core", model)
+    core = core_of(model)
     g = G.to_networkx(core)
     lines = [type(model).__name__ + (f" (core: {type(core).__name__})" if core is not model else ""), core.summary(), ""]
     lines.append("blocks (F[i][j] maps slot j to slot i; shape = out x in):")
@@ -112,7 +114,7 @@ def stability_lines(model, what: str, *, eps: float = 1e-3, input_bound: float =
     from .models.recurrent import RNN
     from .stability import certified_lambda, data_lambda, rnn_constants, stacked_truncation_length
 
-    core = getattr(model, "core", model)
+    core = core_of(model)
     yield f"model: {what} ({type(model).__name__})"
     cores = G.recurrent_cores(core)
     if not cores:

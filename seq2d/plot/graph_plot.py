@@ -11,7 +11,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch, Patch
 from matplotlib.path import Path as MPath
 
-from ..graph import _core, to_networkx
+from ..core import core_of
+from ..graph import to_networkx
 from .common import _check_path, _fmt_count, _model_name, _new_axes, _save
 from .layout import graph_layout
 
@@ -64,12 +65,12 @@ def draw_graph(model, ax=None, path=None, *, size_scale: str = "log", title: str
         The Figure (``ax.figure`` when ``ax`` was given).
     """
     out = _check_path(path)
-    core = _core(model)
+    core = core_of(model)
     g = to_networkx(core)
     pos = graph_layout(core, g)
     rad = _radii(g, size_scale)
     cores = [c for c in nx.strongly_connected_components(g) if len(c) > 1 or g.has_edge(next(iter(c)), next(iter(c)))]
-    core_of = {v: k for k, c in enumerate(cores) for v in c}
+    scc_of = {v: k for k, c in enumerate(cores) for v in c}
 
     xs = [p[0] for p in pos.values()]
     ys = [p[1] for p in pos.values()]
@@ -127,7 +128,7 @@ def draw_graph(model, ax=None, path=None, *, size_scale: str = "log", title: str
             lw = 2.4 + 1.6 * math.log1p(d["params"]) / lmax
         else:
             lw = 0.7 + 2.6 * math.log1p(d["params"]) / lmax
-        recurrent = u in core_of and core_of.get(v) == core_of[u] and pos[u][0] >= pos[v][0]
+        recurrent = u in scc_of and scc_of.get(v) == scc_of[u] and pos[u][0] >= pos[v][0]
         if recurrent:
             color, any_recurrent = RECURRENT_COLOR, True
         if d["tie"] is not None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import networkx as nx
 import numpy as np
 
-from ..graph import _core, to_networkx
+from ..core import core_of
+from ..graph import to_networkx
 
 
 def _pav(b: list[float]) -> list[float]:
@@ -72,7 +73,7 @@ def graph_layout(model, graph: nx.DiGraph | None = None) -> dict[int, tuple[floa
     """``{slot: (x, y)}`` as :func:`draw_graph` places the slots (x = column, see the module
     docstring; y spreads the slots of a column ``ROW_GAP`` apart, ordered to shorten the
     edges). ``graph``: the model's :func:`~seq2d.graph.to_networkx`, if already at hand."""
-    core = _core(model)
+    core = core_of(model)
     g = to_networkx(core) if graph is None else graph
     x = _columns(g, core.inputs)
     cols: dict[int, list[int]] = {}

@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
-from ..graph import _core
+from ..core import core_of
 from .common import _check_path, _model_name, _new_axes, _pct, _save
 
 SPY_DOWNSAMPLE_ABOVE = 2000  # N above which spy() pools the mask (never plot millions of points)
@@ -127,7 +127,7 @@ def spy_image(model, max_size: int = 1000) -> tuple[np.ndarray, np.ndarray, int]
     ``f x f`` cell is (block-max pooling). Memory stays proportional to the largest dense
     block, or to a chunk of stored tiles for a block-sparse model.
     """
-    train, frozen, f, _ = _spy_data(_core(model), max_size)
+    train, frozen, f, _ = _spy_data(core_of(model), max_size)
     return train, frozen, f
 
 
@@ -174,7 +174,7 @@ def spy(model, ax=None, path=None, annotate: bool = True, *, max_size: int = 100
         The Figure (``ax.figure`` when ``ax`` was given).
     """
     out = _check_path(path)
-    core = _core(model)
+    core = core_of(model)
     train, frozen, f, counts = _spy_data(core, max_size)
     ties = _tie_keys(core)
     off, sizes, N = core.offsets, core.sizes, core.offsets[-1]

@@ -145,12 +145,14 @@ def build_model(cfg: TrainConfig, *, device=None) -> nn.Module:
             f"({source}); leave them at their defaults"
         )
     if cfg.iterations is not None and "iterations" not in consumed:
-        from ..core import Sequential2D
+        from ..arguments import check_steps
+        from ..core import core_of
 
-        target = getattr(model, "core", model)
-        if not isinstance(target, Sequential2D):
-            raise ValueError(f"config field 'iterations' is set, but a {type(model).__name__} has no Sequential2D steps to set")
-        target.steps = Sequential2D._check_steps(cfg.iterations)
+        try:
+            target = core_of(model)
+        except TypeError:
+            raise ValueError(f"config field 'iterations' is set, but a {type(model).__name__} has no Sequential2D steps to set") from None
+        target.steps = check_steps(cfg.iterations)
     if device is not None:
         model = model.to(device)
     return model
