@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from torch import nn
 
+from .errors import InvalidType, InvalidValue
+
 __all__ = ["ACTIVATIONS", "make_activation", "activation_name"]
 
 
@@ -50,14 +52,14 @@ def make_activation(spec, size: int, *, slot: int | None = None, device=None, dt
             key = "identity"
         if key not in ACTIVATIONS:
             where = f" for slot {slot}" if slot is not None else ""
-            raise ValueError(
+            raise InvalidValue(
                 f"Unknown activation {spec!r}{where}. Select from "
                 + ", ".join(repr(k) for k in ACTIVATIONS)
                 + ", None, or pass an nn.Module."
             )
         return ACTIVATIONS[key](size, device=device, dtype=dtype)
     where = f" for slot {slot}" if slot is not None else ""
-    raise TypeError(
+    raise InvalidType(
         f"activation{where} must be a name (str), an nn.Module or None, got {type(spec).__name__}"
     )
 

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor, nn
 
+from .errors import InvalidIndex, InvalidType, InvalidValue
 from .activations import is_identity, make_activation
 from .blocks import Identity, block_kind
 
@@ -30,12 +31,12 @@ def module_features(block: nn.Module) -> tuple[int | None, int | None]:
 
 def check_sizes(sizes) -> tuple[int, ...]:
     if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence):
-        raise TypeError(f"sizes must be a sequence of positive ints, got {type(sizes).__name__}")
+        raise InvalidType(f"sizes must be a sequence of positive ints, got {type(sizes).__name__}")
     if len(sizes) == 0:
-        raise ValueError("sizes must name at least one slot, got an empty sequence")
+        raise InvalidValue("sizes must name at least one slot, got an empty sequence")
     for k, s in enumerate(sizes):
         if not is_pos_int(s):
-            raise ValueError(f"sizes[{k}] must be a positive int, got {s!r}")
+            raise InvalidValue(f"sizes[{k}] must be a positive int, got {s!r}")
     return tuple(int(s) for s in sizes)
 
 
@@ -45,22 +46,22 @@ def normalize_grid(blocks, n: int) -> dict[tuple[int, int], nn.Module]:
         for key, blk in blocks.items():
             if not (isinstance(key, tuple) and len(key) == 2
                     and all(isinstance(k, int) and not isinstance(k, bool) for k in key)):
-                raise TypeError(f"block keys must be (row, col) int pairs, got {key!r}")
+                raise InvalidType(f"block keys must be (row, col) int pairs, got {key!r}")
             i, j = key
             if not (-n <= i < n and -n <= j < n):
-                raise IndexError(f"block position {key} is outside the {n} x {n} grid")
+                raise InvalidIndex(f"block position {key} is outside the {n} x {n} grid")
             items.append(((i % n, j % n), blk))
     elif isinstance(blocks, Sequence) and not isinstance(blocks, (str, bytes)):
         if len(blocks) != n:
-            raise ValueError(f"blocks must be an {n} x {n} grid (one row per slot), got {len(blocks)} rows")
+            raise InvalidValue(f"blocks must be an {n} x {n} grid (one row per slot), got {len(blocks)} rows")
         for i, row in enumerate(blocks):
             if not isinstance(row, Sequence) or isinstance(row, (str, bytes)) or len(row) != n:
                 got = len(row) if isinstance(row, Sequence) else type(row).__name__
-                raise ValueError(f"blocks row {i} must hold {n} entries (one per slot), got {got}")
+                raise InvalidValue(f"blocks row {i} must hold {n} entries (one per slot), got {got}")
             for j, blk in enumerate(row):
                 items.append(((i, j), blk))
     else:
-        raise TypeError(f"blocks must be an n x n nested list or a dict {{(i, j): block}}, got {type(blocks).__name__}")
+        raise InvalidType(f"blocks must be an n x n nested list or a dict {{(i, j): block}}, got {type(blocks).__name__}")
     grid: dict[tuple[int, int], nn.Module] = {}
     shared_identity = None
     for (i, j), blk in items:
@@ -68,13 +69,13 @@ def normalize_grid(blocks, n: int) -> dict[tuple[int, int], nn.Module]:
             continue
         if isinstance(blk, str):
             if blk.lower() != "identity":
-                raise ValueError(f"block F[{i}][{j}]: unknown block name {blk!r}. Select from 'identity', or pass a module")
+                raise InvalidValue(f"block F[{i}][{j}]: unknown block name {blk!r}. Select from 'identity', or pass a module")
             shared_identity = shared_identity or Identity()
             blk = shared_identity
         if not isinstance(blk, nn.Module):
-            raise TypeError(f"block F[{i}][{j}] must be None, 'identity' or an nn.Module, got {type(blk).__name__}")
+            raise InvalidType(f"block F[{i}][{j}] must be None, 'identity' or an nn.Module, got {type(blk).__name__}")
         if (i, j) in grid:
-            raise ValueError(f"block F[{i}][{j}] is given twice")
+            raise InvalidValue(f"block F[{i}][{j}] is given twice")
         grid[(i, j)] = blk
     return grid
 
@@ -83,7 +84,7 @@ def check_block_fits(sizes: Sequence[int], i: int, j: int, blk: nn.Module) -> No
     si, sj = sizes[i], sizes[j]
     kind = block_kind(blk)
     if kind == "identity" and si != sj:
-        raise ValueError(f"block F[{i}][{j}] is an identity, but slot {j} has size {sj} and slot {i} has size {si}")
+        raise InvalidValue(f"block F[{i}][{j}] is an identity, but slot {j} has size {sj} and slot {i} has size {si}")
     if kind == "linear":
         fin, fout = blk.in_features, blk.out_features
     elif kind == "module":
@@ -91,9 +92,9 @@ def check_block_fits(sizes: Sequence[int], i: int, j: int, blk: nn.Module) -> No
     else:
         return
     if fin is not None and fin != sj:
-        raise ValueError(f"block F[{i}][{j}] takes {fin} input features, but slot {j} has size {sj}")
+        raise InvalidValue(f"block F[{i}][{j}] takes {fin} input features, but slot {j} has size {sj}")
     if fout is not None and fout != si:
-        raise ValueError(f"block F[{i}][{j}] gives {fout} output features, but slot {i} has size {si}")
+        raise InvalidValue(f"block F[{i}][{j}] gives {fout} output features, but slot {i} has size {si}")
 
 
 def check_slot_list(name: str, slots, n: int) -> tuple[int, ...]:
@@ -102,20 +103,20 @@ def check_slot_list(name: str, slots, n: int) -> tuple[int, ...]:
     out = []
     for s in slots:
         if isinstance(s, bool) or not isinstance(s, int):
-            raise TypeError(f"{name} must hold slot indices (ints), got {s!r}")
+            raise InvalidType(f"{name} must hold slot indices (ints), got {s!r}")
         if not -n <= s < n:
-            raise IndexError(f"{name}: slot {s} does not exist (the model has {n} slots)")
+            raise InvalidIndex(f"{name}: slot {s} does not exist (the model has {n} slots)")
         out.append(s % n)
     if len(set(out)) != len(out):
-        raise ValueError(f"{name} lists a slot twice: {list(slots)}")
+        raise InvalidValue(f"{name} lists a slot twice: {list(slots)}")
     return tuple(out)
 
 
 def check_steps(steps) -> int:
     if isinstance(steps, bool) or not isinstance(steps, int):
-        raise TypeError(f"steps must be a non-negative int, got {type(steps).__name__} {steps!r}")
+        raise InvalidType(f"steps must be a non-negative int, got {type(steps).__name__} {steps!r}")
     if steps < 0:
-        raise ValueError(f"steps must be a non-negative int, got {steps}")
+        raise InvalidValue(f"steps must be a non-negative int, got {steps}")
     return steps
 
 
@@ -124,13 +125,13 @@ def build_activations(sizes, activations, held, factory_kwargs) -> nn.ModuleList
     n = len(sizes)
     per_slot = isinstance(activations, Sequence) and not isinstance(activations, str)
     if per_slot and len(activations) != n:
-        raise ValueError(f"activations must be one spec or a list of {n} (one per slot), got {len(activations)}")
+        raise InvalidValue(f"activations must be one spec or a list of {n} (one per slot), got {len(activations)}")
     acts = []
     for i in range(n):
         spec = activations[i] if per_slot else activations
         if i in held:
             if per_slot and spec is not None and not (isinstance(spec, str) and spec.lower() in ("identity", "none", "linear")) and not (isinstance(spec, nn.Module) and is_identity(spec)):
-                raise ValueError(f"slot {i} has no incoming blocks (it is held), so its activation {spec!r} would never be applied")
+                raise InvalidValue(f"slot {i} has no incoming blocks (it is held), so its activation {spec!r} would never be applied")
             spec = None
         acts.append(make_activation(spec, sizes[i], slot=i, **factory_kwargs))
     return nn.ModuleList(acts)
@@ -143,26 +144,26 @@ def slot_biases(sizes, bias, held, factory_kwargs) -> tuple[dict[int, Tensor], s
         per = [bias and i not in held for i in range(n)]
     elif isinstance(bias, Sequence) and not isinstance(bias, str):
         if len(bias) != n:
-            raise ValueError(f"bias must be a bool or a list of {n} entries (one per slot), got {len(bias)}")
+            raise InvalidValue(f"bias must be a bool or a list of {n} entries (one per slot), got {len(bias)}")
         per = list(bias)
     else:
-        raise TypeError(f"bias must be a bool or a per-slot list, got {type(bias).__name__}")
+        raise InvalidType(f"bias must be a bool or a per-slot list, got {type(bias).__name__}")
     given: dict[int, Tensor] = {}
     fresh: set[int] = set()
     for i, b in enumerate(per):
         if b is None or b is False:
             continue
         if i in held:
-            raise ValueError(f"slot {i} has no incoming blocks (it is held), so it cannot have a bias")
+            raise InvalidValue(f"slot {i} has no incoming blocks (it is held), so it cannot have a bias")
         if b is True:
             given[i] = torch.empty(sizes[i], **factory_kwargs)
             fresh.add(i)
         elif isinstance(b, Tensor):
             if tuple(b.shape) != (sizes[i],):
-                raise ValueError(f"bias of slot {i} must have shape ({sizes[i]},), got {tuple(b.shape)}")
+                raise InvalidValue(f"bias of slot {i} must have shape ({sizes[i]},), got {tuple(b.shape)}")
             given[i] = b
         else:
-            raise TypeError(f"bias of slot {i} must be a bool, a tensor or None, got {type(b).__name__}")
+            raise InvalidType(f"bias of slot {i} must be a bool, a tensor or None, got {type(b).__name__}")
     return given, fresh
 
 

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .errors import InvalidInput, InvalidType, InvalidValue
 from .blocks import ContextModule
 
 __all__ = ["AttentionCore"]
@@ -18,23 +19,23 @@ __all__ = ["AttentionCore"]
 def _check_heads(d_model, nhead, what: str) -> None:
     for name, v in (("d_model", d_model), ("nhead", nhead)):
         if isinstance(v, bool) or not isinstance(v, int):
-            raise TypeError(f"{what}: {name} must be a positive int, got {type(v).__name__} {v!r}")
+            raise InvalidType(f"{what}: {name} must be a positive int, got {type(v).__name__} {v!r}")
         if v <= 0:
-            raise ValueError(f"{what}: {name} must be a positive int, got {v}")
+            raise InvalidValue(f"{what}: {name} must be a positive int, got {v}")
     if d_model % nhead != 0:
-        raise ValueError(f"{what}: d_model ({d_model}) must be divisible by nhead ({nhead})")
+        raise InvalidValue(f"{what}: d_model ({d_model}) must be divisible by nhead ({nhead})")
 
 
 def _additive_mask(mask, name: str, dtype: torch.dtype) -> Tensor:
     """A float mask added to the scores: bool True (= not allowed) -> -inf, float as is."""
     if not isinstance(mask, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor (bool or floating point), got {type(mask).__name__}")
+        raise InvalidType(f"{name} must be a torch.Tensor (bool or floating point), got {type(mask).__name__}")
     if mask.dtype == torch.bool:
         # nn.Transformer convention: True = NOT allowed (SDPA's bool convention is the opposite).
         return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(mask, float("-inf"))
     if mask.is_floating_point():
         return mask.to(dtype)
-    raise TypeError(f"{name} must have dtype torch.bool or a floating-point dtype, got {mask.dtype}")
+    raise InvalidType(f"{name} must have dtype torch.bool or a floating-point dtype, got {mask.dtype}")
 
 
 class AttentionCore(ContextModule):
@@ -82,12 +83,12 @@ class AttentionCore(ContextModule):
         **context,
     ) -> Tensor:
         if x.dim() < 2 or x.shape[-1] != self.in_features:
-            raise RuntimeError(
+            raise InvalidInput(
                 f"AttentionCore expects input of shape (*batch, T, {self.in_features}) "
                 f"(q, k, v of d_model={self.d_model} concatenated), got {tuple(x.shape)}"
             )
         if src_mask is not None and mask is not None:
-            raise ValueError("AttentionCore: give the attention mask as src_mask or as mask, not both")
+            raise InvalidValue("AttentionCore: give the attention mask as src_mask or as mask, not both")
         attn_mask = src_mask if src_mask is not None else mask
         batch, T = x.shape[:-2], x.shape[-2]
         B = math.prod(batch)
@@ -103,7 +104,7 @@ class AttentionCore(ContextModule):
             elif bias.shape == (B * h, T, T):
                 bias = bias.view(B, h, T, T)
             else:
-                raise RuntimeError(
+                raise InvalidInput(
                     f"src_mask must have shape ({T}, {T}) or (batch * nhead, T, T) = ({B * h}, {T}, {T}), "
                     f"got {tuple(attn_mask.shape)}"
                 )
@@ -111,7 +112,7 @@ class AttentionCore(ContextModule):
         if src_key_padding_mask is not None:
             kpm = _additive_mask(src_key_padding_mask, "src_key_padding_mask", x.dtype)
             if kpm.shape != x.shape[:-1]:
-                raise RuntimeError(
+                raise InvalidInput(
                     f"src_key_padding_mask must have shape (*batch, T) = {tuple(x.shape[:-1])}, "
                     f"got {tuple(src_key_padding_mask.shape)}"
                 )

@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .errors import InvalidType, InvalidValue
+
 __all__ = ["Identity", "LinearLike", "LinearBlock", "ContextModule", "block_kind"]
 
 
@@ -40,9 +42,9 @@ class ContextModule(nn.Module):
 
 def _check_matrix(name: str, value, shape: tuple[int, int], what: str) -> Tensor:
     if not isinstance(value, Tensor):
-        raise TypeError(f"{what}: {name} must be a torch.Tensor of shape {shape}, got {type(value).__name__}")
+        raise InvalidType(f"{what}: {name} must be a torch.Tensor of shape {shape}, got {type(value).__name__}")
     if tuple(value.shape) != shape:
-        raise ValueError(f"{what}: {name} must have shape {shape} (out_features, in_features), got {tuple(value.shape)}")
+        raise InvalidValue(f"{what}: {name} must have shape {shape} (out_features, in_features), got {tuple(value.shape)}")
     return value
 
 
@@ -108,7 +110,7 @@ class LinearBlock(LinearLike):
         object.__setattr__(self, "_store", None)
         for name, v in (("in_features", in_features), ("out_features", out_features)):
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                raise ValueError(f"LinearBlock: {name} must be a positive int, got {v!r}")
+                raise InvalidValue(f"LinearBlock: {name} must be a positive int, got {v!r}")
         self.in_features = in_features
         self.out_features = out_features
         shape = (out_features, in_features)
@@ -117,7 +119,7 @@ class LinearBlock(LinearLike):
         self.register_buffer("mask", mask)
         self.register_buffer("frozen", None if frozen is None else frozen.to(self.weight.dtype))
         if not isinstance(bias, bool):
-            raise TypeError(f"LinearBlock: bias must be a bool, got {type(bias).__name__} {bias!r}")
+            raise InvalidType(f"LinearBlock: bias must be a bool, got {type(bias).__name__} {bias!r}")
         self.register_parameter("bias", nn.Parameter(torch.empty(out_features, **factory_kwargs)) if bias else None)
         self.reset_parameters()
 
@@ -128,12 +130,12 @@ class LinearBlock(LinearLike):
         if mask is not None:
             _check_matrix("mask", mask, shape, what)
             if mask.dtype != torch.bool:
-                raise TypeError(f"{what}: mask must have dtype torch.bool, got {mask.dtype}")
+                raise InvalidType(f"{what}: mask must have dtype torch.bool, got {mask.dtype}")
             mask = mask.to(device=device).clone()  # own copy: later edits to the caller's tensor can't leak in
         if frozen is not None:
             _check_matrix("frozen", frozen, shape, what)
             if not frozen.is_floating_point():
-                raise TypeError(f"{what}: frozen must be a floating tensor, got {frozen.dtype}")
+                raise InvalidType(f"{what}: frozen must be a floating tensor, got {frozen.dtype}")
             frozen = frozen.to(**{k: v for k, v in (("device", device), ("dtype", dtype)) if v is not None}).clone()
             if not bool((frozen != 0).any()):
                 frozen = None  # an all-zero offset adds nothing: store nothing

@@ -20,6 +20,7 @@ import ast
 import sys
 from pathlib import Path
 
+from .errors import InvalidValue
 from .core import core_of
 from .models.registry import list_models
 from .report import show_text  # noqa: F401 - seq2d.cli.show_text, as before
@@ -37,7 +38,7 @@ def _parse_kv(items: list[str]) -> dict:
     out = {}
     for item in items:
         if "=" not in item:
-            raise ValueError(f"expected key=value, got {item!r}")
+            raise InvalidValue(f"expected key=value, got {item!r}")
         k, v = item.split("=", 1)
         try:
             val = ast.literal_eval(v)
@@ -124,7 +125,7 @@ def _stability_model(text: str, kwargs: list[str]):
             model = build_model(cfg)
             model.load_state_dict(ckpt["model"])
         except (CheckpointError, RuntimeError) as e:
-            raise ValueError(f"cannot load the model of checkpoint {str(p)!r}: {e}") from e
+            raise InvalidValue(f"cannot load the model of checkpoint {str(p)!r}: {e}") from e
         return model, f"checkpoint {p} (model {cfg.model!r}, epoch {ckpt['epoch']}, step {ckpt['step']})"
     return _resolve(text, kwargs), text
 
@@ -135,11 +136,11 @@ def _cmd_stability(args) -> int:
     from .report import stability_lines
 
     if not args.eps > 0:
-        raise ValueError(f"--eps must be positive, got {args.eps}")
+        raise InvalidValue(f"--eps must be positive, got {args.eps}")
     if not args.input_bound > 0:
-        raise ValueError(f"--input-bound must be positive, got {args.input_bound}")
+        raise InvalidValue(f"--input-bound must be positive, got {args.input_bound}")
     if args.data_steps < 1 or args.batch < 1:
-        raise ValueError(f"--data-steps and --batch must be positive, got {args.data_steps} and {args.batch}")
+        raise InvalidValue(f"--data-steps and --batch must be positive, got {args.data_steps} and {args.batch}")
     with torch.random.fork_rng(devices=[]):  # a preset's random initial weights: the same on every call
         torch.manual_seed(args.seed)
         model, what = _stability_model(args.model, args.kwargs)
@@ -249,7 +250,7 @@ def _cmd_mnist(args) -> int:
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     bad = [m for m in models if m not in MODELS]
     if bad:
-        raise ValueError(f"unknown model(s) {bad}. Select from " + ", ".join(repr(m) for m in MODELS))
+        raise InvalidValue(f"unknown model(s) {bad}. Select from " + ", ".join(repr(m) for m in MODELS))
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else ([0, 1, 2, 3, 4] if args.full else [0])
     base = load_config(proto)
     print(threads_line(base.num_threads))
@@ -267,7 +268,7 @@ def _cmd_train(args) -> int:
 
     if args.config_file:
         if args.config and args.config != args.config_file:
-            raise ValueError(f"two config files given: {args.config_file!r} and --config {args.config!r}")
+            raise InvalidValue(f"two config files given: {args.config_file!r} and --config {args.config!r}")
         args.config = args.config_file
     cfg = config_from_args(args, base=_TRAIN_DEFAULTS)
     summary = run(cfg, resume=args.resume, overwrite=args.overwrite)

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 import torch
 from torch import Tensor, nn
 
+from .errors import InvalidType, InvalidValue
 from .activations import activation_name
 from .arguments import (build_activations, check_block_fits, check_sizes, check_slot_list, check_steps, depth_and_levels,
                         normalize_grid, slot_biases)
@@ -37,7 +38,7 @@ def core_of(model, what: str = "expected") -> "Sequential2D":
     core = getattr(model, "core", None)
     if isinstance(core, Sequential2D):
         return core
-    raise TypeError(f"{what} a Sequential2D (or a model with a .core Sequential2D), got {type(model).__name__}")
+    raise InvalidType(f"{what} a Sequential2D (or a model with a .core Sequential2D), got {type(model).__name__}")
 
 
 
@@ -150,7 +151,7 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         given, self._fresh_bias = slot_biases(self.sizes, bias, held, factory_kwargs)
         self.slot_bias = SlotBias(self.sizes, given, self._fresh_bias, **factory_kwargs)
         if not isinstance(backend, str) or backend not in STORES:
-            raise ValueError(f"Unknown backend {backend!r}. Select from " + ", ".join(repr(k) for k in STORES))
+            raise InvalidValue(f"Unknown backend {backend!r}. Select from " + ", ".join(repr(k) for k in STORES))
         self._backend = backend
         self.depth = self._compute_depth()
         # static row sets a call iterates over (computed once, not per call)
@@ -179,7 +180,7 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
     @backend.setter
     def backend(self, name: str) -> None:
         if not isinstance(name, str) or name not in STORES:
-            raise ValueError(f"Unknown backend {name!r}. Select from " + ", ".join(repr(k) for k in STORES))
+            raise InvalidValue(f"Unknown backend {name!r}. Select from " + ", ".join(repr(k) for k in STORES))
         self._backend = name
         if isinstance(self.store, DenseStore):
             self.store.mode = "loop" if name == "loop" else "dense"
@@ -202,16 +203,16 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         if tiled:
             engines = {id(b.engine): b.engine for _, _, b in tiled}
             if len(engines) != 1:
-                raise ValueError(f"all tiled blocks of one Sequential2D must share one engine, got {len(engines)}")
+                raise InvalidValue(f"all tiled blocks of one Sequential2D must share one engine, got {len(engines)}")
             eng = next(iter(engines.values()))
             if tuple(eng.sizes) != self.sizes:
-                raise ValueError(f"the block-sparse engine was built for sizes {list(eng.sizes)}, not {list(self.sizes)}")
+                raise InvalidValue(f"the block-sparse engine was built for sizes {list(eng.sizes)}, not {list(self.sizes)}")
             dense = [(i, j) for i, j, b in linear if isinstance(b, LinearBlock)]
             if dense:
-                raise ValueError(f"blocks {dense} are dense LinearBlocks in a model whose linear part is block-sparse; "
+                raise InvalidValue(f"blocks {dense} are dense LinearBlocks in a model whose linear part is block-sparse; "
                                  "convert the whole model with to_blocksparse()")
             if {(i, j) for i, j, _ in eng.placements} != {(i, j) for i, j, _ in tiled}:
-                raise ValueError("the grid's tiled blocks do not match the engine's placements")
+                raise InvalidValue("the grid's tiled blocks do not match the engine's placements")
             return TiledStore(eng, self._levels)
         mode = "loop" if self.backend == "loop" else "dense"
         store = DenseStore(self.sizes, linear, self._levels, mode=mode)
@@ -530,10 +531,10 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         from .sparse.linear import BlockSparseLinear
 
         if isinstance(self.store, TiledStore):
-            raise ValueError("this model is already block-sparse")
+            raise InvalidValue("this model is already block-sparse")
         entries = [(i, j, blk) for i, j, _, blk in self.positions() if isinstance(blk, LinearBlock)]
         if not entries:
-            raise ValueError("this model has no linear blocks to convert")
+            raise InvalidValue("this model has no linear blocks to convert")
         eng, groups = BlockSparseLinear.from_blocks(self.sizes, entries, tile, backend=backend)
         views: dict[int, TiledBlock] = {}  # one view per group: tied positions stay one object
         for (i, j, blk), g in zip(entries, groups):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import networkx as nx
 
+from .errors import InvalidValue
 from .activations import activation_name
 from .core import Sequential2D, core_of
 
@@ -150,7 +151,7 @@ def memory(model) -> int | None:
 def influence(model, k: int) -> set[int]:
     """Slots with a walk of at most ``k`` blocks to an output (outputs included)."""
     if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-        raise ValueError(f"k must be a non-negative int, got {k!r}")
+        raise InvalidValue(f"k must be a non-negative int, got {k!r}")
     g = _graph(model)
     outputs = list(core_of(model).outputs) if not isinstance(model, nx.DiGraph) else \
         [n for n, d in g.nodes(data=True) if d["role"] == "output"]

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .errors import InvalidInput, InvalidType, InvalidValue
 from .models.recurrent import rnn as _seq2d_rnn
 from .core import Sequential2D
 from .data.wikitext import get_batch
@@ -32,7 +33,7 @@ CELLS = ("tanh", "lstm")
 
 def _check_pos_int(name: str, v) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-        raise ValueError(f"RNNLM: {name} must be a positive int, got {v!r}")
+        raise InvalidValue(f"RNNLM: {name} must be a positive int, got {v!r}")
     return v
 
 
@@ -86,11 +87,11 @@ class RNNLM(nn.Module):
         for name, v in (("vocab", vocab), ("emb", emb), ("hidden", hidden), ("layers", layers)):
             _check_pos_int(name, v)
         if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
-            raise ValueError(f"RNNLM: dropout must be a probability in [0, 1), got {dropout!r}")
+            raise InvalidValue(f"RNNLM: dropout must be a probability in [0, 1), got {dropout!r}")
         if cell not in CELLS:
-            raise ValueError(f"Unknown cell {cell!r}. Select from 'tanh' or 'lstm'.")
+            raise InvalidValue(f"Unknown cell {cell!r}. Select from 'tanh' or 'lstm'.")
         if tie_weights and emb != hidden:
-            raise ValueError(f"RNNLM: tie_weights needs emb == hidden, got emb={emb}, hidden={hidden}")
+            raise InvalidValue(f"RNNLM: tie_weights needs emb == hidden, got emb={emb}, hidden={hidden}")
         self.vocab, self.emb, self.hidden, self.layers = vocab, emb, hidden, layers
         self.dropout, self.cell, self.tie_weights = float(dropout), cell, bool(tie_weights)
         self.encoder = nn.Embedding(vocab, emb, **factory_kwargs)
@@ -129,7 +130,7 @@ class RNNLM(nn.Module):
 
     def forward(self, tokens: Tensor, hidden=None):
         if not isinstance(tokens, Tensor) or tokens.dim() != 2:
-            raise RuntimeError(f"RNNLM: expected tokens of shape (T, B), got {getattr(tokens, 'shape', type(tokens))}")
+            raise InvalidInput(f"RNNLM: expected tokens of shape (T, B), got {getattr(tokens, 'shape', type(tokens))}")
         return self.forward_embedded(self.drop(self.encoder(tokens)), hidden)
 
     # ------------------------------------------------------------------ recurrent weights
@@ -137,7 +138,7 @@ class RNNLM(nn.Module):
         """Per layer ``(W_ih, W_hh, bias)`` of the tanh RNN (the live parameters; the bias is
         the one slot bias, ``b_ih + b_hh`` of ``nn.RNN``)."""
         if self.cell != "tanh":
-            raise TypeError("recurrent_layers() is for cell='tanh'; read the nn.LSTM's weight_*_l* directly")
+            raise InvalidType("recurrent_layers() is for cell='tanh'; read the nn.LSTM's weight_*_l* directly")
         out = []
         for l in range(1, self.layers + 1):
             wih, whh = self.rnn.layer_blocks(l)
@@ -187,7 +188,7 @@ class TruncatedLM(nn.Module):
     def __init__(self, lm: RNNLM, k: int) -> None:
         super().__init__()
         if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
-            raise ValueError(f"TruncatedLM: k must be a positive int, got {k!r}")
+            raise InvalidValue(f"TruncatedLM: k must be a positive int, got {k!r}")
         self.k = k
         self.cell = lm.cell
         self.encoder = copy.deepcopy(lm.encoder)
@@ -229,11 +230,11 @@ class TruncatedLM(nn.Module):
 
     def forward(self, tokens: Tensor, context: Tensor | None = None) -> Tensor:
         if not isinstance(tokens, Tensor) or tokens.dim() != 2:
-            raise RuntimeError(f"TruncatedLM: expected tokens of shape (T, B), got {getattr(tokens, 'shape', type(tokens))}")
+            raise InvalidInput(f"TruncatedLM: expected tokens of shape (T, B), got {getattr(tokens, 'shape', type(tokens))}")
         c = 0
         if context is not None and context.numel():
             if context.dim() != 2 or context.shape[1] != tokens.shape[1]:
-                raise RuntimeError(f"TruncatedLM: context must be (c, {tokens.shape[1]}), got {tuple(context.shape)}")
+                raise InvalidInput(f"TruncatedLM: context must be (c, {tokens.shape[1]}), got {tuple(context.shape)}")
             context = context[-(self.k - 1):] if self.k > 1 else context[:0]
             c = context.shape[0]
             tokens = torch.cat([context, tokens], dim=0)
@@ -285,10 +286,10 @@ def grad_norm_vs_distance(model: RNNLM, data: Tensor, max_distance: int = 50, n_
     cross-entropy of the prediction made at ``t + i``. Each sequence starts from a zero state
     ``burn_in`` tokens before ``t``. Eval mode (no dropout)."""
     if max_distance < 0 or n_seqs <= 0 or burn_in < 0:
-        raise ValueError(f"need max_distance >= 0, n_seqs > 0, burn_in >= 0, got {max_distance}, {n_seqs}, {burn_in}")
+        raise InvalidValue(f"need max_distance >= 0, n_seqs > 0, burn_in >= 0, got {max_distance}, {n_seqs}, {burn_in}")
     length = burn_in + max_distance + 2  # inputs burn_in + max_distance + 1, targets shifted by one
     if data.numel() < length:
-        raise ValueError(f"grad_norm_vs_distance: {data.numel()} tokens are fewer than the {length} one sequence needs")
+        raise InvalidValue(f"grad_norm_vs_distance: {data.numel()} tokens are fewer than the {length} one sequence needs")
     was = model.training
     model.eval()
     starts = torch.linspace(0, data.numel() - length, n_seqs).long().tolist()

@@ -39,6 +39,8 @@ from collections.abc import Callable, Mapping
 import torch
 from torch import Tensor, nn
 
+from .errors import InvalidType, InvalidValue
+
 __all__ = [
     "GATES",
     "PAPER_GATE_BOUNDS",
@@ -60,9 +62,9 @@ def _lstms(obj) -> list[nn.LSTM]:
     elif isinstance(obj, nn.Module):
         found = [m for m in obj.modules() if isinstance(m, nn.LSTM)]
         if not found:
-            raise TypeError(f"expected an nn.LSTM or a module containing one, got {type(obj).__name__} with no nn.LSTM inside")
+            raise InvalidType(f"expected an nn.LSTM or a module containing one, got {type(obj).__name__} with no nn.LSTM inside")
     else:
-        raise TypeError(f"expected an nn.LSTM or a module containing one, got {type(obj).__name__}")
+        raise InvalidType(f"expected an nn.LSTM or a module containing one, got {type(obj).__name__}")
     for m in found:
         _check_lstm(m)
     return found
@@ -70,10 +72,10 @@ def _lstms(obj) -> list[nn.LSTM]:
 
 def _check_lstm(lstm: nn.LSTM) -> None:
     if getattr(lstm, "proj_size", 0):
-        raise ValueError(f"LSTMs with proj_size={lstm.proj_size} are not supported (h is then W_hr o tanh(c); "
+        raise InvalidValue(f"LSTMs with proj_size={lstm.proj_size} are not supported (h is then W_hr o tanh(c); "
                          "the bound below assumes h = o * tanh(c))")
     if lstm.bidirectional:
-        raise ValueError("bidirectional LSTMs are not supported: the state map runs forward in time")
+        raise InvalidValue("bidirectional LSTMs are not supported: the state map runs forward in time")
 
 
 def _gate(t: Tensor, k: str, H: int) -> Tensor:
@@ -109,7 +111,7 @@ def _check_bound(name: str, v, *, allow_none: bool = True, allow_negative: bool 
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or (v < 0 and not allow_negative):
         kind = "a finite number" if allow_negative else "a finite number >= 0"
-        raise ValueError(f"{name} must be {kind}{' or None' if allow_none else ''}, got {v!r}")
+        raise InvalidValue(f"{name} must be {kind}{' or None' if allow_none else ''}, got {v!r}")
     return float(v)
 
 
@@ -161,19 +163,19 @@ class LSTMProjection:
     ) -> None:
         self.lstms = _lstms(lstm_or_model)
         if norm != "inf":
-            raise ValueError(f"Unknown norm {norm!r}. Select from 'inf' (row l1 norms of torch's gate blocks: the "
+            raise InvalidValue(f"Unknown norm {norm!r}. Select from 'inf' (row l1 norms of torch's gate blocks: the "
                              "operator norm an l-infinity contraction bound needs)")
         self.norm = norm
         bounds = dict(PAPER_GATE_BOUNDS if gate_bounds is None else gate_bounds)
         for k in bounds:
             if k not in GATES:
-                raise ValueError(f"Unknown gate {k!r} in gate_bounds. Select from {', '.join(map(repr, GATES))}")
+                raise InvalidValue(f"Unknown gate {k!r} in gate_bounds. Select from {', '.join(map(repr, GATES))}")
         self.gate_bounds = {k: _check_bound(f"gate_bounds[{k!r}]", bounds.get(k)) for k in GATES}
         self.forget_input_bound = _check_bound("forget_input_bound", forget_input_bound)
         self.forget_bias_bound = _check_bound("forget_bias_bound", forget_bias_bound, allow_negative=True)
         self.embedding_clip = _check_bound("embedding_clip", embedding_clip)
         if embedding is not None and not isinstance(embedding, (nn.Embedding, Tensor)):
-            raise TypeError(f"embedding must be an nn.Embedding or a tensor, got {type(embedding).__name__}")
+            raise InvalidType(f"embedding must be an nn.Embedding or a tensor, got {type(embedding).__name__}")
         self.embedding = embedding
 
     # ------------------------------------------------------------------ projection
@@ -285,7 +287,7 @@ def lstm_state_map(lstm: nn.LSTM, layer: int = 0) -> Callable[[Tensor, Tensor, T
     leading dims, eval semantics), using the module's current weights (torch's equations)."""
     _check_lstm(lstm)
     if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < lstm.num_layers:
-        raise ValueError(f"layer must be an int in [0, {lstm.num_layers}), got {layer!r}")
+        raise InvalidValue(f"layer must be an int in [0, {lstm.num_layers}), got {layer!r}")
     H = lstm.hidden_size
 
     def step(c: Tensor, h: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:

@@ -17,6 +17,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from .errors import InvalidValue
 from .train.config import TrainConfig, load_config
 
 __all__ = ["MODELS", "PROTOCOLS", "configs_for", "compare", "summarize", "difference", "format_table",
@@ -62,7 +63,7 @@ def configs_for(base: TrainConfig | Mapping | str | None, models: Sequence[str],
     out = {}
     for name in models:
         if name not in MODELS:
-            raise ValueError(f"Unknown model {name!r}. Select from " + ", ".join(repr(m) for m in MODELS))
+            raise InvalidValue(f"Unknown model {name!r}. Select from " + ", ".join(repr(m) for m in MODELS))
         out[name] = dataclasses.replace(base_cfg, **MODELS[name], **(overrides or {}))
     return out
 

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .errors import InvalidInput, InvalidType
 from .blocks import ContextModule, block_kind
 from .engines import DenseStore
 from .flat import elementwise_key
@@ -57,7 +58,7 @@ def components(model) -> list[tuple[int, ...]]:
     each sorted, in topological order (after all they read)."""
 
     if not isinstance(model, SequenceMode):
-        raise TypeError(f"expected a Sequential2D, got {type(model).__name__}")
+        raise InvalidType(f"expected a Sequential2D, got {type(model).__name__}")
     rows = model._rows
     succ: dict[int, list[int]] = {v: [] for v in sorted(rows)}
     for i in succ:
@@ -453,9 +454,9 @@ class SequenceMode:
                         ys[s - d[o]][o] = x[o]
         """
         if not isinstance(xs, Tensor):
-            raise TypeError(f"xs must be a tensor of shape (T, *batch, {self.in_features}), got {type(xs).__name__}")
+            raise InvalidType(f"xs must be a tensor of shape (T, *batch, {self.in_features}), got {type(xs).__name__}")
         if xs.dim() < 2 or xs.shape[-1] != self.in_features:
-            raise RuntimeError(f"xs must have shape (T, *batch, {self.in_features}), got {tuple(xs.shape)}")
+            raise InvalidInput(f"xs must have shape (T, *batch, {self.in_features}), got {tuple(xs.shape)}")
         T = xs.shape[0]
         if state is None:
             state = [None] * self.n

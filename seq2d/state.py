@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from .errors import InvalidInput, InvalidType, InvalidValue
 from .arguments import check_steps
 from .flat import Segments
 
@@ -29,41 +30,41 @@ class StateIO:
     def check_state(self, state) -> State:
         """Validate a state list and return it as a list (typed errors name the slot)."""
         if isinstance(state, Tensor) or not isinstance(state, Sequence) or isinstance(state, (str, bytes)):
-            raise TypeError(f"state must be a list of {self.n} tensors (or None), got {type(state).__name__}")
+            raise InvalidType(f"state must be a list of {self.n} tensors (or None), got {type(state).__name__}")
         if len(state) != self.n:
-            raise ValueError(f"state must have {self.n} slots (sizes {list(self.sizes)}), got {len(state)}")
+            raise InvalidValue(f"state must have {self.n} slots (sizes {list(self.sizes)}), got {len(state)}")
         batch = dtype = device = None
         first = None
         for i, x in enumerate(state):
             if x is None:
                 continue
             if not isinstance(x, Tensor):
-                raise TypeError(f"slot {i} of the state must be a tensor or None, got {type(x).__name__}")
+                raise InvalidType(f"slot {i} of the state must be a tensor or None, got {type(x).__name__}")
             if x.dim() == 0 or x.shape[-1] != self.sizes[i]:
-                raise RuntimeError(f"slot {i} expects shape (*batch, {self.sizes[i]}), got {tuple(x.shape)}")
+                raise InvalidInput(f"slot {i} expects shape (*batch, {self.sizes[i]}), got {tuple(x.shape)}")
             if first is None:
                 first, batch, dtype, device = i, x.shape[:-1], x.dtype, x.device
                 continue
             if x.shape[:-1] != batch:
-                raise RuntimeError(
+                raise InvalidInput(
                     f"slot {i} has batch dims {tuple(x.shape[:-1])} but slot {first} has {tuple(batch)}; all slots must share them"
                 )
             if x.dtype != dtype:
-                raise TypeError(f"slot {i} has dtype {x.dtype} but slot {first} has {dtype}; all slots must share one dtype")
+                raise InvalidType(f"slot {i} has dtype {x.dtype} but slot {first} has {dtype}; all slots must share one dtype")
             if x.device != device:
-                raise RuntimeError(f"slot {i} is on {x.device} but slot {first} is on {device}; all slots must be on one device")
+                raise InvalidInput(f"slot {i} is on {x.device} but slot {first} is on {device}; all slots must be on one device")
         ref = self._param_ref()
         if first is not None and ref is not None:
             if dtype != ref.dtype:
-                raise TypeError(f"the state has dtype {dtype} but the model's parameters are {ref.dtype}; convert one with .to()")
+                raise InvalidType(f"the state has dtype {dtype} but the model's parameters are {ref.dtype}; convert one with .to()")
             if device != ref.device:
-                raise RuntimeError(f"the state is on {device} but the model's parameters are on {ref.device}; move one with .to()")
+                raise InvalidInput(f"the state is on {device} but the model's parameters are on {ref.device}; move one with .to()")
         return list(state)
 
     def _resolve_steps(self, steps) -> int:
         if steps is None:
             if self.steps is None:
-                raise ValueError("steps is not set: this model has a cycle, so give steps= to the constructor or to forward")
+                raise InvalidValue("steps is not set: this model has a cycle, so give steps= to the constructor or to forward")
             return self.steps
         return check_steps(steps)
 
@@ -71,7 +72,7 @@ class StateIO:
         for x in state:
             if x is not None:
                 return x
-        raise ValueError("every slot of the state is None: give at least one slot so the batch shape is known")
+        raise InvalidValue("every slot of the state is None: give at least one slot so the batch shape is known")
 
     def to_flat(self, state: State) -> tuple[Tensor, frozenset]:
         """``(flat, present)``: the state list as one ``(*batch, flat_size)`` tensor (``None``
@@ -132,20 +133,20 @@ class StateIO:
 
     def _check_flat(self, x) -> Tensor:
         if not isinstance(x, Tensor):
-            raise TypeError(f"the flat state must be a tensor of shape (*batch, {self.flat_size}), got {type(x).__name__}")
+            raise InvalidType(f"the flat state must be a tensor of shape (*batch, {self.flat_size}), got {type(x).__name__}")
         if x.dim() == 0 or x.shape[-1] != self.flat_size:
-            raise RuntimeError(f"the flat state must have shape (*batch, {self.flat_size}) (slots at flat_offsets "
+            raise InvalidInput(f"the flat state must have shape (*batch, {self.flat_size}) (slots at flat_offsets "
                                f"{list(self.flat_offsets)}), got {tuple(x.shape)}")
         ref = self._param_ref()
         if ref is not None and (x.dtype != ref.dtype or x.device != ref.device):
-            raise TypeError(f"the flat state is {x.dtype} on {x.device} but the model's parameters are "
+            raise InvalidType(f"the flat state is {x.dtype} on {x.device} but the model's parameters are "
                             f"{ref.dtype} on {ref.device}; convert one with .to()")
         return x
 
     def split_inputs(self, x: Tensor) -> State:
         """A state with ``x`` (*batch, in_features) split over the input slots, others None."""
         if x.dim() == 0 or x.shape[-1] != self.in_features:
-            raise RuntimeError(
+            raise InvalidInput(
                 f"expected input of shape (*batch, {self.in_features}) (input slots {list(self.inputs)} "
                 f"of sizes {[self.sizes[i] for i in self.inputs]}), got {tuple(x.shape)}"
             )

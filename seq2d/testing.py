@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from .errors import InvalidType
 from .core import Sequential2D
 
 __all__ = ["autograd_nodes", "example_input", "grads_of", "view_grad"]
@@ -87,4 +88,4 @@ def example_input(model: nn.Module, batch: int = 3, steps: int = 5, dtype=None, 
     d_model = getattr(model, "d_model", None)
     if d_model is not None:  # transformer wrappers: (B, T, d)
         return (torch.randn(batch, steps, d_model, **kw),)
-    raise TypeError(f"example_input: no example input known for {type(model).__name__}")
+    raise InvalidType(f"example_input: no example input known for {type(model).__name__}")

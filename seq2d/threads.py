@@ -34,6 +34,8 @@ import os
 import time
 from collections.abc import Callable
 
+from .errors import InvalidType, InvalidValue
+
 __all__ = ["AUTO", "cpu_limit", "available_cores", "auto_threads", "resolve_threads", "threads_arg", "read_proc_stat",
            "LoadFollower", "follow_load_threads"]
 
@@ -112,7 +114,7 @@ def available_cores(sample_s: float = 0.2, *, include_self: bool = True,
     Without ``/proc/stat``: :func:`cpu_limit` (``os.cpu_count()`` where affinity is unknown).
     ``reader`` replaces :func:`read_proc_stat` (tests)."""
     if not isinstance(sample_s, (int, float)) or isinstance(sample_s, bool) or not sample_s >= 0:
-        raise ValueError(f"sample_s: expected a number of seconds >= 0, got {sample_s!r}")
+        raise InvalidValue(f"sample_s: expected a number of seconds >= 0, got {sample_s!r}")
     reader = reader or read_proc_stat
     limit = cpu_limit()
     cpus = _affinity()
@@ -210,7 +212,7 @@ def auto_threads(sample_s: float = 0.2, *, limit: int | None = None, share: int 
     measurement (default: :func:`available_cores` over ``sample_s``)."""
     for name, v in (("limit", limit), ("share", share)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-            raise ValueError(f"auto_threads: {name} must be a positive int, got {v!r}")
+            raise InvalidValue(f"auto_threads: {name} must be a positive int, got {v!r}")
     cap = cpu_limit() if limit is None else min(cpu_limit(), limit)
     if available is None:
         available = available_cores(sample_s, reader=reader)
@@ -226,10 +228,10 @@ def resolve_threads(value, *, sample_s: float = 0.2, limit: int | None = None, s
     if value is None:
         return None
     if isinstance(value, bool):
-        raise TypeError(f"num_threads: {expected}, got bool {value!r}")
+        raise InvalidType(f"num_threads: {expected}, got bool {value!r}")
     if isinstance(value, int):
         if value < 1:
-            raise ValueError(f"num_threads: {expected}, got {value}")
+            raise InvalidValue(f"num_threads: {expected}, got {value}")
         return value
     if isinstance(value, str):
         text = value.strip().lower()
@@ -237,8 +239,8 @@ def resolve_threads(value, *, sample_s: float = 0.2, limit: int | None = None, s
             return auto_threads(sample_s, limit=limit, share=share)
         if text.isdigit() and int(text) >= 1:
             return int(text)
-        raise ValueError(f"num_threads: {expected}, got the string {value!r}")
-    raise TypeError(f"num_threads: {expected}, got {type(value).__name__} {value!r}")
+        raise InvalidValue(f"num_threads: {expected}, got the string {value!r}")
+    raise InvalidType(f"num_threads: {expected}, got {type(value).__name__} {value!r}")
 
 
 def threads_arg(text: str) -> int | str:

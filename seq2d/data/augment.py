@@ -36,6 +36,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ..errors import InvalidType, InvalidValue
 from .mnist import BLACK
 
 __all__ = ["Augment", "BLACK", "erase", "erasing_params", "perspective", "perspective_coeffs", "perspective_params"]
@@ -230,13 +231,13 @@ class Augment:
     ):
         for name, v in (("erasing_p", erasing_p), ("perspective_p", perspective_p), ("perspective_scale", perspective_scale)):
             if not 0.0 <= v <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {v}")
+                raise InvalidValue(f"{name} must be in [0, 1], got {v}")
         lo, hi = erasing_scale
         if not 0.0 <= lo <= hi <= 1.0:
-            raise ValueError(f"erasing_scale must satisfy 0 <= lo <= hi <= 1, got {erasing_scale}")
+            raise InvalidValue(f"erasing_scale must satisfy 0 <= lo <= hi <= 1, got {erasing_scale}")
         rlo, rhi = erasing_ratio
         if not 0.0 < rlo <= rhi:
-            raise ValueError(f"erasing_ratio must satisfy 0 < lo <= hi, got {erasing_ratio}")
+            raise InvalidValue(f"erasing_ratio must satisfy 0 < lo <= hi, got {erasing_ratio}")
         self.erasing_p = float(erasing_p)
         self.perspective_p = float(perspective_p)
         self.perspective_scale = float(perspective_scale)
@@ -264,12 +265,12 @@ class Augment:
         if x.dim() == 2:
             side = math.isqrt(x.shape[1])
             if side * side != x.shape[1]:
-                raise ValueError(f"flattened input of width {x.shape[1]} is not a square image")
+                raise InvalidValue(f"flattened input of width {x.shape[1]} is not a square image")
             x = x.view(x.shape[0], 1, side, side) if x.is_contiguous() else x.reshape(x.shape[0], 1, side, side)
         elif x.dim() != 4:
-            raise ValueError(f"expected (B, C, H, W) or (B, H*W), got shape {tuple(shape)}")
+            raise InvalidValue(f"expected (B, C, H, W) or (B, H*W), got shape {tuple(shape)}")
         if not x.is_floating_point():
-            raise TypeError(f"expected a floating-point tensor, got {x.dtype}")
+            raise InvalidType(f"expected a floating-point tensor, got {x.dtype}")
         B, _, H, W = x.shape
         if self.perspective_p > 0:
             end, apply = perspective_params(

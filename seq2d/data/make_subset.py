@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from ..errors import InvalidValue
 from .mnist import SUBSET_FILE, SUBSET_FORMAT, MnistNotFoundError, _md5, data_root, find_mnist_files, read_idx
 
 
@@ -37,7 +38,7 @@ def balanced_indices(labels: torch.Tensor, n: int, generator: torch.Generator, n
         k = n // n_classes + (1 if c < n % n_classes else 0)
         idx = torch.nonzero(labels == c).flatten()
         if k > idx.numel():
-            raise ValueError(f"class {c} has only {idx.numel()} examples, {k} requested")
+            raise InvalidValue(f"class {c} has only {idx.numel()} examples, {k} requested")
         picks.append(idx[torch.randperm(idx.numel(), generator=generator)[:k]])
     return torch.cat(picks).sort().values
 

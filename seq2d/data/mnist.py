@@ -45,6 +45,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..errors import InvalidValue, Seq2DError
+
 __all__ = [
     "MEAN",
     "STD",
@@ -80,15 +82,15 @@ SUBSET_FORMAT = "seq2d-mnist-subset/1"
 _SPLITS = {"train": "train", "test": "t10k"}
 
 
-class DataRootError(ValueError):
+class DataRootError(Seq2DError, ValueError):
     """No usable data root (the given path is not a directory, or no home directory)."""
 
 
-class IdxError(ValueError):
+class IdxError(Seq2DError, ValueError):
     """An IDX file is malformed: bad magic number, truncated, trailing bytes, bad gzip."""
 
 
-class MnistNotFoundError(FileNotFoundError):
+class MnistNotFoundError(Seq2DError, FileNotFoundError):
     """The MNIST IDX files are not under ``root/MNIST/raw`` and downloading was not allowed."""
 
 
@@ -208,7 +210,7 @@ def find_mnist_files(root: str | os.PathLike, split: str) -> tuple[Path, Path] |
 
 def _check_split(split: str) -> None:
     if split not in _SPLITS:
-        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+        raise InvalidValue(f"split must be 'train' or 'test', got {split!r}")
 
 
 def _not_found(root: Path, split: str) -> MnistNotFoundError:
@@ -307,9 +309,9 @@ def preprocess(
     if images.dim() == 3:
         images = images.unsqueeze(1)
     if images.dim() != 4:
-        raise ValueError(f"expected images (N, H, W) or (N, 1, H, W), got shape {tuple(images.shape)}")
+        raise InvalidValue(f"expected images (N, H, W) or (N, 1, H, W), got shape {tuple(images.shape)}")
     if size < 1:
-        raise ValueError(f"size must be >= 1, got {size}")
+        raise InvalidValue(f"size must be >= 1, got {size}")
     dev = _device(device)
     work = torch.float64 if dtype == torch.float64 else torch.float32
     n, c, h, w = images.shape
@@ -361,7 +363,7 @@ def load_mnist(
     """
     _check_split(split)
     if limit is not None and limit < 0:
-        raise ValueError(f"limit must be >= 0, got {limit}")
+        raise InvalidValue(f"limit must be >= 0, got {limit}")
     root_path = data_root(root)
     load_raw(split, root_path, download=download)  # locate / download / validate (cached)
     X, y = _mnist_cached(str(root_path.resolve()), split, int(size), _device(device), dtype, bool(normalize), limit)
@@ -377,7 +379,7 @@ def _subset_raw() -> dict:
     with ref.open("rb") as f:
         blob = torch.load(f, weights_only=True, map_location="cpu")
     if blob.get("format") != SUBSET_FORMAT:
-        raise ValueError(f"{SUBSET_FILE}: unknown format {blob.get('format')!r}, expected {SUBSET_FORMAT!r}")
+        raise InvalidValue(f"{SUBSET_FILE}: unknown format {blob.get('format')!r}, expected {SUBSET_FORMAT!r}")
     return blob
 
 
@@ -424,7 +426,7 @@ def load_subset(
     """
     _check_split(split)
     if limit is not None and limit < 0:
-        raise ValueError(f"limit must be >= 0, got {limit}")
+        raise InvalidValue(f"limit must be >= 0, got {limit}")
     X, y = _subset_cached(split, int(size), _device(device), dtype, bool(normalize), limit)
     return _finish(X, y, flatten)
 
@@ -462,7 +464,7 @@ def get_data(
         train = load_mnist("train", root_path, download=download, **kw)
         test = load_mnist("test", root_path, download=download, **kw)
     else:
-        raise ValueError(f"source must be 'subset' or 'full', got {source!r}")
+        raise InvalidValue(f"source must be 'subset' or 'full', got {source!r}")
     return {
         "train": train,
         "test": test,
@@ -504,13 +506,13 @@ class Batches:
 
     def __post_init__(self):
         if self.X.shape[0] != self.y.shape[0]:
-            raise ValueError(f"X has {self.X.shape[0]} rows but y has {self.y.shape[0]}")
+            raise InvalidValue(f"X has {self.X.shape[0]} rows but y has {self.y.shape[0]}")
         if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+            raise InvalidValue(f"batch_size must be >= 1, got {self.batch_size}")
         if self.world_size < 1 or not 0 <= self.rank < self.world_size:
-            raise ValueError(f"need 0 <= rank < world_size, got rank={self.rank}, world_size={self.world_size}")
+            raise InvalidValue(f"need 0 <= rank < world_size, got rank={self.rank}, world_size={self.world_size}")
         if self.X.device != self.y.device:
-            raise ValueError(f"X is on {self.X.device} but y on {self.y.device}")
+            raise InvalidValue(f"X is on {self.X.device} but y on {self.y.device}")
 
     def __repr__(self) -> str:
         return (

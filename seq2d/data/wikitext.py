@@ -24,6 +24,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from ..errors import InvalidIndex, InvalidValue, MissingFile
+
 __all__ = ["ENV_VAR", "EOS", "UNK", "Corpus", "Dictionary", "batchify", "get_batch", "wikitext_root"]
 
 ENV_VAR = "SEQ2D_DATA"
@@ -61,7 +63,7 @@ def wikitext_root(root: str | os.PathLike | None = None, name: str = "wikitext-2
     elif os.environ.get(ENV_VAR):
         base, origin = Path(os.environ[ENV_VAR]).expanduser(), f"${ENV_VAR}"
     else:
-        raise FileNotFoundError(
+        raise MissingFile(
             f"no data root for {name}: pass one (--data-root ROOT, or Corpus(root)) or set {ENV_VAR} to a folder "
             f"holding {name}/train.txt, valid.txt and test.txt"
         )
@@ -69,7 +71,7 @@ def wikitext_root(root: str | os.PathLike | None = None, name: str = "wikitext-2
         if all((cand / f"{s}.txt").is_file() for s in SPLITS):
             return cand
     missing = [f"{s}.txt" for s in SPLITS if not (base / name / f"{s}.txt").is_file()]
-    raise FileNotFoundError(
+    raise MissingFile(
         f"{name} not found under {origin} {str(base)!r}: expected {str(base / name)}/{{train,valid,test}}.txt "
         f"(missing: {', '.join(missing)}). Point --data-root or {ENV_VAR} at the folder that contains {name}/"
     )
@@ -90,7 +92,7 @@ def _check_limit(name: str, v) -> int | None:
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int) or v < 2:
-        raise ValueError(f"{name} must be an int >= 2 (tokens) or None, got {v!r}")
+        raise InvalidValue(f"{name} must be an int >= 2 (tokens) or None, got {v!r}")
     return v
 
 
@@ -139,12 +141,12 @@ def batchify(data: Tensor, bsz: int) -> Tensor:
     """``(N,)`` tokens -> ``(N // bsz, bsz)``: column ``b`` is the ``b``-th contiguous stretch
     (the remainder is dropped), as in the classic example."""
     if isinstance(bsz, bool) or not isinstance(bsz, int) or bsz <= 0:
-        raise ValueError(f"bsz must be a positive int, got {bsz!r}")
+        raise InvalidValue(f"bsz must be a positive int, got {bsz!r}")
     if data.dim() != 1:
-        raise ValueError(f"batchify expects a 1-D token tensor, got shape {tuple(data.shape)}")
+        raise InvalidValue(f"batchify expects a 1-D token tensor, got shape {tuple(data.shape)}")
     n = data.numel() // bsz
     if n < 2:
-        raise ValueError(f"{data.numel()} tokens are too few for batch size {bsz} (need at least {2 * bsz})")
+        raise InvalidValue(f"{data.numel()} tokens are too few for batch size {bsz} (need at least {2 * bsz})")
     return data[: n * bsz].view(bsz, n).t().contiguous()
 
 
@@ -153,5 +155,5 @@ def get_batch(source: Tensor, i: int, bptt: int) -> tuple[Tensor, Tensor]:
     with ``T = min(bptt, len(source) - 1 - i)``."""
     seq_len = min(bptt, source.shape[0] - 1 - i)
     if seq_len <= 0:
-        raise IndexError(f"get_batch: row {i} leaves no targets in a source of {source.shape[0]} rows")
+        raise InvalidIndex(f"get_batch: row {i} leaves no targets in a source of {source.shape[0]} rows")
     return source[i:i + seq_len], source[i + 1:i + 1 + seq_len]

@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..errors import InvalidType, InvalidValue
 from ..blocks import LinearBlock
 from .base import Engine, contiguous_runs
 
@@ -77,11 +78,11 @@ class DenseStore(Engine):
                  box_rows: Sequence[Sequence[int]] | None = None, *, mode: str = "dense"):
         super().__init__(sizes)
         if mode not in ("dense", "loop"):
-            raise ValueError(f"Unknown dense store mode {mode!r}. Select from 'dense' or 'loop'")
+            raise InvalidValue(f"Unknown dense store mode {mode!r}. Select from 'dense' or 'loop'")
         self.mode = mode
         entries = sorted(entries, key=lambda e: (e[0], e[1]))
         if not entries:
-            raise ValueError("a DenseStore needs at least one linear block")
+            raise InvalidValue("a DenseStore needs at least one linear block")
         lin_rows = sorted({i for i, _, _ in entries})
         if box_rows is None:
             box_rows = [lin_rows]
@@ -89,7 +90,7 @@ class DenseStore(Engine):
         box_rows = [r for r in box_rows if r]
         covered = sorted(i for r in box_rows for i in r)
         if covered != lin_rows:
-            raise ValueError(f"the boxes must cover every linear row exactly once: {box_rows} vs rows {lin_rows}")
+            raise InvalidValue(f"the boxes must cover every linear row exactly once: {box_rows} vs rows {lin_rows}")
         box_of_row = {i: b for b, rows in enumerate(box_rows) for i in rows}
         cols = [sorted({j for i, j, _ in entries if box_of_row[i] == b}) for b in range(len(box_rows))]
         self.boxes = [_Box(r, c, self.sizes, self.offsets) for r, c in zip(box_rows, cols)]
@@ -130,7 +131,7 @@ class DenseStore(Engine):
                 b, r0, c0, h, w = key
                 sl = (slice(r0, r0 + h), slice(c0, c0 + w))
                 if blk.weight.dtype != dt or blk.weight.device != dev:
-                    raise TypeError(f"all linear blocks of one model must share dtype and device: got "
+                    raise InvalidType(f"all linear blocks of one model must share dtype and device: got "
                                     f"{blk.weight.dtype} on {blk.weight.device} and {dt} on {dev}")
                 if blk.weight.requires_grad:
                     m = blk.trainable_mask().to(dev)

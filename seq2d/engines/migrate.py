@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import InvalidInput
 from ..blocks import LinearBlock
 
 __all__ = ["migrate_state_dict"]
@@ -26,7 +27,7 @@ def migrate_state_dict(model, state_dict: dict, prefix: str) -> None:
                 continue
             v = state_dict.pop(k)
             if v is not None and tuple(v.shape) != blk.shape:
-                raise RuntimeError(f"checkpoint key {k}: expected shape {blk.shape} (F[{pos.replace('_', '][')}]), "
+                raise InvalidInput(f"checkpoint key {k}: expected shape {blk.shape} (F[{pos.replace('_', '][')}]), "
                                    f"got {tuple(v.shape)}")
             setattr(blk, name, v)
             if name == "weight":
@@ -41,7 +42,7 @@ def migrate_state_dict(model, state_dict: dict, prefix: str) -> None:
             i = int(k[len(prefix) + len("biases."):])
             v = state_dict.pop(k)
             if model.bias(i) is None or tuple(v.shape) != (model.sizes[i],):
-                raise RuntimeError(f"checkpoint key {k}: slot {i} has "
+                raise InvalidInput(f"checkpoint key {k}: slot {i} has "
                                    f"{'no bias' if model.bias(i) is None else f'a bias of shape ({model.sizes[i]},)'}, got {tuple(v.shape)}")
             model.bias(i).copy_(v)
         if len(old_bias) == len(model.slot_bias):

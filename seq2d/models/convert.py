@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from torch import nn
 
+from ..errors import InvalidType
 from .feedforward import SUPPORTED, from_sequential
 from .recurrent import from_rnn
 __all__ = ["from_torch"]
@@ -40,7 +41,7 @@ def from_torch(module: nn.Module) -> nn.Module:
 
         return encoder_from_torch(module)
     if not isinstance(module, nn.Module):
-        raise TypeError(f"from_torch expects an nn.Module, got {type(module).__name__}")
-    raise TypeError(f"from_torch: unsupported module {type(module).__name__}. Supported: {SUPPORTED}")
+        raise InvalidType(f"from_torch expects an nn.Module, got {type(module).__name__}")
+    raise InvalidType(f"from_torch: unsupported module {type(module).__name__}. Supported: {SUPPORTED}")
 
 

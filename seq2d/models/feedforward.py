@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from ..errors import InvalidType, InvalidValue
 from ..blocks import LinearBlock
 from ..core import Sequential2D
 from .registry import register_model
@@ -51,7 +52,7 @@ def mlp(
     """
     sizes = Sequential2D._check_sizes(sizes)
     if len(sizes) < 2:
-        raise ValueError(f"mlp needs at least two sizes (input and output), got {list(sizes)}")
+        raise InvalidValue(f"mlp needs at least two sizes (input and output), got {list(sizes)}")
     L = len(sizes) - 1
     kw = {"device": device, "dtype": dtype}
     blocks = {(l + 1, l): LinearBlock(sizes[l], sizes[l + 1], **kw) for l in range(L)}
@@ -64,11 +65,11 @@ def _as_bool_mask(mask, what: str) -> Tensor:
         try:
             mask = torch.as_tensor(mask)
         except Exception as e:  # ragged lists and the like
-            raise TypeError(f"{what} must be a bool tensor or a nested list of bools, got {type(mask).__name__}: {e}") from None
+            raise InvalidType(f"{what} must be a bool tensor or a nested list of bools, got {type(mask).__name__}: {e}") from None
     if mask.dtype != torch.bool:
-        raise TypeError(f"{what} must have dtype torch.bool, got {mask.dtype}")
+        raise InvalidType(f"{what} must have dtype torch.bool, got {mask.dtype}")
     if mask.dim() != 2:
-        raise ValueError(f"{what} must be 2-D, got shape {tuple(mask.shape)}")
+        raise InvalidValue(f"{what} must be 2-D, got shape {tuple(mask.shape)}")
     return mask
 
 
@@ -120,7 +121,7 @@ def from_mask(
     elif shape == (N, N):
         elem = mask.cpu()
     else:
-        raise ValueError(
+        raise InvalidValue(
             f"mask must be a block mask of shape ({n}, {n}) or an element mask of shape ({N}, {N}) "
             f"for sizes {list(sizes)}, got {shape}"
         )
@@ -176,22 +177,22 @@ def from_sequential(seq: nn.Sequential | nn.Linear) -> Sequential2D:
             acts.append([])
         elif isinstance(m, _ACT_TYPES):
             if not linears:
-                raise TypeError(
+                raise InvalidType(
                     f"from_torch: nn.Sequential item {k} ({type(m).__name__}) comes before any nn.Linear; "
                     "the input slot of a Sequential2D is held and has no activation"
                 )
             if not isinstance(m, nn.Identity):
                 acts[-1].append(m)
         else:
-            raise TypeError(
+            raise InvalidType(
                 f"from_torch: unsupported module {type(m).__name__} at item {k} of nn.Sequential. Supported: {SUPPORTED}"
             )
     if not linears:
-        raise TypeError("from_torch: the nn.Sequential holds no nn.Linear")
+        raise InvalidType("from_torch: the nn.Sequential holds no nn.Linear")
     sizes = [linears[0].in_features] + [lin.out_features for lin in linears]
     for k in range(1, len(linears)):
         if linears[k].in_features != linears[k - 1].out_features:
-            raise ValueError(
+            raise InvalidValue(
                 f"from_torch: Linear {k} takes {linears[k].in_features} features but the previous one gives "
                 f"{linears[k - 1].out_features}"
             )

@@ -23,6 +23,8 @@ from pathlib import Path
 
 from torch import nn
 
+from ..errors import InvalidType, InvalidValue
+
 __all__ = ["PRESETS", "build_preset", "is_preset", "preset_help"]
 
 
@@ -157,30 +159,30 @@ def _value(raw: str, typ: type, where: str):
             return float(raw)
     except ValueError:
         names = {bool: "a boolean (1/0/true/false)", int: "an int", float: "a number"}
-        raise ValueError(f"{where} must be {names[typ]}, got {raw!r}") from None
+        raise InvalidValue(f"{where} must be {names[typ]}, got {raw!r}") from None
     if not raw:
-        raise ValueError(f"{where} must not be empty")
+        raise InvalidValue(f"{where} must not be empty")
     return raw
 
 
 def build_preset(text: str) -> nn.Module:
     """Build the model a preset string (or a spec file path) describes; see the module docstring."""
     if not isinstance(text, str):
-        raise TypeError(f"a preset must be a str, got {type(text).__name__}")
+        raise InvalidType(f"a preset must be a str, got {type(text).__name__}")
     if _is_spec_path(text):
         path = Path(text)
         if not path.is_file():
-            raise ValueError(f"spec file {text!r} does not exist")
+            raise InvalidValue(f"spec file {text!r} does not exist")
         from ..spec import from_spec
 
         return from_spec(path)
     name, sep, rest = text.partition(":")
     valid = ", ".join(repr(k) for k in PRESETS)
     if name not in PRESETS:
-        raise ValueError(f"Unknown preset {name!r}. Select from {valid}, or give a path to a .toml/.json spec")
+        raise InvalidValue(f"Unknown preset {name!r}. Select from {valid}, or give a path to a .toml/.json spec")
     p = PRESETS[name]
     if not sep:
-        raise ValueError(f"preset {name!r} needs arguments: {p.usage}")
+        raise InvalidValue(f"preset {name!r} needs arguments: {p.usage}")
     pos: list[int] = []
     kw: dict[str, object] = dict(p.defaults)
     given: set[str] = set()
@@ -188,21 +190,21 @@ def build_preset(text: str) -> nn.Module:
         if "=" in item:
             key, raw = (s.strip() for s in item.split("=", 1))
             if key not in p.keys:
-                raise ValueError(f"preset {name!r}: unknown key {key!r}. Select from "
+                raise InvalidValue(f"preset {name!r}: unknown key {key!r}. Select from "
                                  + ", ".join(repr(x) for x in p.keys) + f" (usage: {p.usage})")
             if key in given:
-                raise ValueError(f"preset {name!r}: key {key!r} is given twice")
+                raise InvalidValue(f"preset {name!r}: key {key!r} is given twice")
             given.add(key)
             kw[key] = _value(raw, p.keys[key], f"preset {name!r}: {key}")
         else:
             if given:
-                raise ValueError(f"preset {name!r}: positional value {item.strip()!r} after key=value (usage: {p.usage})")
+                raise InvalidValue(f"preset {name!r}: positional value {item.strip()!r} after key=value (usage: {p.usage})")
             pos.append(_value(item, int, f"preset {name!r}: positional value {k}"))
     lo, hi = p.positional
     if len(pos) < lo or (hi is not None and len(pos) > hi):
         want = f"{lo}" if lo == hi else (f"at least {lo}" if hi is None else f"{lo} to {hi}")
-        raise ValueError(f"preset {name!r} takes {want} positional ints, got {len(pos)} (usage: {p.usage})")
+        raise InvalidValue(f"preset {name!r} takes {want} positional ints, got {len(pos)} (usage: {p.usage})")
     missing = [k for k in p.keys if k not in kw]
     if missing:
-        raise ValueError(f"preset {name!r}: missing required key(s) {', '.join(missing)} (usage: {p.usage})")
+        raise InvalidValue(f"preset {name!r}: missing required key(s) {', '.join(missing)} (usage: {p.usage})")
     return p.build(pos, kw)

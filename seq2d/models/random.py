@@ -35,6 +35,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from ..errors import InvalidValue
 from ..activations import activation_name
 from .feedforward import from_mask
 from ..core import Sequential2D, core_of
@@ -70,20 +71,20 @@ def region_mask(core: Sequential2D, region=None) -> Tensor:
             m[i, j] = True
         return m
     if isinstance(region, str):
-        raise ValueError(f"Unknown region {region!r}. Select from 'default', 'feedforward', 'template', or pass an (n, n) bool mask")
+        raise InvalidValue(f"Unknown region {region!r}. Select from 'default', 'feedforward', 'template', or pass an (n, n) bool mask")
     m = torch.as_tensor(region)
     if m.dtype != torch.bool or tuple(m.shape) != (n, n):
-        raise ValueError(f"region must be an ({n}, {n}) bool block mask, got {m.dtype} of shape {tuple(m.shape)}")
+        raise InvalidValue(f"region must be an ({n}, {n}) bool block mask, got {m.dtype} of shape {tuple(m.shape)}")
     bad = [i for i in inputs if bool(m[i].any())]
     if bad:
-        raise ValueError(f"region puts entries in the rows of input slots {bad}; input slots are held")
+        raise InvalidValue(f"region puts entries in the rows of input slots {bad}; input slots are held")
     return m.clone()
 
 
 def _choose(total: int, k: int, gen: torch.Generator) -> Tensor:
     """k distinct indices in [0, total), uniformly, sorted."""
     if k > total:
-        raise ValueError(f"cannot place {k} entries in a region of {total}")
+        raise InvalidValue(f"cannot place {k} entries in a region of {total}")
     return torch.randperm(total, generator=gen)[:k].sort().values
 
 
@@ -149,7 +150,7 @@ def random_tiles(sizes: Sequence[int] = (64, 32, 16, 10), density: float = 0.1, 
 
 def _check_density(p: float) -> None:
     if not 0 < p <= 1:
-        raise ValueError(f"density must be in (0, 1], got {p}")
+        raise InvalidValue(f"density must be in (0, 1], got {p}")
 
 
 # ---------------------------------------------------------------------- tile placement (one implementation)
@@ -163,7 +164,7 @@ def _engine_of(sizes, T: int, blocks, patterns: dict, *, backend, device, dtype)
     from ..sparse.linear import BlockSparseLinear, Group
 
     if T not in TILE_SIZES:
-        raise ValueError(f"tile must be one of {', '.join(map(str, TILE_SIZES))}, got {T}")
+        raise InvalidValue(f"tile must be one of {', '.join(map(str, TILE_SIZES))}, got {T}")
     groups, placements = [], []
     for bi, (i, j) in enumerate(blocks):
         if bi in patterns and bool(patterns[bi].any()):
@@ -190,7 +191,7 @@ def random_tile_engine(sizes: Sequence[int], tile: int, density: float, *, regio
     total = sum(counts)
     k = round(density * total)
     if not 0 < k <= total:
-        raise ValueError(f"density {density} gives {k} tiles of {total} allowed; need at least one")
+        raise InvalidValue(f"density {density} gives {k} tiles of {total} allowed; need at least one")
     pick = torch.randperm(total, generator=generator)[:k]
     starts = torch.tensor([0] + counts).cumsum(0)
     which = torch.searchsorted(starts, pick, right=True) - 1
@@ -218,7 +219,7 @@ def randomize(template, granularity: str = "element", region=None, seed: int = 0
     placement and the initial values.
     """
     if granularity not in GRANULARITIES:
-        raise ValueError(f"Unknown granularity {granularity!r}. Select from " + ", ".join(repr(g) for g in GRANULARITIES))
+        raise InvalidValue(f"Unknown granularity {granularity!r}. Select from " + ", ".join(repr(g) for g in GRANULARITIES))
     core = core_of(template, "randomize expects")
     target = template.num_parameters()
     sizes = core.sizes
@@ -228,7 +229,7 @@ def randomize(template, granularity: str = "element", region=None, seed: int = 0
     if steps is None:
         steps = core.steps
     if steps is None:
-        raise ValueError("the template has no default step count (cyclic); pass steps=")
+        raise InvalidValue("the template has no default step count (cyclic); pass steps=")
     acts = _act_spec(core)
     n_act = sum(p.numel() for p in core.acts.parameters() if p.requires_grad)
     off = [0]
@@ -242,7 +243,7 @@ def randomize(template, granularity: str = "element", region=None, seed: int = 0
         n_bias = sum(sizes[i] for i in range(n) if biased[i])
         W = target - n_bias - n_act
         if W <= 0 or W > area:
-            raise ValueError(f"cannot place {W} weights (template {target} - biases {n_bias} - activation "
+            raise InvalidValue(f"cannot place {W} weights (template {target} - biases {n_bias} - activation "
                              f"parameters {n_act}) in a region of {area} entries")
         gen = torch.Generator().manual_seed(seed)
         kw = dict(activations=acts, bias=list(biased), inputs=inputs, outputs=list(core.outputs), steps=steps,
@@ -329,7 +330,7 @@ def _tile_model(core: Sequential2D, reg: Tensor, W: int, T: int, gen: torch.Gene
             partial = t  # the first tile that does not fit whole: top up inside it
     if left > 0:
         if partial is None:
-            raise ValueError(f"cannot place {W} weights in whole tiles of this region")
+            raise InvalidValue(f"cannot place {W} weights in whole tiles of this region")
         chosen.append(partial)
     patterns = {bi: torch.zeros(nt[i], nt[j], dtype=torch.bool) for bi, (i, j) in enumerate(blocks)}
     for t in chosen:

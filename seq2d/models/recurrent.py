@@ -9,6 +9,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from ..errors import InvalidInput, InvalidType, InvalidValue
 from ..blocks import LinearBlock
 from ..core import Sequential2D
 from .feedforward import SUPPORTED
@@ -30,7 +31,7 @@ class RNN(nn.Module):
     def __init__(self, core: Sequential2D, *, batch_first: bool = False, nonlinearity: str = "tanh") -> None:
         super().__init__()
         if not isinstance(core, Sequential2D):
-            raise TypeError(f"core must be a Sequential2D, got {type(core).__name__}")
+            raise InvalidType(f"core must be a Sequential2D, got {type(core).__name__}")
         self.core = core
         self.batch_first = batch_first
         self.nonlinearity = nonlinearity
@@ -55,9 +56,9 @@ class RNN(nn.Module):
 
     def forward(self, input: Tensor, hx: Tensor | None = None) -> tuple[Tensor, Tensor]:
         if not isinstance(input, Tensor):
-            raise TypeError(f"input must be a tensor, got {type(input).__name__}")
+            raise InvalidType(f"input must be a tensor, got {type(input).__name__}")
         if input.dim() not in (2, 3):
-            raise RuntimeError(f"RNN: expected input of 2 (unbatched) or 3 dims, got shape {tuple(input.shape)}")
+            raise InvalidInput(f"RNN: expected input of 2 (unbatched) or 3 dims, got shape {tuple(input.shape)}")
         unbatched = input.dim() == 2
         x = input.unsqueeze(1) if unbatched else (input.transpose(0, 1) if self.batch_first else input)  # (T, B, in)
         L, B = self.num_layers, x.shape[1]
@@ -65,7 +66,7 @@ class RNN(nn.Module):
         if hx is not None:
             h = hx.unsqueeze(1) if unbatched else hx
             if h.dim() != 3 or tuple(h.shape) != (L, B, self.hidden_size):
-                raise RuntimeError(
+                raise InvalidInput(
                     f"RNN: expected hx of shape {(L, self.hidden_size) if unbatched else (L, B, self.hidden_size)}, "
                     f"got {tuple(hx.shape)}"
                 )
@@ -89,7 +90,7 @@ def _rnn_params(rnn) -> tuple[list[tuple[Tensor, Tensor, Tensor | None]], int, i
         return layers, rnn.input_size, rnn.hidden_size, rnn.nonlinearity, rnn.batch_first
     if isinstance(rnn, nn.RNN):
         if rnn.bidirectional:
-            raise ValueError("truncated_rnn: bidirectional RNNs are not supported")
+            raise InvalidValue("truncated_rnn: bidirectional RNNs are not supported")
         layers = []
         for l in range(rnn.num_layers):
             b = None
@@ -97,7 +98,7 @@ def _rnn_params(rnn) -> tuple[list[tuple[Tensor, Tensor, Tensor | None]], int, i
                 b = getattr(rnn, f"bias_ih_l{l}") + getattr(rnn, f"bias_hh_l{l}")
             layers.append((getattr(rnn, f"weight_ih_l{l}"), getattr(rnn, f"weight_hh_l{l}"), b))
         return layers, rnn.input_size, rnn.hidden_size, rnn.nonlinearity, rnn.batch_first
-    raise TypeError(f"truncated_rnn expects an nn.RNN or a seq2d.RNN, got {type(rnn).__name__}")
+    raise InvalidType(f"truncated_rnn expects an nn.RNN or a seq2d.RNN, got {type(rnn).__name__}")
 
 
 def _truncated_core(blocks_ih, blocks_hh, biases, input_size, H, m, nonlinearity) -> Sequential2D:
@@ -163,7 +164,7 @@ class TruncatedRNN(nn.Module):
 
     def forward(self, input: Tensor) -> Tensor:
         if not isinstance(input, Tensor) or input.dim() not in (2, 3):
-            raise RuntimeError(f"TruncatedRNN: expected input of 2 (unbatched) or 3 dims, got {getattr(input, 'shape', type(input))}")
+            raise InvalidInput(f"TruncatedRNN: expected input of 2 (unbatched) or 3 dims, got {getattr(input, 'shape', type(input))}")
         unbatched = input.dim() == 2
         x = input.unsqueeze(1) if unbatched else (input.transpose(0, 1) if self.batch_first else input)  # (T, B, in)
         T, k = x.shape[0], self.k
@@ -185,7 +186,7 @@ def truncated_rnn(rnn, k: int) -> TruncatedRNN:
     """The k-truncated, feed-forward, weight-tied Sequential2D of ``rnn`` (``nn.RNN`` or
     ``seq2d.RNN``), with weights copied. See :class:`TruncatedRNN`."""
     if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
-        raise ValueError(f"truncated_rnn: k must be a positive int, got {k!r}")
+        raise InvalidValue(f"truncated_rnn: k must be a positive int, got {k!r}")
     layers, input_size, H, nonlinearity, batch_first = _rnn_params(rnn)
     blocks_ih, blocks_hh, biases = [], [], []
     with torch.no_grad():
@@ -226,10 +227,10 @@ def rnn(
     Weights start U(-1/sqrt(H), 1/sqrt(H)) like ``nn.RNN``'s; the single slot bias too.
     """
     if nonlinearity not in ("tanh", "relu"):
-        raise ValueError(f"Unknown nonlinearity {nonlinearity!r}. Select from 'tanh' or 'relu'.")
+        raise InvalidValue(f"Unknown nonlinearity {nonlinearity!r}. Select from 'tanh' or 'relu'.")
     for name, v in (("input_size", input_size), ("hidden_size", hidden_size), ("num_layers", num_layers)):
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            raise ValueError(f"rnn: {name} must be a positive int, got {v!r}")
+            raise InvalidValue(f"rnn: {name} must be a positive int, got {v!r}")
     kw = {"device": device, "dtype": dtype}
     H = hidden_size
     sizes = [input_size] + [H] * num_layers
@@ -250,11 +251,11 @@ def rnn(
 
 def from_rnn(m: nn.RNN) -> RNN:
     if m.mode not in ("RNN_TANH", "RNN_RELU"):
-        raise TypeError(f"from_torch: unsupported recurrent mode {m.mode}. Supported: {SUPPORTED}")
+        raise InvalidType(f"from_torch: unsupported recurrent mode {m.mode}. Supported: {SUPPORTED}")
     if m.bidirectional:
-        raise ValueError("from_torch: bidirectional nn.RNN is not supported (a Sequential2D runs forward in time)")
+        raise InvalidValue("from_torch: bidirectional nn.RNN is not supported (a Sequential2D runs forward in time)")
     if m.dropout > 0:
-        raise ValueError(
+        raise InvalidValue(
             f"from_torch: nn.RNN with dropout={m.dropout} between layers is not supported yet; "
             "build it with dropout=0 (eval-mode behaviour is identical)"
         )

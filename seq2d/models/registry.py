@@ -11,6 +11,8 @@ from collections.abc import Callable
 
 from torch import nn
 
+from ..errors import InvalidType, InvalidValue
+
 __all__ = ["register_model", "create_model", "list_models", "model_entrypoint"]
 
 _REGISTRY: dict[str, Callable[..., nn.Module]] = {}
@@ -22,7 +24,7 @@ def register_model(fn: Callable[..., nn.Module] | None = None, *, name: str | No
     def deco(f):
         key = name or f.__name__
         if key in _REGISTRY and _REGISTRY[key] is not f:
-            raise ValueError(f"a model constructor named {key!r} is already registered")
+            raise InvalidValue(f"a model constructor named {key!r} is already registered")
         _REGISTRY[key] = f
         return f
 
@@ -35,11 +37,11 @@ def list_models() -> list[str]:
 
 def model_entrypoint(name: str) -> Callable[..., nn.Module]:
     if not isinstance(name, str):
-        raise TypeError(f"model name must be a str, got {type(name).__name__}")
+        raise InvalidType(f"model name must be a str, got {type(name).__name__}")
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise ValueError(f"Unknown model {name!r}. Select from " + ", ".join(repr(k) for k in list_models())) from None
+        raise InvalidValue(f"Unknown model {name!r}. Select from " + ", ".join(repr(k) for k in list_models())) from None
 
 
 def create_model(name: str, **kwargs) -> nn.Module:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from torch import nn
 
+from ..errors import InvalidType, InvalidValue
 from .presets import PRESETS, build_preset, is_preset
 from .registry import create_model, list_models, model_entrypoint
 
@@ -27,16 +28,16 @@ def resolve_model(name: str, /, **kwargs) -> nn.Module:
     """The model ``name`` names: a registered constructor (called with ``kwargs``), a preset
     string or a spec file path. Unknown names raise ValueError listing what is valid."""
     if not isinstance(name, str):
-        raise TypeError(f"a model name must be a str, got {type(name).__name__}")
+        raise InvalidType(f"a model name must be a str, got {type(name).__name__}")
     if name in list_models() and not is_preset(name):
         return create_model(name, **kwargs)
     if kwargs:
         if is_preset(name):
-            raise ValueError(f"key=value arguments go with a registered constructor name, not with the preset {name!r}; "
+            raise InvalidValue(f"key=value arguments go with a registered constructor name, not with the preset {name!r}; "
                              "write preset options after the colon (e.g. mlp:784,256,10,act=tanh)")
         return create_model(name, **kwargs)  # raises: unknown registered name
     if not is_preset(name) and ":" not in name and name not in PRESETS and not Path(name).suffix:
-        raise ValueError(f"Unknown model {name!r}. Give a preset (" + ", ".join(f"{k}:..." for k in PRESETS)
+        raise InvalidValue(f"Unknown model {name!r}. Give a preset (" + ", ".join(f"{k}:..." for k in PRESETS)
                          + "), a path to a .toml/.json spec, or a registered constructor ("
                          + ", ".join(list_models()) + ")")
     return build_preset(name)

@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..errors import InvalidInput, InvalidType, InvalidValue
 from ..attention import AttentionCore, _check_heads
 from ..blocks import LinearBlock
 from ..core import Sequential2D
@@ -61,7 +62,7 @@ def _feedforward_activation(activation, what: str):
     """The slot activation of the feed-forward slot: a name or an nn.Module."""
     if isinstance(activation, str):
         if activation not in ("relu", "gelu"):
-            raise ValueError(f"{what}: unknown activation {activation!r}. Select from 'relu', 'gelu', or pass an nn.Module")
+            raise InvalidValue(f"{what}: unknown activation {activation!r}. Select from 'relu', 'gelu', or pass an nn.Module")
         return activation
     if isinstance(activation, nn.Module):
         return activation  # applied elementwise after the row sum, as torch applies it after linear1
@@ -70,19 +71,19 @@ def _feedforward_activation(activation, what: str):
             return _ACT_CALLABLES[activation]
         except (KeyError, TypeError):
             pass
-        raise ValueError(
+        raise InvalidValue(
             f"{what}: unsupported activation callable {getattr(activation, '__name__', activation)!r}. "
             "Pass 'relu', 'gelu', F.relu, F.gelu, or an nn.Module (e.g. nn.SiLU())"
         )
-    raise TypeError(f"{what}: activation must be a str, a callable or an nn.Module, got {type(activation).__name__}")
+    raise InvalidType(f"{what}: activation must be a str, a callable or an nn.Module, got {type(activation).__name__}")
 
 
 def _check_config(d_model, nhead, dim_feedforward, layer_norm_eps, what) -> None:
     _check_heads(d_model, nhead, what)
     if isinstance(dim_feedforward, bool) or not isinstance(dim_feedforward, int) or dim_feedforward <= 0:
-        raise ValueError(f"{what}: dim_feedforward must be a positive int, got {dim_feedforward!r}")
+        raise InvalidValue(f"{what}: dim_feedforward must be a positive int, got {dim_feedforward!r}")
     if isinstance(layer_norm_eps, bool) or not isinstance(layer_norm_eps, (int, float)) or not layer_norm_eps > 0:
-        raise ValueError(f"{what}: layer_norm_eps must be a positive float, got {layer_norm_eps!r}")
+        raise InvalidValue(f"{what}: layer_norm_eps must be a positive float, got {layer_norm_eps!r}")
 
 
 # ---------------------------------------------------------------------------- grid building
@@ -323,7 +324,7 @@ class TransformerEncoder(nn.Module):
         what = "TransformerEncoder"
         _check_config(d_model, nhead, dim_feedforward, layer_norm_eps, what)
         if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers <= 0:
-            raise ValueError(f"{what}: num_layers must be a positive int, got {num_layers!r}")
+            raise InvalidValue(f"{what}: num_layers must be a positive int, got {num_layers!r}")
         act = _feedforward_activation(activation, what)
         self.d_model, self.nhead, self.num_layers, self.dim_feedforward = d_model, nhead, num_layers, dim_feedforward
         self.norm_first, self.layer_norm_eps, self.use_bias = bool(norm_first), float(layer_norm_eps), bool(bias)
@@ -384,9 +385,9 @@ class TransformerEncoder(nn.Module):
 
 def _check_src(src, d_model: int) -> None:
     if not isinstance(src, Tensor):
-        raise TypeError(f"src must be a torch.Tensor of shape (*batch, T, {d_model}), got {type(src).__name__}")
+        raise InvalidType(f"src must be a torch.Tensor of shape (*batch, T, {d_model}), got {type(src).__name__}")
     if src.dim() < 2 or src.shape[-1] != d_model:
-        raise RuntimeError(f"src must have shape (*batch, T, {d_model}) (batch first), got {tuple(src.shape)}")
+        raise InvalidInput(f"src must have shape (*batch, T, {d_model}) (batch first), got {tuple(src.shape)}")
 
 
 # ---------------------------------------------------------------------------- constructors
@@ -431,19 +432,19 @@ def transformer_encoder(
 # ---------------------------------------------------------------------------- converters
 def _torch_layer_config(layer, what: str) -> dict:
     if not isinstance(layer, nn.TransformerEncoderLayer):
-        raise TypeError(f"{what} expects an nn.TransformerEncoderLayer, got {type(layer).__name__}")
+        raise InvalidType(f"{what} expects an nn.TransformerEncoderLayer, got {type(layer).__name__}")
     attn = layer.self_attn
     if not attn.batch_first:
-        raise ValueError(
+        raise InvalidValue(
             f"{what}: the layer has batch_first=False (inputs (T, B, d)); seq2d's transformer is batch first "
             "((B, T, d), since T is a batch dim of the slots). Build the torch layer with batch_first=True"
         )
     for name in ("norm1", "norm2"):
         ln = getattr(layer, name)
         if not isinstance(ln, nn.LayerNorm) or tuple(ln.normalized_shape) != (attn.embed_dim,) or not ln.elementwise_affine:
-            raise ValueError(f"{what}: {name} must be an affine nn.LayerNorm({attn.embed_dim}), got {ln!r}")
+            raise InvalidValue(f"{what}: {name} must be an affine nn.LayerNorm({attn.embed_dim}), got {ln!r}")
     if attn.add_zero_attn:
-        raise ValueError(f"{what}: self_attn has add_zero_attn=True, which is not supported")
+        raise InvalidValue(f"{what}: self_attn has add_zero_attn=True, which is not supported")
     act = layer.activation
     return {
         "d_model": attn.embed_dim,
@@ -461,13 +462,13 @@ def _copy_params(ours: dict[str, nn.Parameter], src: nn.Module, what: str) -> No
     theirs = dict(src.named_parameters())
     if set(ours) != set(theirs):
         missing, extra = sorted(set(theirs) - set(ours)), sorted(set(ours) - set(theirs))
-        raise ValueError(
+        raise InvalidValue(
             f"{what}: parameters do not correspond; the torch module has {missing or 'nothing'} not modelled "
             f"here and lacks {extra or 'nothing'}"
         )
     for name, p in ours.items():
         if p.shape != theirs[name].shape:
-            raise ValueError(f"{what}: {name} has shape {tuple(theirs[name].shape)}, expected {tuple(p.shape)}")
+            raise InvalidValue(f"{what}: {name} has shape {tuple(theirs[name].shape)}, expected {tuple(p.shape)}")
         p.copy_(theirs[name])
 
 
@@ -500,22 +501,22 @@ def encoder_from_torch(enc: nn.TransformerEncoder) -> TransformerEncoder:
     """
     what = "encoder_from_torch"
     if not isinstance(enc, nn.TransformerEncoder):
-        raise TypeError(f"{what} expects an nn.TransformerEncoder, got {type(enc).__name__}")
+        raise InvalidType(f"{what} expects an nn.TransformerEncoder, got {type(enc).__name__}")
     cfgs = [_torch_layer_config(layer, f"{what} (layer {l})") for l, layer in enumerate(enc.layers)]
     if not cfgs:
-        raise ValueError(f"{what}: the encoder has no layers")
+        raise InvalidValue(f"{what}: the encoder has no layers")
     cfg = cfgs[0]
     key = lambda c: {k: (type(v) if isinstance(v, nn.Module) else v) for k, v in c.items() if k != "layer_norm_eps"}  # noqa: E731
     for l, c in enumerate(cfgs[1:], 1):
         if key(c) != key(cfg):
-            raise ValueError(f"{what}: layer {l} is configured as {key(c)}, but layer 0 as {key(cfg)}; all layers must match")
+            raise InvalidValue(f"{what}: layer {l} is configured as {key(c)}, but layer 0 as {key(cfg)}; all layers must match")
     norm = enc.norm
     if norm is not None and not (
         isinstance(norm, nn.LayerNorm) and tuple(norm.normalized_shape) == (cfg["d_model"],) and norm.elementwise_affine
     ):
-        raise ValueError(f"{what}: enc.norm must be None or an affine nn.LayerNorm({cfg['d_model']}), got {norm!r}")
+        raise InvalidValue(f"{what}: enc.norm must be None or an affine nn.LayerNorm({cfg['d_model']}), got {norm!r}")
     if norm is not None and (norm.bias is not None) != cfg["bias"]:
-        raise ValueError(f"{what}: enc.norm has bias={norm.bias is not None} but the layers have bias={cfg['bias']}")
+        raise InvalidValue(f"{what}: enc.norm has bias={norm.bias is not None} but the layers have bias={cfg['bias']}")
     ref = enc.layers[0].linear1.weight
     ours = TransformerEncoder(num_layers=len(cfgs), final_norm=norm is not None, **cfg, device=ref.device, dtype=ref.dtype)
     # per-layer module activations (PReLU, ...) are copied from their own layer

@@ -9,6 +9,8 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from ..errors import InvalidType, InvalidValue
+
 SAVE_FORMATS = (".png", ".svg")
 
 
@@ -16,10 +18,10 @@ def _check_path(path) -> Path | None:
     if path is None:
         return None
     if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+        raise InvalidType(f"path must be a str or os.PathLike, got {type(path).__name__}")
     p = Path(path)
     if p.suffix.lower() not in SAVE_FORMATS:
-        raise ValueError(f"cannot save a figure as {p.suffix or 'a file without suffix'!r} ({p.name}); "
+        raise InvalidValue(f"cannot save a figure as {p.suffix or 'a file without suffix'!r} ({p.name}); "
                          f"use one of {', '.join(SAVE_FORMATS)}")
     return p
 

@@ -11,6 +11,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch, Patch
 from matplotlib.path import Path as MPath
 
+from ..errors import InvalidValue
 from ..core import core_of
 from ..graph import to_networkx
 from .common import _check_path, _fmt_count, _model_name, _new_axes, _save
@@ -29,7 +30,7 @@ TIE_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", 
 
 def _radii(g: nx.DiGraph, scale: str) -> dict[int, float]:
     if scale not in ("log", "sqrt"):
-        raise ValueError(f"Unknown size_scale {scale!r}. Select from 'log' or 'sqrt'.")
+        raise InvalidValue(f"Unknown size_scale {scale!r}. Select from 'log' or 'sqrt'.")
     f = (lambda s: math.log(s + 1)) if scale == "log" else math.sqrt
     vals = {v: f(d["size"]) for v, d in g.nodes(data=True)}
     hi = max(vals.values())

@@ -10,6 +10,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
+from ..errors import InvalidValue
 from ..core import core_of
 from .common import _check_path, _model_name, _new_axes, _pct, _save
 
@@ -93,7 +94,7 @@ def _spy_tiles(core, f: int, train: np.ndarray, frozen: np.ndarray, counts: np.n
 @torch.no_grad()
 def _spy_data(core, max_size: int) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
     if isinstance(max_size, bool) or not isinstance(max_size, int) or max_size < 1:
-        raise ValueError(f"max_size must be a positive int, got {max_size!r}")
+        raise InvalidValue(f"max_size must be a positive int, got {max_size!r}")
     off = core.offsets
     N = off[-1]
     f = 1 if N <= SPY_DOWNSAMPLE_ABOVE else -(-N // max_size)

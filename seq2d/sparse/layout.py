@@ -23,6 +23,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..errors import InvalidType, InvalidValue
+
 __all__ = ["TILE_SIZES", "BlockSparseLayout"]
 
 TILE_SIZES = (16, 32, 64, 128)
@@ -48,22 +50,22 @@ class BlockSparseLayout:
 
     def __init__(self, tile: int, shape_tiles: tuple[int, int], row, col, data_index=None, n_data: int | None = None):
         if tile not in TILE_SIZES:
-            raise ValueError(f"tile must be one of {TILE_SIZES}, got {tile!r}")
+            raise InvalidValue(f"tile must be one of {TILE_SIZES}, got {tile!r}")
         Mt, Kt = shape_tiles
         for name, v in (("Mt", Mt), ("Kt", Kt)):
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                raise ValueError(f"shape_tiles: {name} must be a positive int, got {v!r}")
+                raise InvalidValue(f"shape_tiles: {name} must be a positive int, got {v!r}")
         row = torch.as_tensor(row, dtype=torch.long)
         col = torch.as_tensor(col, dtype=torch.long, device=row.device)
         if row.dim() != 1 or col.shape != row.shape:
-            raise ValueError(f"row and col must be 1-D of one length, got {tuple(row.shape)} and {tuple(col.shape)}")
+            raise InvalidValue(f"row and col must be 1-D of one length, got {tuple(row.shape)} and {tuple(col.shape)}")
         P = row.numel()
         identity = data_index is None  # position p (after sorting) uses data tile p
         if identity:
             data_index = torch.arange(P, device=row.device)
         data_index = torch.as_tensor(data_index, dtype=torch.long, device=row.device)
         if data_index.shape != row.shape:
-            raise ValueError(f"data_index must have shape ({P},) like row, got {tuple(data_index.shape)}")
+            raise InvalidValue(f"data_index must have shape ({P},) like row, got {tuple(data_index.shape)}")
         if n_data is None:
             n_data = int(data_index.max()) + 1 if P else 0
         self.tile = tile
@@ -97,7 +99,7 @@ class BlockSparseLayout:
             k = int(key[1:][key[1:] == key[:-1]][0])
             bad.append(f"row/col: tile ({k // self.Kt}, {k % self.Kt}) is stored twice")
         if bad:
-            raise ValueError("invalid BlockSparseLayout: " + "; ".join(bad))
+            raise InvalidValue("invalid BlockSparseLayout: " + "; ".join(bad))
 
     # ---------------------------------------------------------------- facts
     @property
@@ -182,7 +184,7 @@ def _ptr(idx: Tensor, n: int) -> Tensor:
 def layout_from_tile_mask(tile: int, tile_mask: Tensor) -> BlockSparseLayout:
     """A layout storing exactly the True tiles of a ``(Mt, Kt)`` bool mask."""
     if tile_mask.dtype != torch.bool or tile_mask.dim() != 2:
-        raise TypeError(f"tile_mask must be a 2-D bool tensor, got {tile_mask.dtype} of shape {tuple(tile_mask.shape)}")
+        raise InvalidType(f"tile_mask must be a 2-D bool tensor, got {tile_mask.dtype} of shape {tuple(tile_mask.shape)}")
     r, c = tile_mask.nonzero(as_tuple=True)
     return BlockSparseLayout(tile, tuple(tile_mask.shape), r, c)
 

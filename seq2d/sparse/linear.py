@@ -30,6 +30,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from ..errors import InvalidValue
 from .layout import TILE_SIZES, BlockSparseLayout
 
 __all__ = ["BlockSparseLinear", "Group"]
@@ -64,7 +65,7 @@ class BlockSparseLinear(nn.Module):
                  placements: Sequence[tuple[int, int, int]], *, backend: str = "auto", device=None, dtype=None):
         super().__init__()
         if tile not in TILE_SIZES:
-            raise ValueError(f"tile must be one of {TILE_SIZES}, got {tile!r}")
+            raise InvalidValue(f"tile must be one of {TILE_SIZES}, got {tile!r}")
         self.sizes = tuple(sizes)
         self.tile = tile
         self.backend = backend
@@ -79,7 +80,7 @@ class BlockSparseLinear(nn.Module):
         for i, j, g in self.placements:
             shape = (self.sizes[i], self.sizes[j])
             if self.groups[g].shape != shape:
-                raise ValueError(f"group {g} has shape {self.groups[g].shape} but sits at F[{i}][{j}] of shape {shape}")
+                raise InvalidValue(f"group {g} has shape {self.groups[g].shape} but sits at F[{i}][{j}] of shape {shape}")
         # data tiles: in row-major position order when nothing is tied, so wp == data
         rows, cols, gidx, tidx = [], [], [], []
         for i, j, g in self.placements:

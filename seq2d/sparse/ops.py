@@ -16,6 +16,7 @@ import os
 import torch
 from torch import Tensor
 
+from ..errors import InvalidInput, InvalidType
 from .autograd import BlockSparseMatmul
 from .backends import get_kernel
 from .backends.base import KernelBackend
@@ -36,7 +37,7 @@ def resolve_backend(backend: str, device: torch.device, dtype: torch.dtype, dens
     if backend != "auto":
         kernel = get_kernel(backend)
         if not kernel.supports(device, dtype):
-            raise RuntimeError(f"block-sparse backend {backend!r} does not support {dtype} on {device}")
+            raise InvalidInput(f"block-sparse backend {backend!r} does not support {dtype} on {device}")
         return kernel
     dev = torch.device(device).type
     if density >= DENSE_CROSSOVER.get(dev, 0.5):
@@ -63,11 +64,11 @@ def bsmm(x: Tensor, wp: Tensor, layout: BlockSparseLayout, backend: str | Kernel
     """``x @ W.T`` with ``W`` block-sparse (per-position tiles ``wp``, transposed storage)."""
     T = layout.tile
     if x.shape[-1] != layout.Kt * T:
-        raise RuntimeError(f"bsmm: x must have last dimension {layout.Kt * T} (Kt * T), got {tuple(x.shape)}")
+        raise InvalidInput(f"bsmm: x must have last dimension {layout.Kt * T} (Kt * T), got {tuple(x.shape)}")
     if tuple(wp.shape) != (layout.nnz, T, T):
-        raise RuntimeError(f"bsmm: wp must have shape {(layout.nnz, T, T)}, got {tuple(wp.shape)}")
+        raise InvalidInput(f"bsmm: wp must have shape {(layout.nnz, T, T)}, got {tuple(wp.shape)}")
     if wp.dtype != x.dtype or wp.device != x.device:
-        raise TypeError(f"bsmm: x ({x.dtype}, {x.device}) and wp ({wp.dtype}, {wp.device}) must share dtype and device")
+        raise InvalidType(f"bsmm: x ({x.dtype}, {x.device}) and wp ({wp.dtype}, {wp.device}) must share dtype and device")
     kernel = backend if isinstance(backend, KernelBackend) else resolve_backend(backend, x.device, x.dtype, layout.density)
     if x.dim() == 2:  # the Function's own output, not a view of it (callers may add in place)
         return BlockSparseMatmul.apply(x, wp, layout.to(x.device), kernel)

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor, nn
 
+from ..errors import InvalidValue
 from ..blocks import Identity, LinearBlock
 from ..core import Sequential2D
 from .io import load_spec
@@ -67,7 +68,7 @@ def _linear_block(b: _Block, shape: tuple[int, int], g: torch.Generator, dtype, 
             if bool(off.any()):
                 i, j = off.nonzero()[0].tolist()
                 name = "weight" if b.trainable else "frozen"
-                raise ValueError(f"{where}.{name}: expected zeros outside the drawn {b.kind!r} pattern, got {given[i, j].item()} at [{i}, {j}]")
+                raise InvalidValue(f"{where}.{name}: expected zeros outside the drawn {b.kind!r} pattern, got {given[i, j].item()} at [{i}, {j}]")
         values = given
     else:
         values = torch.where(pat, _draw(b.init, shape, g), 0.0)

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..errors import InvalidType, InvalidValue
 from ..activations import ACTIVATIONS, activation_name
 from ..blocks import LinearBlock
 from ..core import Sequential2D
@@ -75,9 +76,9 @@ def to_spec(model: Sequential2D, *, weights: bool = False) -> dict:
         ValueError: one bias Parameter shared by several slots (a spec has no way to say so).
     """
     if not isinstance(model, Sequential2D):
-        raise TypeError(f"to_spec: expected a Sequential2D, got {type(model).__name__}")
+        raise InvalidType(f"to_spec: expected a Sequential2D, got {type(model).__name__}")
     if not isinstance(weights, bool):
-        raise TypeError(f"to_spec: weights must be a bool, got {_show(weights)}")
+        raise InvalidType(f"to_spec: weights must be a bool, got {_show(weights)}")
     n = model.n
     slots: list[dict] = []
     bias_owner: dict[int, int] = {}
@@ -86,7 +87,7 @@ def to_spec(model: Sequential2D, *, weights: bool = False) -> dict:
         act = model.acts[i]
         name = activation_name(act)
         if name is None or (name == "layernorm" and act.bias is None):
-            raise TypeError(
+            raise InvalidType(
                 f"to_spec: slot {i} has activation {type(act).__name__} ({act!r}), which has no name; "
                 f"a spec can hold {_choices(ACTIVATIONS)} (layernorm with default eps and affine weight and bias)"
             )
@@ -95,7 +96,7 @@ def to_spec(model: Sequential2D, *, weights: bool = False) -> dict:
         b = model.bias(i)
         if b is not None:
             if model.slot_bias.pos[i] in bias_owner:
-                raise ValueError(f"to_spec: slots {bias_owner[model.slot_bias.pos[i]]} and {i} share one bias Parameter; a spec gives every slot its own bias")
+                raise InvalidValue(f"to_spec: slots {bias_owner[model.slot_bias.pos[i]]} and {i} share one bias Parameter; a spec gives every slot its own bias")
             bias_owner[model.slot_bias.pos[i]] = i
             s["bias"] = True
             if weights:
@@ -130,7 +131,7 @@ def to_spec(model: Sequential2D, *, weights: bool = False) -> dict:
         if kind == "identity":
             entry["kind"] = "identity"
         elif kind == "module":
-            raise TypeError(
+            raise InvalidType(
                 f"to_spec: block F[{i}][{j}] is a {type(blk).__name__} module; a spec holds only linear "
                 "(LinearBlock) and identity blocks"
             )

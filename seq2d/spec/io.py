@@ -7,6 +7,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from ..errors import InvalidType
 from .parse import _parse
 from .schema import _is_list
 
@@ -23,7 +24,7 @@ def load_spec(path: str | os.PathLike) -> dict:
         with open(path, "rb") as f:
             spec = tomllib.load(f)
     if not isinstance(spec, dict):
-        raise TypeError(f"{path}: expected a table (dict) at the top level, got {type(spec).__name__}")
+        raise InvalidType(f"{path}: expected a table (dict) at the top level, got {type(spec).__name__}")
     return spec
 
 

@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..errors import InvalidType, InvalidValue
+
 # ---------------------------------------------------------------------- schema tables
 TOP_KEYS = ("slots", "blocks", "steps", "inputs", "outputs", "seed", "backend", "name")
 SLOT_KEYS = ("size", "activation", "bias", "role", "bias_value", "norm_weight", "norm_bias")
@@ -124,78 +126,78 @@ def _check_keys(d: Mapping, valid, where: str) -> None:
         if k in valid:
             continue
         if not isinstance(k, str):
-            raise TypeError(f"{where}: keys must be strs, got {_show(k)}. Valid keys: {_choices(valid)}")
+            raise InvalidType(f"{where}: keys must be strs, got {_show(k)}. Valid keys: {_choices(valid)}")
         close = difflib.get_close_matches(k, valid, n=1, cutoff=0.7)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ValueError(f"{where}: unknown key {k!r}{hint}. Valid keys: {_choices(valid)}")
+        raise InvalidValue(f"{where}: unknown key {k!r}{hint}. Valid keys: {_choices(valid)}")
 
 
 def _table(v, where: str) -> Mapping:
     if not isinstance(v, Mapping):
-        raise TypeError(f"{where}: expected a table (dict), got {_show(v)}")
+        raise InvalidType(f"{where}: expected a table (dict), got {_show(v)}")
     return v
 
 
 def _int(v, where: str, lo: int | None = None, hi: int | None = None, what: str = "an int") -> int:
     if not _is_int(v):
-        raise TypeError(f"{where}: expected {what}, got {_show(v)}")
+        raise InvalidType(f"{where}: expected {what}, got {_show(v)}")
     if (lo is not None and v < lo) or (hi is not None and v > hi):
-        raise ValueError(f"{where}: expected {what}, got {v}")
+        raise InvalidValue(f"{where}: expected {what}, got {v}")
     return v
 
 
 def _bool(v, where: str) -> bool:
     if not isinstance(v, bool):
-        raise TypeError(f"{where}: expected a bool (true or false), got {_show(v)}")
+        raise InvalidType(f"{where}: expected a bool (true or false), got {_show(v)}")
     return v
 
 
 def _str(v, where: str) -> str:
     if not isinstance(v, str):
-        raise TypeError(f"{where}: expected a str, got {_show(v)}")
+        raise InvalidType(f"{where}: expected a str, got {_show(v)}")
     return v
 
 
 def _number(v, where: str, what: str = "a number") -> float:
     if not _is_num(v):
-        raise TypeError(f"{where}: expected {what}, got {_show(v)}")
+        raise InvalidType(f"{where}: expected {what}, got {_show(v)}")
     if not math.isfinite(v):
-        raise ValueError(f"{where}: expected {what} (finite), got {v}")
+        raise InvalidValue(f"{where}: expected {what} (finite), got {v}")
     return float(v)
 
 
 def _enum(v, choices, where: str, what: str) -> str:
     if not isinstance(v, str):
-        raise TypeError(f"{where}: expected {what} (a str): one of {_choices(choices)}; got {_show(v)}")
+        raise InvalidType(f"{where}: expected {what} (a str): one of {_choices(choices)}; got {_show(v)}")
     if v not in choices:
         close = difflib.get_close_matches(v, choices, n=1, cutoff=0.7)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ValueError(f"{where}: unknown {what} {v!r}{hint}. Select from {_choices(choices)}")
+        raise InvalidValue(f"{where}: unknown {what} {v!r}{hint}. Select from {_choices(choices)}")
     return v
 
 
 def _vector(v, length: int, where: str) -> Tensor:
     if not _is_list(v):
-        raise TypeError(f"{where}: expected a list of {length} numbers, got {_show(v)}")
+        raise InvalidType(f"{where}: expected a list of {length} numbers, got {_show(v)}")
     if len(v) != length:
-        raise ValueError(f"{where}: expected {length} numbers (the slot size), got {len(v)}")
+        raise InvalidValue(f"{where}: expected {length} numbers (the slot size), got {len(v)}")
     for k, x in enumerate(v):
         if not _is_num(x):
-            raise TypeError(f"{where}[{k}]: expected a number, got {_show(x)}")
+            raise InvalidType(f"{where}[{k}]: expected a number, got {_show(x)}")
     return torch.tensor(list(v), dtype=torch.float64)
 
 
 def _rows_of(v, shape: tuple[int, int], where: str, what: str) -> None:
     r, c = shape
     if not _is_list(v):
-        raise TypeError(f"{where}: expected a 2-D list of {what} of shape ({r}, {c}), got {_show(v)}")
+        raise InvalidType(f"{where}: expected a 2-D list of {what} of shape ({r}, {c}), got {_show(v)}")
     if len(v) != r:
-        raise ValueError(f"{where}: expected {r} rows (shape ({r}, {c}) = (sizes[row], sizes[col])), got {len(v)}")
+        raise InvalidValue(f"{where}: expected {r} rows (shape ({r}, {c}) = (sizes[row], sizes[col])), got {len(v)}")
     for k, row in enumerate(v):
         if not _is_list(row):
-            raise TypeError(f"{where}[{k}]: expected a list of {c} {what}, got {_show(row)}")
+            raise InvalidType(f"{where}[{k}]: expected a list of {c} {what}, got {_show(row)}")
         if len(row) != c:
-            raise ValueError(f"{where}[{k}]: expected {c} entries (shape ({r}, {c}) = (sizes[row], sizes[col])), got {len(row)}")
+            raise InvalidValue(f"{where}[{k}]: expected {c} entries (shape ({r}, {c}) = (sizes[row], sizes[col])), got {len(row)}")
 
 
 def _matrix(v, shape: tuple[int, int], where: str) -> Tensor:
@@ -203,7 +205,7 @@ def _matrix(v, shape: tuple[int, int], where: str) -> Tensor:
     for k, row in enumerate(v):
         for m, x in enumerate(row):
             if not _is_num(x):
-                raise TypeError(f"{where}[{k}][{m}]: expected a number, got {_show(x)}")
+                raise InvalidType(f"{where}[{k}][{m}]: expected a number, got {_show(x)}")
     return torch.tensor([list(row) for row in v], dtype=torch.float64)
 
 
@@ -212,22 +214,22 @@ def _mask_matrix(v, shape: tuple[int, int], where: str) -> Tensor:
     for k, row in enumerate(v):
         for m, x in enumerate(row):
             if not (isinstance(x, bool) or (_is_int(x) and x in (0, 1))):
-                raise TypeError(f"{where}[{k}][{m}]: expected 0, 1, true or false, got {_show(x)}")
+                raise InvalidType(f"{where}[{k}][{m}]: expected 0, 1, true or false, got {_show(x)}")
     return torch.tensor([[bool(x) for x in row] for row in v], dtype=torch.bool)
 
 
 def _indices(v, shape: tuple[int, int], where: str) -> Tensor:
     r, c = shape
     if not _is_list(v):
-        raise TypeError(f"{where}: expected a list of [r, c] pairs, got {_show(v)}")
+        raise InvalidType(f"{where}: expected a list of [r, c] pairs, got {_show(v)}")
     mask = torch.zeros(shape, dtype=torch.bool)
     for k, pair in enumerate(v):
         if not (_is_list(pair) and len(pair) == 2 and all(_is_int(x) for x in pair)):
-            raise TypeError(f"{where}[{k}]: expected an [r, c] pair of ints, got {_show(pair)}")
+            raise InvalidType(f"{where}[{k}]: expected an [r, c] pair of ints, got {_show(pair)}")
         a, b = pair
         if not (0 <= a < r and 0 <= b < c):
-            raise ValueError(f"{where}[{k}]: entry [{a}, {b}] is outside the block of shape ({r}, {c}) (0 <= r < {r}, 0 <= c < {c})")
+            raise InvalidValue(f"{where}[{k}]: entry [{a}, {b}] is outside the block of shape ({r}, {c}) (0 <= r < {r}, 0 <= c < {c})")
         if mask[a, b]:
-            raise ValueError(f"{where}[{k}]: entry [{a}, {b}] is listed twice")
+            raise InvalidValue(f"{where}[{k}]: entry [{a}, {b}] is listed twice")
         mask[a, b] = True
     return mask

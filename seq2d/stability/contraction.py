@@ -33,6 +33,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from ..errors import InvalidInput, InvalidType, InvalidValue
 from ..activations import activation_name, lipschitz
 from ..core import Sequential2D, core_of
 from .spectral import _F64, _cores, recurrent_matrix, spectral_norm, spectral_norm_bound
@@ -104,13 +105,13 @@ def data_lambda(model, xs: Tensor, *, iters: int = 20, generator: torch.Generato
     """
     m = core_of(model)
     if not isinstance(xs, Tensor):
-        raise TypeError(f"xs must be a tensor of shape (T, B, {m.in_features}), got {type(xs).__name__}")
+        raise InvalidType(f"xs must be a tensor of shape (T, B, {m.in_features}), got {type(xs).__name__}")
     if xs.dim() == 2:
         xs = xs.unsqueeze(1)
     if xs.dim() != 3 or xs.shape[-1] != m.in_features:
-        raise RuntimeError(f"xs must have shape (T, B, {m.in_features}) (time first), got {tuple(xs.shape)}")
+        raise InvalidInput(f"xs must have shape (T, B, {m.in_features}) (time first), got {tuple(xs.shape)}")
     if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
-        raise ValueError(f"iters must be a positive int, got {iters!r}")
+        raise InvalidValue(f"iters must be a positive int, got {iters!r}")
     ref = m._param_ref()
     if ref is not None:
         xs = xs.to(device=ref.device, dtype=ref.dtype)
@@ -197,27 +198,27 @@ def rnn_constants(rnn, layer: int = 1) -> dict:
     if isinstance(rnn, RNN):
         L = rnn.num_layers
         if isinstance(layer, bool) or not isinstance(layer, int) or not 1 <= layer <= L:
-            raise ValueError(f"layer must be in 1 .. {L}, got {layer!r}")
+            raise InvalidValue(f"layer must be in 1 .. {L}, got {layer!r}")
         wih, whh = rnn.layer_blocks(layer)
         act = rnn.core.acts[layer]
         Lr = lipschitz(act)
         if Lr is None:
-            raise ValueError(f"layer {layer}'s activation {type(act).__name__} has no known Lipschitz constant")
+            raise InvalidValue(f"layer {layer}'s activation {type(act).__name__} has no known Lipschitz constant")
         name = activation_name(act)
         W_ih, W_hh, b = wih.effective_weight(), whh.effective_weight(), rnn.core.bias(layer)
     elif isinstance(rnn, nn.RNN):
         L = rnn.num_layers
         if isinstance(layer, bool) or not isinstance(layer, int) or not 1 <= layer <= L:
-            raise ValueError(f"layer must be in 1 .. {L}, got {layer!r}")
+            raise InvalidValue(f"layer must be in 1 .. {L}, got {layer!r}")
         if rnn.bidirectional:
-            raise ValueError("rnn_constants: bidirectional RNNs are not supported")
+            raise InvalidValue("rnn_constants: bidirectional RNNs are not supported")
         l = layer - 1
         W_ih, W_hh = getattr(rnn, f"weight_ih_l{l}"), getattr(rnn, f"weight_hh_l{l}")
         b = getattr(rnn, f"bias_ih_l{l}") + getattr(rnn, f"bias_hh_l{l}") if rnn.bias else None
         name, Lr = rnn.nonlinearity, 1.0
         act = torch.tanh if name == "tanh" else torch.relu
     else:
-        raise TypeError(f"rnn_constants expects a seq2d.RNN or a torch.nn.RNN, got {type(rnn).__name__}")
+        raise InvalidType(f"rnn_constants expects a seq2d.RNN or a torch.nn.RNN, got {type(rnn).__name__}")
     with torch.no_grad():
         H = W_hh.shape[0]
         b64 = torch.zeros(H, dtype=_F64) if b is None else b.detach().to(_F64).cpu()

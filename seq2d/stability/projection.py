@@ -22,6 +22,7 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor
 
+from ..errors import InvalidValue
 from ..activations import activation_name
 from ..blocks import Identity, LinearBlock, LinearLike
 from ..core import Sequential2D, core_of
@@ -53,7 +54,7 @@ def _clip(W: Tensor, bound: float, shrink: float) -> Tensor | None:
 
 def _check_bound(bound, what: str = "bound") -> float:
     if isinstance(bound, bool) or not isinstance(bound, (int, float)) or not math.isfinite(bound) or bound <= 0:
-        raise ValueError(f"{what} must be a positive finite number, got {bound!r}")
+        raise InvalidValue(f"{what} must be a positive finite number, got {bound!r}")
     return float(bound)
 
 
@@ -67,7 +68,7 @@ def project_spectral_(W: Tensor, bound: float) -> Tensor:
     Computed in float64. Returns ``W``.
     """
     if not isinstance(W, Tensor) or W.dim() != 2:
-        raise ValueError(f"W must be a 2-D tensor, got {getattr(W, 'shape', type(W).__name__)}")
+        raise InvalidValue(f"W must be a 2-D tensor, got {getattr(W, 'shape', type(W).__name__)}")
     bound = _check_bound(bound)
     new = _clip(W.detach().to(_F64), bound, _shrink(W.dtype, max(W.shape)))
     if new is not None:
@@ -107,7 +108,7 @@ class SpectralClip:
         self.model = model
         self.lam = _check_bound(lam, "lam")
         if mode not in ("svd", "scale"):
-            raise ValueError(f"Unknown mode {mode!r}. Select from 'svd' or 'scale'.")
+            raise InvalidValue(f"Unknown mode {mode!r}. Select from 'svd' or 'scale'.")
         self.mode = mode
         m = core_of(model)
         cores = _cores(m) if cores is None else [sorted(set(c)) for c in cores]
@@ -131,11 +132,11 @@ class SpectralClip:
 
     def _plan(self, m: Sequential2D, slots: list[int]) -> dict:
         if not slots or any(not (0 <= i < m.n) for i in slots):
-            raise ValueError(f"cores must name slots of the model (0 .. {m.n - 1}), got {slots}")
+            raise InvalidValue(f"cores must name slots of the model (0 .. {m.n - 1}), got {slots}")
         L = _act_lipschitz(m, slots)
         if L is None:
             names = {i: activation_name(m.acts[i]) or type(m.acts[i]).__name__ for i in slots}
-            raise ValueError(f"SpectralClip: core {slots} has activations {names} without a known Lipschitz constant "
+            raise InvalidValue(f"SpectralClip: core {slots} has activations {names} without a known Lipschitz constant "
                              "(known: identity, relu, tanh, sigmoid), so no bound on ||W_rec|| makes it lam-stable")
         blocks, bad, absent = [], [], []
         for i in slots:
@@ -156,7 +157,7 @@ class SpectralClip:
                 elif isinstance(blk, LinearLike):
                     bad.append(f"F[{i}][{j}] (tiled block of the block-sparse engine)")
                 else:
-                    raise ValueError(f"SpectralClip: block F[{i}][{j}] of core {slots} is a module "
+                    raise InvalidValue(f"SpectralClip: block F[{i}][{j}] of core {slots} is a module "
                                      f"({type(blk).__name__}); only linear blocks can be projected")
         if absent and self.mode == "svd":
             bad.append(", ".join(absent) + " (absent: the projection would fill them; use mode='scale')")
@@ -170,7 +171,7 @@ class SpectralClip:
         Returns one dict per core: ``slots``, ``bound`` (= lam / L_act), ``norm_before``,
         ``norm_after`` and ``projected`` (False when the core was already within the bound)."""
         if model is not None and core_of(model) is not core_of(self.model):
-            raise ValueError("SpectralClip was built for another model; build one per model")
+            raise InvalidValue("SpectralClip was built for another model; build one per model")
         m = core_of(self.model)
         reports = []
         for plan in self._plans:

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor
 
+from ..errors import InvalidType, InvalidValue
 from ..blocks import Identity, LinearLike
 from ..core import Sequential2D, core_of
 
@@ -38,9 +39,9 @@ def _cores(m: Sequential2D) -> list[list[int]]:
 
 def _check_matrix(W) -> Tensor:
     if not isinstance(W, Tensor):
-        raise TypeError(f"expected a 2-D tensor, got {type(W).__name__}")
+        raise InvalidType(f"expected a 2-D tensor, got {type(W).__name__}")
     if W.dim() != 2:
-        raise ValueError(f"expected a 2-D tensor (a matrix), got shape {tuple(W.shape)}")
+        raise InvalidValue(f"expected a 2-D tensor (a matrix), got shape {tuple(W.shape)}")
     return W.detach().to(_F64)
 
 
@@ -114,7 +115,7 @@ def recurrent_matrix(model, core: Iterable[int]) -> Tensor:
     m = core_of(model)
     slots = sorted(set(core))
     if not slots or any(not (0 <= i < m.n) for i in slots):
-        raise ValueError(f"core must name slots of the model (0 .. {m.n - 1}), got {sorted(set(core))}")
+        raise InvalidValue(f"core must name slots of the model (0 .. {m.n - 1}), got {sorted(set(core))}")
     off, total = {}, 0
     for i in slots:
         off[i] = total
@@ -132,7 +133,7 @@ def recurrent_matrix(model, core: Iterable[int]) -> Tensor:
             elif isinstance(blk, LinearLike):
                 W[r, c] = blk.effective_weight().detach().to(_F64)
             else:
-                raise ValueError(
+                raise InvalidValue(
                     f"block F[{i}][{j}] is a module ({type(blk).__name__}) inside the recurrent core {slots}: its "
                     "Lipschitz constant is unknown, so the core's contraction cannot be certified. Only linear and "
                     "identity blocks are certifiable")

@@ -18,21 +18,23 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from ..errors import InvalidValue
+
 __all__ = ["lemma1_bound", "truncation_length", "stacked_lemma1_bound", "stacked_truncation_length"]
 
 
 def _check_lam(lam) -> float:
     if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not math.isfinite(lam) or lam < 0:
-        raise ValueError(f"lam must be a finite number >= 0, got {lam!r}")
+        raise InvalidValue(f"lam must be a finite number >= 0, got {lam!r}")
     if lam >= 1:
-        raise ValueError(f"no guarantee: lambda = {lam:.6g} >= 1, the model is not certified stable, so its "
+        raise InvalidValue(f"no guarantee: lambda = {lam:.6g} >= 1, the model is not certified stable, so its "
                          "truncation gap need not shrink with k (Lemma 1 needs lambda < 1)")
     return float(lam)
 
 
 def _nonneg(name: str, v) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-        raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+        raise InvalidValue(f"{name} must be a finite number >= 0, got {v!r}")
     return float(v)
 
 
@@ -72,7 +74,7 @@ def lemma1_bound(lam: float, k: int, *, input_bound: float, lipschitz_x: float, 
     """
     lam = _check_lam(lam)
     if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-        raise ValueError(f"k must be an int >= 0, got {k!r}")
+        raise InvalidValue(f"k must be an int >= 0, got {k!r}")
     S = _state_sup(lam, _nonneg("input_bound", input_bound), _nonneg("lipschitz_x", lipschitz_x),
                    _nonneg("f0", f0), _nonneg("h0_bound", h0_bound), state_bound)
     return lam ** k * S
@@ -89,7 +91,7 @@ def truncation_length(lam: float, eps: float, *, input_bound: float, lipschitz_x
     """
     lam = _check_lam(lam)
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0 or not math.isfinite(eps):
-        raise ValueError(f"eps must be a positive number, got {eps!r}")
+        raise InvalidValue(f"eps must be a positive number, got {eps!r}")
     kw = dict(input_bound=input_bound, lipschitz_x=lipschitz_x, f0=f0, h0_bound=h0_bound, state_bound=state_bound)
     S = lemma1_bound(lam, 0, **kw)
     if S <= eps:
@@ -106,7 +108,7 @@ def truncation_length(lam: float, eps: float, *, input_bound: float, lipschitz_x
 
 def _stack_terms(layers: Sequence[dict], input_bound: float) -> list[tuple[float, float, float]]:
     if not layers:
-        raise ValueError("layers must hold one rnn_constants dict per layer, got none")
+        raise InvalidValue("layers must hold one rnn_constants dict per layer, got none")
     out, B = [], _nonneg("input_bound", input_bound)
     for c in layers:
         lam = _check_lam(c["lam"])
@@ -146,7 +148,7 @@ def stacked_lemma1_bound(layers: Sequence[dict], k: int, *, input_bound: float) 
     :func:`lemma1_bound`. It need not decrease in ``k`` at first (terms like ``k lam^k``).
     """
     if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-        raise ValueError(f"k must be an int >= 0, got {k!r}")
+        raise InvalidValue(f"k must be an int >= 0, got {k!r}")
     for j, e in _stack_gaps(_stack_terms(layers, input_bound)):
         if j == k:
             return e
@@ -160,10 +162,10 @@ def stacked_truncation_length(layers: Sequence[dict], eps: float, *, input_bound
         ValueError: some layer has ``lam >= 1`` ("no guarantee"), ``eps <= 0``, or no ``k <= k_max``.
     """
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0 or not math.isfinite(eps):
-        raise ValueError(f"eps must be a positive number, got {eps!r}")
+        raise InvalidValue(f"eps must be a positive number, got {eps!r}")
     for j, e in _stack_gaps(_stack_terms(layers, input_bound)):
         if j >= 1 and e <= eps:
             return j
         if j >= k_max:
-            raise ValueError(f"no k <= {k_max} brings the stacked Lemma 1 bound below eps = {eps}")
+            raise InvalidValue(f"no k <= {k_max} brings the stacked Lemma 1 bound below eps = {eps}")
     raise AssertionError("unreachable")  # pragma: no cover

@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from ..errors import InvalidType, Seq2DError
 from .config import MODEL_FIELDS, RESUME_FREE_FIELDS, TrainConfig, config_from_dict, config_to_dict
 
 __all__ = [
@@ -53,7 +54,7 @@ FORMAT_VERSION = 1
 _REQUIRED = {"model": dict, "optimizer": dict, "epoch": int, "step": int, "config": dict, "rng": dict, "metrics": dict}
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(Seq2DError, RuntimeError):
     """A checkpoint that cannot be used: missing, truncated, corrupt, foreign, another
     format version, or written by a run whose config does not match."""
 
@@ -122,7 +123,7 @@ def _primitive_config(config) -> dict:
         return config_to_dict(config)
     if isinstance(config, Mapping):
         return dict(config)
-    raise TypeError(f"save_checkpoint: config must be a TrainConfig or a dict, got {type(config).__name__}")
+    raise InvalidType(f"save_checkpoint: config must be a TrainConfig or a dict, got {type(config).__name__}")
 
 
 def save_checkpoint(
@@ -143,7 +144,7 @@ def save_checkpoint(
     path = Path(path)
     for name, v in (("epoch", epoch), ("step", step)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise TypeError(f"save_checkpoint: {name} must be an int >= 0, got {v!r}")
+            raise InvalidType(f"save_checkpoint: {name} must be an int >= 0, got {v!r}")
     payload = {
         "format": FORMAT,
         "version": FORMAT_VERSION,

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import InvalidType, InvalidValue, MissingFile
+
 __all__ = [
     "TrainConfig",
     "CHOICES",
@@ -185,7 +187,7 @@ def _check(name: str, hint, value, expected: str | None = None):
                 return _check(name, m, value)
             except TypeError:
                 pass
-        raise TypeError(f"config field {name!r}: expected {_EXPECTED.get(name, _type_name(hint))}, got {_show(value)}")
+        raise InvalidType(f"config field {name!r}: expected {_EXPECTED.get(name, _type_name(hint))}, got {_show(value)}")
     inner = _optional(hint)
     if inner is not None:
         return None if value is None else _check(name, inner, value, _type_name(hint))
@@ -220,38 +222,38 @@ def _check_values(cfg: TrainConfig) -> None:
         if v not in choices:
             close = difflib.get_close_matches(v, choices, n=1, cutoff=0.6)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ValueError(f"config field {name!r}: unknown value {v!r}{hint}. Select from " + ", ".join(map(repr, choices)))
+            raise InvalidValue(f"config field {name!r}: unknown value {v!r}{hint}. Select from " + ", ".join(map(repr, choices)))
     if len(cfg.sizes) < 2:
-        raise ValueError(f"config field 'sizes': expected at least two positive ints (input ... classes), got {cfg.sizes}")
+        raise InvalidValue(f"config field 'sizes': expected at least two positive ints (input ... classes), got {cfg.sizes}")
     for k, s in enumerate(cfg.sizes):
         if s <= 0:
-            raise ValueError(f"config field 'sizes': sizes[{k}] must be positive, got {s}")
+            raise InvalidValue(f"config field 'sizes': sizes[{k}] must be positive, got {s}")
     positive = ["tile", "image_size", "batch_size", "log_every", "eval_batch_size"]
     if isinstance(cfg.num_threads, str) and cfg.num_threads != "auto":
-        raise ValueError(f"config field 'num_threads': expected {_EXPECTED['num_threads']}, got the string {cfg.num_threads!r}")
+        raise InvalidValue(f"config field 'num_threads': expected {_EXPECTED['num_threads']}, got the string {cfg.num_threads!r}")
     for name in positive + ["iterations", "num_threads", "max_steps"]:
         v = getattr(cfg, name)
         if isinstance(v, str):  # num_threads = "auto"
             continue
         if v is not None and v <= 0 and not (name == "iterations" and v == 0):
-            raise ValueError(f"config field {name!r}: expected a positive int, got {v}")
+            raise InvalidValue(f"config field {name!r}: expected a positive int, got {v}")
     if cfg.epochs < 0:
-        raise ValueError(f"config field 'epochs': expected an int >= 0, got {cfg.epochs}")
+        raise InvalidValue(f"config field 'epochs': expected an int >= 0, got {cfg.epochs}")
     for name in ("lr", "weight_decay", "erasing_p", "perspective_p"):
         v = getattr(cfg, name)
         if not math.isfinite(v) or v < 0:
-            raise ValueError(f"config field {name!r}: expected a finite number >= 0, got {v}")
+            raise InvalidValue(f"config field {name!r}: expected a finite number >= 0, got {v}")
     for name in ("erasing_p", "perspective_p"):
         if getattr(cfg, name) > 1:
-            raise ValueError(f"config field {name!r}: expected a probability in [0, 1], got {getattr(cfg, name)}")
+            raise InvalidValue(f"config field {name!r}: expected a probability in [0, 1], got {getattr(cfg, name)}")
     if cfg.lr == 0:
-        raise ValueError("config field 'lr': expected a positive learning rate, got 0")
+        raise InvalidValue("config field 'lr': expected a positive learning rate, got 0")
     for name in ("seed", "model_seed"):
         v = getattr(cfg, name)
         if v is not None and not 0 <= v < 2**63:
-            raise ValueError(f"config field {name!r}: expected an int in [0, 2**63), got {v}")
+            raise InvalidValue(f"config field {name!r}: expected an int in [0, 2**63), got {v}")
     if not cfg.name or "/" in cfg.name or "\\" in cfg.name:
-        raise ValueError(f"config field 'name': expected a non-empty name without path separators, got {cfg.name!r}")
+        raise InvalidValue(f"config field 'name': expected a non-empty name without path separators, got {cfg.name!r}")
 
 
 def _check_keys(keys, where: str) -> None:
@@ -260,25 +262,25 @@ def _check_keys(keys, where: str) -> None:
         if k in valid:
             continue
         if not isinstance(k, str):
-            raise TypeError(f"{where}: keys must be strs, got {_show(k)}. Valid keys: {', '.join(valid)}")
+            raise InvalidType(f"{where}: keys must be strs, got {_show(k)}. Valid keys: {', '.join(valid)}")
         alt = k.replace("-", "_")
         close = [alt] if alt in valid else difflib.get_close_matches(k, valid, n=1, cutoff=0.6)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ValueError(f"{where}: unknown key {k!r}{hint}. Valid keys: {', '.join(valid)}")
+        raise InvalidValue(f"{where}: unknown key {k!r}{hint}. Valid keys: {', '.join(valid)}")
 
 
 # ---------------------------------------------------------------------- dicts and files
 def config_to_dict(cfg: TrainConfig) -> dict:
     """Every field as plain Python values (None kept), in field order."""
     if not isinstance(cfg, TrainConfig):
-        raise TypeError(f"expected a TrainConfig, got {type(cfg).__name__}")
+        raise InvalidType(f"expected a TrainConfig, got {type(cfg).__name__}")
     return {f.name: (list(v) if isinstance(v := getattr(cfg, f.name), list) else v) for f in dataclasses.fields(cfg)}
 
 
 def config_from_dict(d: Mapping, *, where: str = "config") -> TrainConfig:
     """A TrainConfig from a (possibly partial) dict; missing keys keep their defaults."""
     if not isinstance(d, Mapping):
-        raise TypeError(f"{where}: expected a table (dict) of config fields, got {_show(d)}")
+        raise InvalidType(f"{where}: expected a table (dict) of config fields, got {_show(d)}")
     _check_keys(d, where)
     return TrainConfig(**dict(d))
 
@@ -290,12 +292,12 @@ def _read_toml(path: Path) -> dict:
         with open(path, "rb") as f:
             raw = tomllib.load(f)
     except FileNotFoundError:
-        raise FileNotFoundError(f"config file {str(path)!r} does not exist") from None
+        raise MissingFile(f"config file {str(path)!r} does not exist") from None
     except tomllib.TOMLDecodeError as e:
-        raise ValueError(f"config file {str(path)!r} is not valid TOML: {e}") from None
+        raise InvalidValue(f"config file {str(path)!r} is not valid TOML: {e}") from None
     for k, v in raw.items():
         if isinstance(v, dict):
-            raise ValueError(f"{path}: the config is flat, but {k!r} is a table; write its fields at the top level")
+            raise InvalidValue(f"{path}: the config is flat, but {k!r} is a table; write its fields at the top level")
     return raw
 
 
@@ -316,7 +318,7 @@ def load_config(source: str | os.PathLike | Mapping | TrainConfig | None = None,
         path = Path(source)
         cfg = config_from_dict(_read_toml(path), where=str(path))
     else:
-        raise TypeError(f"load_config: expected a path, a dict or a TrainConfig, got {_show(source)}")
+        raise InvalidType(f"load_config: expected a path, a dict or a TrainConfig, got {_show(source)}")
     return apply_overrides(cfg, overrides) if overrides else cfg
 
 
@@ -328,7 +330,7 @@ def apply_overrides(cfg: TrainConfig, overrides: Mapping | Sequence[str]) -> Tra
         items = {}
         for s in overrides:
             if not isinstance(s, str) or "=" not in s:
-                raise ValueError(f"override {s!r}: expected 'key=value' (e.g. 'epochs=3')")
+                raise InvalidValue(f"override {s!r}: expected 'key=value' (e.g. 'epochs=3')")
             k, v = s.split("=", 1)
             k = k.strip()
             if k.replace("-", "_") in config_fields():
@@ -336,7 +338,7 @@ def apply_overrides(cfg: TrainConfig, overrides: Mapping | Sequence[str]) -> Tra
             _check_keys([k], "override")
             items[k] = parse_value(k, v)
     else:
-        raise TypeError(f"overrides must be a dict or a list of 'key=value' strings, got {_show(overrides)}")
+        raise InvalidType(f"overrides must be a dict or a list of 'key=value' strings, got {_show(overrides)}")
     _check_keys(items, "override")
     d = config_to_dict(cfg)
     d.update(items)
@@ -365,7 +367,7 @@ def _parse(name: str, hint, text: str, expected: str | None = None):
                 return _parse(name, m, text)
             except TypeError:
                 pass
-        raise TypeError(f"config field {name!r}: expected {_EXPECTED.get(name, _type_name(hint))}, got the string {text!r}")
+        raise InvalidType(f"config field {name!r}: expected {_EXPECTED.get(name, _type_name(hint))}, got the string {text!r}")
     inner = _optional(hint)
     if inner is not None:
         return None if text.lower() in _NONE else _parse(name, inner, text, _type_name(hint) + " ('none')")

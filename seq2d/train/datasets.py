@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 import torch
 from torch import Tensor
 
+from ..errors import InvalidType, InvalidValue
 from .config import TrainConfig
 from .distributed import DistContext, barrier
 
@@ -71,14 +72,14 @@ def split_data(data) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         else:
             v = getattr(data, key, None)
             if v is None:
-                raise TypeError(f"data must be a dict with 'train' and 'test', or an object with .train/.test, got {type(data).__name__}")
+                raise InvalidType(f"data must be a dict with 'train' and 'test', or an object with .train/.test, got {type(data).__name__}")
         if not (isinstance(v, (tuple, list)) and len(v) == 2 and all(isinstance(t, Tensor) for t in v)):
-            raise TypeError(f"data[{key!r}] must be a pair (X, y) of tensors, got {type(v).__name__}")
+            raise InvalidType(f"data[{key!r}] must be a pair (X, y) of tensors, got {type(v).__name__}")
         X, y = v
         if X.shape[0] != y.shape[0]:
-            raise ValueError(f"data[{key!r}]: X has {X.shape[0]} samples but y has {y.shape[0]}")
+            raise InvalidValue(f"data[{key!r}]: X has {X.shape[0]} samples but y has {y.shape[0]}")
         if X.shape[0] == 0:
-            raise ValueError(f"data[{key!r}] is empty")
+            raise InvalidValue(f"data[{key!r}] is empty")
         return X, y
 
     return (*get("train"), *get("test"))

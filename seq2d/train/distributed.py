@@ -29,6 +29,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..errors import InvalidInput, InvalidValue
+
 __all__ = ["DistContext", "init_distributed", "cleanup", "wrap_model", "all_reduce_sum", "barrier",
            "resolve_device", "unused_parameters"]
 
@@ -69,11 +71,11 @@ def resolve_device(device: str | torch.device = "auto", local_rank: int = 0) -> 
     if isinstance(device, torch.device):
         return device
     if device not in ("auto", "cpu", "cuda") and not device.startswith("cuda:"):
-        raise ValueError(f"Unknown device {device!r}. Select from 'auto', 'cpu', 'cuda'")
+        raise InvalidValue(f"Unknown device {device!r}. Select from 'auto', 'cpu', 'cuda'")
     if device == "cpu" or (device == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
     if not torch.cuda.is_available():
-        raise RuntimeError(f"device {device!r} was requested but torch.cuda.is_available() is False; use device='cpu' or 'auto'")
+        raise InvalidInput(f"device {device!r} was requested but torch.cuda.is_available() is False; use device='cpu' or 'auto'")
     if device.startswith("cuda:"):
         return torch.device(device)
     return torch.device("cuda", local_rank % torch.cuda.device_count())
@@ -94,9 +96,9 @@ def init_distributed(backend: str = "auto", device: str = "auto") -> DistContext
     if backend == "auto":
         backend = "nccl" if dev.type == "cuda" else "gloo"
     if backend not in ("gloo", "nccl"):
-        raise ValueError(f"Unknown distributed backend {backend!r}. Select from 'auto', 'gloo', 'nccl'")
+        raise InvalidValue(f"Unknown distributed backend {backend!r}. Select from 'auto', 'gloo', 'nccl'")
     if backend == "nccl" and dev.type != "cuda":
-        raise ValueError("the nccl backend needs device='cuda' (or 'auto' on a GPU machine); use gloo on the CPU")
+        raise InvalidValue("the nccl backend needs device='cuda' (or 'auto' on a GPU machine); use gloo on the CPU")
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     if dist.is_initialized():

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import Seq2DError
+
 __all__ = ["NonFiniteLossError"]
 
 
-class NonFiniteLossError(RuntimeError):
+class NonFiniteLossError(Seq2DError, RuntimeError):
     """The loss became NaN or infinite; the checkpoint on disk is the last good one."""
 
     def __init__(self, message: str, *, epoch: int, step: int, checkpoint: Path | None):

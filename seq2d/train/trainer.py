@@ -44,6 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..errors import InvalidType, InvalidValue, MissingFile
 from .checkpoint import (
     CheckpointError,
     capture_rng_state,
@@ -129,18 +130,18 @@ def build_model(cfg: TrainConfig, *, device=None) -> nn.Module:
             source = "not in its signature"
         elif _is_spec_path(cfg.model) or ":" in cfg.model:
             if _is_spec_path(cfg.model) and not Path(cfg.model).is_file():
-                raise FileNotFoundError(f"config field 'model': the spec file {cfg.model!r} does not exist")
+                raise MissingFile(f"config field 'model': the spec file {cfg.model!r} does not exist")
             model = resolve_model(cfg.model)
             source = "its structure comes from the preset string or spec file"
         else:
-            raise ValueError(
+            raise InvalidValue(
                 f"config field 'model': unknown model {cfg.model!r}. Select from "
                 + ", ".join(repr(m) for m in list_models())
                 + ", a preset string such as 'mlp:784,256,10', or the path of a spec file (.toml/.json)"
             )
     ignored = [k for k in changed if k not in consumed]
     if ignored:
-        raise ValueError(
+        raise InvalidValue(
             f"config field(s) {', '.join(map(repr, ignored))} are set, but model {cfg.model!r} does not use them "
             f"({source}); leave them at their defaults"
         )
@@ -151,7 +152,7 @@ def build_model(cfg: TrainConfig, *, device=None) -> nn.Module:
         try:
             target = core_of(model)
         except TypeError:
-            raise ValueError(f"config field 'iterations' is set, but a {type(model).__name__} has no Sequential2D steps to set") from None
+            raise InvalidValue(f"config field 'iterations' is set, but a {type(model).__name__} has no Sequential2D steps to set") from None
         target.steps = check_steps(cfg.iterations)
     if device is not None:
         model = model.to(device)
@@ -199,16 +200,16 @@ class Trainer:
                  callbacks: Sequence = (), dist: DistContext | None = None,
                  criterion: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None = None) -> None:
         if not isinstance(config, TrainConfig):
-            raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
+            raise InvalidType(f"config must be a TrainConfig, got {type(config).__name__}")
         if not isinstance(model, nn.Module):
-            raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+            raise InvalidType(f"model must be an nn.Module, got {type(model).__name__}")
         if augment is not None and not callable(augment):
-            raise TypeError(f"augment must be callable (xb, generator) -> xb, got {type(augment).__name__}")
+            raise InvalidType(f"augment must be callable (xb, generator) -> xb, got {type(augment).__name__}")
         self.config = cfg = config
         self.dist = dist if dist is not None else DistContext.current(cfg.device)
         self.device = self.dist.device
         if cfg.batch_size % self.dist.world_size:
-            raise ValueError(
+            raise InvalidValue(
                 f"batch_size {cfg.batch_size} is the global batch and must divide evenly over "
                 f"{self.dist.world_size} processes; use a multiple of {self.dist.world_size}"
             )
@@ -218,7 +219,7 @@ class Trainer:
         self.test_data = (Xte.to(self.device), yte.to(self.device))
         fin = getattr(model, "in_features", None)
         if isinstance(fin, int) and Xtr.dim() == 2 and Xtr.shape[1] != fin:
-            raise ValueError(
+            raise InvalidValue(
                 f"the model takes {fin} input features but the data has {Xtr.shape[1]} per sample "
                 f"(for images: sizes[0] must be image_size**2 = {cfg.image_size ** 2})"
             )
@@ -244,7 +245,7 @@ class Trainer:
         cfg = self.config
         params = [p for p in self.model.parameters() if p.requires_grad]
         if not params:
-            raise ValueError("the model has no trainable parameters")
+            raise InvalidValue("the model has no trainable parameters")
         if cfg.optimizer == "adam":
             return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
         return torch.optim.SGD(params, lr=cfg.lr, momentum=0.9, weight_decay=cfg.weight_decay)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ...errors import InvalidValue
 from ..layout import BlockSparseLayout
 
 _KERNELS: dict[str, "KernelBackend"] = {}
@@ -46,5 +47,5 @@ def get_kernel(name: str) -> KernelBackend:
     try:
         return _KERNELS[name]
     except KeyError:
-        raise ValueError(f"Unknown block-sparse backend {name!r}. Select from "
+        raise InvalidValue(f"Unknown block-sparse backend {name!r}. Select from "
                          + ", ".join(repr(k) for k in ["auto", *available_kernels()])) from None

@@ -56,6 +56,7 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor
 
+from ...errors import InvalidValue
 from ...threads import follow_load_threads
 from ..layout import BlockSparseLayout
 from .base import KernelBackend, register_kernel
@@ -275,9 +276,9 @@ class CPUBackend(KernelBackend):
 
     def __init__(self, strategy: str = "runs", name: str = "cpu", chunk: int | None = None):
         if strategy not in ("runs", "gather", "bmm"):
-            raise ValueError(f"Unknown CPU strategy {strategy!r}. Select from 'runs', 'gather' or 'bmm'.")
+            raise InvalidValue(f"Unknown CPU strategy {strategy!r}. Select from 'runs', 'gather' or 'bmm'.")
         if chunk is not None and (strategy != "bmm" or isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
-            raise ValueError(f"chunk: a positive int for the 'bmm' strategy only, got {chunk!r}")
+            raise InvalidValue(f"chunk: a positive int for the 'bmm' strategy only, got {chunk!r}")
         self.strategy = strategy
         self.name = name
         self.chunk = chunk  # bmm: stored tiles per chunk (None: chosen per layout by _chunk_size)

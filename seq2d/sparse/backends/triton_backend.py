@@ -45,6 +45,7 @@ from torch import Tensor
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
+from ...errors import InvalidInput, InvalidType
 from ..layout import BlockSparseLayout
 from .base import KernelBackend, register_kernel
 
@@ -287,13 +288,13 @@ def sdd_t(dy: Tensor, x: Tensor, layout: BlockSparseLayout, out: Tensor, splits:
 # ---------------------------------------------------------------------------- backend
 def _check(name: str, a: Tensor, a_cols: int, wp: Tensor | None, layout: BlockSparseLayout) -> None:
     if a.dim() != 2 or a.shape[1] != a_cols:
-        raise RuntimeError(f"triton {name}: expected a 2-D operand with {a_cols} columns, got shape {tuple(a.shape)}")
+        raise InvalidInput(f"triton {name}: expected a 2-D operand with {a_cols} columns, got shape {tuple(a.shape)}")
     if wp is not None:
         T = layout.tile
         if tuple(wp.shape) != (layout.nnz, T, T):
-            raise RuntimeError(f"triton {name}: expected wp of shape {(layout.nnz, T, T)}, got {tuple(wp.shape)}")
+            raise InvalidInput(f"triton {name}: expected wp of shape {(layout.nnz, T, T)}, got {tuple(wp.shape)}")
         if wp.dtype != a.dtype or wp.device != a.device:
-            raise TypeError(f"triton {name}: wp ({wp.dtype}, {wp.device}) must match the dense operand "
+            raise InvalidType(f"triton {name}: wp ({wp.dtype}, {wp.device}) must match the dense operand "
                             f"({a.dtype}, {a.device})")
 
 
@@ -323,7 +324,7 @@ class TritonBackend(KernelBackend):
         _check("sdd_t", x, layout.Kt * layout.tile, None, layout)
         _check("sdd_t", dy, layout.Mt * layout.tile, None, layout)
         if dy.shape[0] != x.shape[0] or dy.dtype != x.dtype or dy.device != x.device:
-            raise RuntimeError(f"triton sdd_t: dy {tuple(dy.shape)} {dy.dtype} and x {tuple(x.shape)} {x.dtype} "
+            raise InvalidInput(f"triton sdd_t: dy {tuple(dy.shape)} {dy.dtype} and x {tuple(x.shape)} {x.dtype} "
                                "must share batch size, dtype and device")
         T = layout.tile
         return sdd_t(dy, x, layout, x.new_empty(layout.nnz, T, T))

@@ -1,0 +1,53 @@
+"""The errors seq2d raises on purpose, and the policy behind them (docs/errors.md).
+
+Every error a user can cause (a bad argument, spec, config, checkpoint or data file, a
+state that does not fit the model, a run that diverged) is a :class:`Seq2DError`. Its
+message says what was expected, what arrived, and where: the slot, the block ``F[i][j]``,
+the spec key path, the file (and line), the config field or CLI flag. Each class also
+derives from the built-in exception it refines, so ``except ValueError`` keeps working:
+
+======================  ==================  ==============================================
+class                   also a              raised for
+======================  ==================  ==============================================
+:class:`InvalidValue`   ``ValueError``      a value out of range, an unknown name, a
+                                            combination that cannot work
+:class:`InvalidType`    ``TypeError``       an argument of the wrong type or dtype
+:class:`InvalidInput`   ``RuntimeError``    a tensor that does not fit (shape, device,
+                                            batch dims), as torch reports shape errors
+:class:`InvalidIndex`   ``IndexError``      a slot or grid position that does not exist
+:class:`MissingFile`    ``FileNotFoundError``  a named file or data root that is not there
+======================  ==================  ==============================================
+
+plus the domain errors ``seq2d.train.CheckpointError``, ``seq2d.train.NonFiniteLossError``
+and the data errors of :mod:`seq2d.data`, all Seq2DErrors. Anything else escaping seq2d is
+a bug: the CLI prints seq2d's errors as one ``seq2d: error: ...`` line (exit 2) and shows
+the traceback of anything else, saying it is a bug.
+"""
+
+from __future__ import annotations
+
+__all__ = ["Seq2DError", "InvalidValue", "InvalidType", "InvalidInput", "InvalidIndex", "MissingFile"]
+
+
+class Seq2DError(Exception):
+    """Base of every error seq2d raises on purpose (see the module docstring)."""
+
+
+class InvalidValue(Seq2DError, ValueError):
+    """A value out of range, an unknown name, or a combination that cannot work."""
+
+
+class InvalidType(Seq2DError, TypeError):
+    """An argument of the wrong type or dtype."""
+
+
+class InvalidInput(Seq2DError, RuntimeError):
+    """A tensor that does not fit: shape, batch dims, device."""
+
+
+class InvalidIndex(Seq2DError, IndexError):
+    """A slot or grid position that does not exist."""
+
+
+class MissingFile(Seq2DError, FileNotFoundError):
+    """A named file or data root that is not there."""
