@@ -25,6 +25,9 @@ graph with a cycle, :func:`seq2d.graph.recurrent_cores`):
                            certified number; the paper observes that nominally unstable
                            models often operate in the stable regime on data, so the two
                            answer different questions, and both are reported.
+:func:`rnn_constants`      Lemma 1's constants of one RNN layer (``lam``, ``lipschitz_x``,
+                           ``f0``, ``state_bound``), the keyword arguments of
+                           :func:`lemma1_bound`.
 :class:`SpectralClip`      the projection ``W <- U diag(min(s, lambda / L_act)) V^T`` of the
                            core's matrix after each optimizer step (a trainer callback).
 :func:`lemma1_bound`,      the truncation bound (Lemma 1): how far ``h_t`` of the RNN is from

@@ -9,20 +9,8 @@ For the Elman RNN ``h_t = rho(W h_{t-1} + U x_t + b)`` with an elementwise ``rho
 Lipschitz constant is ``L_rho`` this holds with ``lambda = L_rho ||W||_2`` (the paper's
 sufficient condition ``||W|| < 1 / L_rho``).
 
-=========================  ===========================================================
-:func:`certified_lambda`   ``lambda <= L_act * ||W_rec||_2``: a bound that holds for every
-                           input (``W_rec`` = the core's block matrix, ``L_act`` = the largest
-                           Lipschitz constant of the core's slot activations).
-:func:`data_lambda`        the largest spectral norm of the state Jacobian
-                           ``d state_t / d state_{t-1}`` (restricted to the core) along real
-                           trajectories: what the model does on *this* data. Always <= the
-                           certified number; the paper observes that nominally unstable
-                           models often operate in the stable regime on data, so the two
-                           answer different questions, and both are reported.
-:func:`rnn_constants`      Lemma 1's constants of one RNN layer (``lam``, ``lipschitz_x``,
-                           ``f0``, ``state_bound``), the keyword arguments of
-                           :func:`seq2d.stability.lemma1_bound`.
-=========================  ===========================================================
+What each function computes (:func:`certified_lambda`, :func:`data_lambda`,
+:func:`rnn_constants`) is tabled in the package docstring, :mod:`seq2d.stability`.
 """
 
 from __future__ import annotations
