@@ -4,6 +4,8 @@ levels). Each check raises a typed error that says what was expected and what ar
 
 from __future__ import annotations
 
+import difflib
+import warnings
 from collections import deque
 from collections.abc import Mapping, Sequence
 
@@ -12,10 +14,33 @@ from torch import Tensor, nn
 
 from .errors import InvalidIndex, InvalidType, InvalidValue
 from .activations import is_identity, make_activation
-from .blocks import Identity, block_kind
+from .blocks import ContextModule, Identity, block_kind, check_device, check_dtype
 
 __all__ = ["is_pos_int", "module_features", "check_sizes", "normalize_grid", "check_block_fits",
-           "check_slot_list", "check_steps", "build_activations", "slot_biases", "depth_and_levels"]
+           "check_slot_list", "check_steps", "build_activations", "slot_biases", "depth_and_levels",
+           "check_device", "check_dtype", "check_factory", "check_seed", "input_distances", "far_output", "context_keys_of",
+           "unexpected_keywords", "check_degenerate", "warn_steps"]
+
+
+def check_factory(device, dtype, what: str) -> None:
+    """The ``device``/``dtype`` arguments of a constructor (see :func:`seq2d.blocks.check_device`,
+    :func:`seq2d.blocks.check_dtype`): typed errors naming ``what`` and the argument."""
+    check_device(device, what)
+    check_dtype(dtype, what)
+
+
+_SEED_RANGE = (-(2**63), 2**64 - 1)  # torch.Generator.manual_seed's range
+
+
+def check_seed(seed, what: str, *, optional: bool = False):
+    """``seed``: an int in torch's seed range (``None`` too when ``optional``)."""
+    if seed is None and optional:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise InvalidType(f"{what}: seed must be an int{' or None' if optional else ''}, got {type(seed).__name__} {seed!r}")
+    if not _SEED_RANGE[0] <= seed <= _SEED_RANGE[1]:
+        raise InvalidValue(f"{what}: seed must lie in [-2**63, 2**64 - 1], got {seed}")
+    return seed
 
 
 def is_pos_int(v) -> bool:
@@ -97,9 +122,14 @@ def check_block_fits(sizes: Sequence[int], i: int, j: int, blk: nn.Module) -> No
         raise InvalidValue(f"block F[{i}][{j}] gives {fout} output features, but slot {i} has size {si}")
 
 
-def check_slot_list(name: str, slots, n: int) -> tuple[int, ...]:
-    if isinstance(slots, int):
+def check_slot_list(name: str, slots, n: int, *, allow_empty: bool = True) -> tuple[int, ...]:
+    if isinstance(slots, int) and not isinstance(slots, bool):
         slots = [slots]
+    if isinstance(slots, (str, bytes, Tensor)) or not hasattr(slots, "__iter__"):
+        raise InvalidType(f"{name} must be a slot index or a list of slot indices, got {type(slots).__name__} {slots!r}")
+    slots = list(slots)
+    if not allow_empty and len(slots) == 0:
+        raise InvalidValue(f"{name} must name at least one slot, got an empty list (leave it out for the default)")
     out = []
     for s in slots:
         if isinstance(s, bool) or not isinstance(s, int):
@@ -194,3 +224,101 @@ def depth_and_levels(n: int, positions, rows) -> tuple[int | None, list[frozense
         if i in rows:
             levels.setdefault(depth[i], []).append(i)
     return (max(depth) if n else 0), [frozenset(levels[d]) for d in sorted(levels)]
+
+
+def input_distances(n: int, positions, inputs) -> tuple[int | None, ...]:
+    """Shortest path (in blocks) from an input slot to every slot: 0 for the inputs, ``None``
+    for slots no input reaches (edge ``j -> i`` per block ``F[i][j]``)."""
+    succ: list[list[int]] = [[] for _ in range(n)]
+    for i, j in positions:
+        succ[j].append(i)
+    dist: list[int | None] = [None] * n
+    queue = deque()
+    for i in inputs:
+        dist[i] = 0
+        queue.append(i)
+    while queue:
+        j = queue.popleft()
+        for i in succ[j]:
+            if dist[i] is None:
+                dist[i] = dist[j] + 1
+                queue.append(i)
+    return tuple(dist)
+
+
+def far_output(n: int, positions, inputs, outputs) -> tuple[int, int | None] | None:
+    """``(slot, distance)`` of the output slot farthest from the input slots (distance ``None``:
+    no input reaches it), or None for a model without input slots."""
+    if not inputs:
+        return None
+    dist = input_distances(n, positions, inputs)
+    unreached = [o for o in outputs if dist[o] is None]
+    if unreached:
+        return unreached[0], None
+    o = max(outputs, key=lambda o: dist[o])
+    return o, dist[o]
+
+
+def context_keys_of(blocks) -> frozenset | None:
+    """The context keys a model with these blocks accepts: the union of the ``context_keys`` of
+    its ContextModule blocks (a nested Sequential2D's is its own union), or ``None`` (any key)
+    when one of them declares none (see :class:`seq2d.ContextModule`)."""
+    keys: set[str] = set()
+    for blk in blocks:
+        if isinstance(blk, ContextModule):
+            k = blk.context_keys
+            if k is None:
+                return None
+            if isinstance(k, (str, bytes)) or not all(isinstance(name, str) for name in k):
+                raise InvalidType(f"{type(blk).__name__}.context_keys must be a tuple of names (str) or None, got {k!r}")
+            keys.update(k)
+    return frozenset(keys)
+
+
+def unexpected_keywords(where: str, given, accepted, own: Sequence[str] = (), takes: str | None = None) -> str:
+    """The message for keywords ``given`` outside ``accepted`` (as Python words a bad keyword),
+    with the accepted keys and a close match ("did you mean") among ``accepted`` and ``own``."""
+    bad = [k for k in given if k not in accepted]
+    names = ", ".join(repr(k) for k in bad)
+    msg = f"{where}() got an unexpected keyword argument{'s' if len(bad) > 1 else ''} {names}; "
+    msg += takes if takes is not None else (
+        f"this model takes the context keys {sorted(accepted)}" if accepted else
+        "this model takes no context keys (none of its blocks is a ContextModule)")
+    hints = [m for k in bad for m in difflib.get_close_matches(k, [*accepted, *own], n=1, cutoff=0.6)]
+    if hints:
+        msg += "; did you mean " + " or ".join(repr(h) for h in dict.fromkeys(hints)) + "?"
+    return msg
+
+
+def _warn(msg: str, stacklevel: int = 4) -> None:
+    """A UserWarning pointing at the caller's line (stack: _warn, the rule, the model method, ...)."""
+    warnings.warn(msg, UserWarning, stacklevel=stacklevel)
+
+
+def check_degenerate(model) -> None:
+    """The construction-time rules for degenerate models (docs/concepts.md, "Malformed models and
+    calls"): no block at all is an error, no trainable parameter a warning. (Steps too few for an
+    output to depend on the input: :func:`warn_steps`, at the tensor call.)"""
+    if not model._positions:
+        raise InvalidValue(f"blocks: the model has no block at all (sizes {list(model.sizes)}): every slot would be "
+                           "held and it would compute nothing; give at least one block")
+    if model.num_parameters() == 0:
+        _warn(f"this Sequential2D (sizes {list(model.sizes)}) has no trainable parameter: training cannot change it "
+              "(every block is an identity, a parameter-free module or fully frozen)")
+
+
+def warn_steps(model, steps: int) -> None:
+    """Warn (once per model) when, in a tensor call ``model(x, steps)``, an output slot cannot depend
+    on ``x``: no input slot reaches it, or ``steps`` is below its distance (in blocks) from them."""
+    far = model.__dict__.get("_far_output")
+    if far is None or (far[1] is not None and steps >= far[1]) or model.__dict__.get("_steps_warned"):
+        return
+    model.__dict__["_steps_warned"] = True
+    o, d = far
+    if d is None:
+        _warn(f"output slot {o} cannot be reached from any input slot {list(model.inputs)}: the output of model(x) "
+              "never depends on x, whatever the number of steps", stacklevel=7)
+    else:
+        _warn(f"steps={steps} is smaller than the distance from the input slots {list(model.inputs)} to output slot {o} "
+              f"({d} blocks): after {steps} step(s) the output cannot depend on the input; it needs steps >= {d}",
+              stacklevel=7)  # _warn, warn_steps, _forward_tensor, forward, Module._call_impl, __call__, the caller

@@ -49,8 +49,8 @@ class AttentionCore(ContextModule):
         head_h = softmax(q_h k_h^T / sqrt(d_head) + mask) v_h   # d_head = d_model / nhead
         out = cat(head_0, ..., head_{nhead-1}, -1)
 
-    Context keywords (from ``Sequential2D.forward(..., **context)``; other keys are
-    ignored, since they may be meant for other blocks):
+    Context keywords (``context_keys``; from ``Sequential2D.forward(..., **context)``, which
+    passes this block these keys only and refuses keys no block of the model declares):
 
     * ``src_mask`` (alias ``mask``): ``(T, T)`` or ``(B * nhead, T, T)`` with
       ``B = prod(batch)``; bool (True = NOT allowed, the ``nn.Transformer`` convention)
@@ -63,6 +63,8 @@ class AttentionCore(ContextModule):
     A query whose keys are all masked gets whatever ``scaled_dot_product_attention`` gives
     (zeros with torch 2.5+), exactly as in ``nn.MultiheadAttention``, which calls it too.
     """
+
+    context_keys = ("src_mask", "mask", "src_key_padding_mask", "is_causal")
 
     def __init__(self, d_model: int, nhead: int) -> None:
         super().__init__()
@@ -80,8 +82,12 @@ class AttentionCore(ContextModule):
         src_key_padding_mask: Tensor | None = None,
         is_causal: bool | None = False,
         mask: Tensor | None = None,
-        **context,
+        **unexpected,
     ) -> Tensor:
+        if unexpected:
+            bad = ", ".join(repr(k) for k in unexpected)
+            raise InvalidType(f"AttentionCore.forward() got an unexpected keyword argument {bad}; it takes the context "
+                              f"keys {list(self.context_keys)}")
         if x.dim() < 2 or x.shape[-1] != self.in_features:
             raise InvalidInput(
                 f"AttentionCore expects input of shape (*batch, T, {self.in_features}) "

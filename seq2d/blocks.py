@@ -7,8 +7,9 @@
   no gradient; frozen values take part in the product everywhere but are not trainable);
 - any other ``nn.Module`` mapping ``(*batch, s_j)`` to ``(*batch, s_i)``.
   A module that needs call-time context (an attention mask, say) derives from
-  :class:`ContextModule` and receives the keyword arguments given to
-  ``Sequential2D.forward``.
+  :class:`ContextModule`, declares the keys it reads (``context_keys``) and receives those
+  of the keyword arguments given to ``Sequential2D.forward``. Its output must have the
+  shape ``(*batch, s_i)`` (:func:`check_block_output`, checked on every call).
 
 Biases are not part of a block: they belong to the output slot (one per slot).
 """
@@ -21,9 +22,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .errors import InvalidType, InvalidValue
+from .errors import InvalidInput, InvalidType, InvalidValue
 
-__all__ = ["Identity", "LinearLike", "LinearBlock", "ContextModule", "block_kind"]
+__all__ = ["Identity", "LinearLike", "LinearBlock", "ContextModule", "block_kind", "block_context",
+           "check_block_output", "check_device", "check_dtype"]
 
 
 class Identity(nn.Module):
@@ -34,10 +36,78 @@ class Identity(nn.Module):
 
 
 class ContextModule(nn.Module):
-    """Base for module blocks that take call-time keyword context (masks, ...)."""
+    """Base for module blocks that take call-time keyword context (masks, ...).
+
+    ``context_keys``: the names of the context keywords the block reads (a class attribute,
+    e.g. ``("src_mask", "mask", "src_key_padding_mask", "is_causal")`` for
+    :class:`~seq2d.attention.AttentionCore`). A Sequential2D accepts the union of its blocks'
+    keys (nested Sequential2Ds included) and refuses any other keyword with
+    :class:`~seq2d.errors.InvalidType`; the block is called with the given keys it declares
+    only. ``None`` (a subclass that declares nothing) means *any key*: the block receives every
+    keyword given to the model, and a model holding it accepts every keyword (no check, the
+    behaviour before keys were declared)."""
+
+    context_keys: tuple[str, ...] | None = None
 
     def forward(self, x: Tensor, **context) -> Tensor:  # pragma: no cover - interface
         raise NotImplementedError
+
+
+def block_context(blk: ContextModule, context: dict) -> dict:
+    """The keywords of ``context`` that the ContextModule ``blk`` declares (all when it declares
+    none, see :class:`ContextModule`)."""
+    keys = blk.context_keys
+    if keys is None or not context:
+        return context
+    return {k: v for k, v in context.items() if k in keys}
+
+
+def check_block_output(y, x: Tensor, size: int, i: int, j: int):
+    """``y``, the output of block F[i][j] for the input ``x`` ``(*batch, s_j)``, must be a tensor
+    of shape ``(*batch, size)``; anything else is refused (never broadcast) naming the block."""
+    if not isinstance(y, Tensor):
+        raise InvalidType(f"block F[{i}][{j}] must return a tensor of shape (*batch, {size}), got {type(y).__name__}")
+    if y.shape[-1:] != (size,) or y.shape[:-1] != x.shape[:-1]:
+        want = (*x.shape[:-1], size)
+        raise InvalidInput(f"block F[{i}][{j}] must map (*batch, {x.shape[-1]}) to (*batch, {size}): for an input of "
+                           f"shape {tuple(x.shape)} it should return {want}, got {tuple(y.shape)}")
+    return y
+
+
+def check_dtype(dtype, what: str):
+    """``dtype`` (None or a floating-point ``torch.dtype``) or a typed error naming ``what``."""
+    if dtype is None:
+        return None
+    if not isinstance(dtype, torch.dtype):
+        raise InvalidType(f"{what}: dtype must be a floating-point torch.dtype (e.g. torch.float32) or None, "
+                          f"got {type(dtype).__name__} {dtype!r}")
+    if not dtype.is_floating_point:
+        raise InvalidType(f"{what}: dtype must be a floating-point torch.dtype (e.g. torch.float32), got {dtype}")
+    return dtype
+
+
+def check_device(device, what: str):
+    """``device`` (None, a ``torch.device``, a device string or a CUDA index) or a typed error
+    naming ``what``: an unknown device string, or a device this machine does not have."""
+    if device is None:
+        return None
+    if isinstance(device, bool) or not isinstance(device, (str, int, torch.device)):
+        raise InvalidType(f"{what}: device must be a torch.device, a device string (e.g. 'cpu', 'cuda:0') or None, "
+                          f"got {type(device).__name__} {device!r}")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError, TypeError):
+        raise InvalidValue(f"{what}: device {device!r} is not a valid device (e.g. 'cpu', 'cuda', 'cuda:0', 'mps', "
+                           "'meta')") from None
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise InvalidValue(f"{what}: device {device!r} is not available (torch.cuda.is_available() is False)")
+        if dev.index is not None and dev.index >= count:
+            raise InvalidValue(f"{what}: device {device!r} does not exist (this machine has {count} CUDA device(s))")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise InvalidValue(f"{what}: device {device!r} is not available (torch.backends.mps.is_available() is False)")
+    return device
 
 
 def _check_matrix(name: str, value, shape: tuple[int, int], what: str) -> Tensor:
@@ -111,6 +181,8 @@ class LinearBlock(LinearLike):
         for name, v in (("in_features", in_features), ("out_features", out_features)):
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise InvalidValue(f"LinearBlock: {name} must be a positive int, got {v!r}")
+        check_device(device, "LinearBlock")
+        check_dtype(dtype, "LinearBlock")
         self.in_features = in_features
         self.out_features = out_features
         shape = (out_features, in_features)

@@ -16,8 +16,8 @@ from torch import Tensor, nn
 
 from .errors import InvalidType, InvalidValue
 from .activations import activation_name
-from .arguments import (build_activations, check_block_fits, check_sizes, check_slot_list, check_steps, depth_and_levels,
-                        normalize_grid, slot_biases)
+from .arguments import (build_activations, check_block_fits, check_degenerate, check_factory, check_sizes, check_slot_list,
+                        check_steps, depth_and_levels, far_output, normalize_grid, slot_biases, warn_steps)
 from .blocks import ContextModule, Identity, LinearBlock, LinearLike, block_kind  # noqa: F401 (re-exported)
 from .engines import STORES, DenseStore, TiledStore, choose_store
 from .engines.migrate import migrate_state_dict
@@ -98,7 +98,15 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
           the inputs (see :meth:`sequence`).
 
     Keyword arguments ``**ctx`` are passed to blocks deriving from
-    :class:`~seq2d.ContextModule` (e.g. attention masks) and to nested Sequential2Ds.
+    :class:`~seq2d.ContextModule` (e.g. attention masks) and to nested Sequential2Ds, each
+    getting the keys it declares (``context_keys``); a key no block declares is refused
+    (:class:`~seq2d.errors.InvalidType`), as Python refuses an unknown keyword.
+
+    Malformed models and calls (docs/concepts.md, "Malformed models and calls"): a module
+    block's output must have shape ``(*batch, sizes[i])`` (checked on every call, never
+    broadcast); a model with no block is refused, one with no trainable parameter warns; a
+    tensor call whose ``steps`` is below the distance from the input slots to an output slot (or
+    whose output no input reaches) warns, once per model: the output cannot depend on ``x``.
 
     Args:
         sizes: positive slot sizes ``s_0 .. s_{n-1}``.
@@ -109,8 +117,8 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
             of ``bool``/tensor/``nn.Parameter`` (one Parameter may be shared by slots).
         activations: one name/module for every non-held slot, or a per-slot list
             (names: identity, relu, tanh, sigmoid, gelu, gelu_tanh, layernorm).
-        inputs: slots filled from the caller (default: the held slots).
-        outputs: slots read by the tensor call and sequence mode (default: the last).
+        inputs: slots filled from the caller (default: the held slots; non-empty when given).
+        outputs: slots read by the tensor call and sequence mode (default: the last; non-empty).
         steps: default number of steps (default: the depth when the graph is acyclic).
         backend: the parameter store: "auto", "dense" or "loop" (see :mod:`seq2d.engines`,
             :func:`seq2d.available_backends`).
@@ -132,6 +140,7 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
     ) -> None:
         factory_kwargs = {"device": device, "dtype": dtype}
         super().__init__()
+        check_factory(device, dtype, "Sequential2D")
         self.sizes = check_sizes(sizes)
         n = len(self.sizes)
         grid = normalize_grid(blocks, n)
@@ -145,8 +154,8 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
             self._rows.setdefault(i, []).append(j)
         held = [i for i in range(n) if i not in self._rows]
 
-        self.inputs = check_slot_list("inputs", held if inputs is None else inputs, n)
-        self.outputs = check_slot_list("outputs", [n - 1] if outputs is None else outputs, n)
+        self.inputs = check_slot_list("inputs", held if inputs is None else inputs, n, allow_empty=inputs is None)
+        self.outputs = check_slot_list("outputs", [n - 1] if outputs is None else outputs, n, allow_empty=False)
         self.acts = build_activations(self.sizes, activations, held, factory_kwargs)
         given, self._fresh_bias = slot_biases(self.sizes, bias, held, factory_kwargs)
         self.slot_bias = SlotBias(self.sizes, given, self._fresh_bias, **factory_kwargs)
@@ -162,10 +171,12 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         if steps is None:
             steps = self.depth
         self.steps = None if steps is None else check_steps(steps)
+        self._far_output = far_output(n, self._positions, self.inputs, self.outputs)
         self._plans: dict = {}
         self.store = self._build_store()
         self.reset_bias_parameters()
         self._register_load_state_dict_pre_hook(self._migrate_state_dict)
+        check_degenerate(self)
 
     def _migrate_state_dict(self, state_dict, prefix, *args) -> None:
         """Checkpoints of the per-block layout load through the handles (seq2d/engines/migrate.py)."""
@@ -226,10 +237,6 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
                 self.to_blocksparse(tile)
                 return self.store
         return store
-
-    # constructor-argument checks live in seq2d/arguments.py; these names stay for callers
-    _check_sizes = staticmethod(check_sizes)
-    _check_steps = staticmethod(check_steps)
 
     @torch.no_grad()
     def reset_bias_parameters(self, generator: torch.Generator | None = None) -> None:
@@ -510,12 +517,16 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         ``i`` at ``[flat_offsets[i], flat_offsets[i] + sizes[i])``; every slot present).
         Returns the new flat state. The same computation as :meth:`forward` on
         ``from_flat(x)``, without the list conversion at either end."""
+        if context:
+            self._check_context(context, "forward_flat")
         x = self._check_flat(x)
         steps = self._resolve_steps(steps)
         return self._iterate(x, frozenset(range(self.n)), steps, hold, context)[0].tensor()
 
     def step_flat(self, x: Tensor, **context) -> Tensor:
         """One Jacobi update of every non-held slot on a flat state (see :meth:`forward_flat`)."""
+        if context:
+            self._check_context(context, "step_flat")
         seg = Segments(self._check_flat(x))
         self._advance(seg, frozenset(range(self.n)), self._all_rows_t, context, None)
         return seg.tensor()
@@ -528,8 +539,11 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         The LinearBlocks are replaced in the grid by :class:`seq2d.engines.TiledBlock` views
         (the old LinearBlock objects own their current values again)."""
         from .engines import TiledBlock
+        from .sparse import TILE_SIZES
         from .sparse.linear import BlockSparseLinear
 
+        if isinstance(tile, bool) or tile not in TILE_SIZES:
+            raise InvalidValue(f"to_blocksparse: tile must be one of {', '.join(map(str, TILE_SIZES))}, got {tile!r}")
         if isinstance(self.store, TiledStore):
             raise InvalidValue("this model is already block-sparse")
         entries = [(i, j, blk) for i, j, _, blk in self.positions() if isinstance(blk, LinearBlock)]
@@ -542,12 +556,13 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         for blk in {id(b): b for _, _, b in entries}.values():
             blk._release()
         self.store = TiledStore(eng, self._levels)
-        self._plans.clear()
-        self.__dict__.pop("_block_bias_v", None)
+        self._grid_changed()
         return self
 
     def step(self, state, **context) -> State:
         """One Jacobi update of every non-held slot."""
+        if context:
+            self._check_context(context, "step")
         state = self.check_state(state)
         seg, present = self._segments(state)
         present = self._advance(seg, present, self._all_rows_t, context, None)
@@ -556,6 +571,8 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
     def forward(self, state, steps: int | None = None, *, hold=None, **context):
         """Run ``steps`` Jacobi updates (see the class docstring). ``hold``: optional slots
         that keep their value during this call, as if their rows were empty."""
+        if context:
+            self._check_context(context, "forward")
         if isinstance(state, Tensor):
             return self._forward_tensor(state, steps, context, hold)
         state = self.check_state(state)
@@ -570,6 +587,9 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         state = self.split_inputs(x)
         self.check_state(state)
         steps = self._resolve_steps(steps)
+        far = self.__dict__.get("_far_output")
+        if far is not None and (far[1] is None or steps < far[1]):
+            warn_steps(self, steps)  # the output cannot depend on x (warned once per model)
         flat, present = self._segments(state)
         flat, present, _ = self._iterate(flat, present, steps, hold, context)
         return self._read_outputs(flat, present)

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from .blocks import ContextModule, block_kind
+from .blocks import ContextModule, block_context, block_kind, check_block_output
 
 __all__ = ["SlotBias", "Segments", "StepPlan", "build_plan", "run_plan", "elementwise_key"]
 
@@ -365,7 +365,9 @@ def _block_bias(model, plan: StepPlan, cache: dict | None) -> Tensor:
 
 
 def _add_modules(model, plan: StepPlan, x: Tensor, pre: Tensor, context: dict) -> Tensor:
-
+    """Add the module and identity blocks of this step to ``pre``; a module block's output must
+    have shape ``(*batch, s_i)`` (refused otherwise, never broadcast); a ContextModule gets the
+    context keys it declares."""
     off = model.flat_offsets
     sizes = model.sizes
     cuts = sorted({c for u0, s, *_ in plan.modules for c in (u0, u0 + s)} | {0, plan.width})
@@ -378,7 +380,8 @@ def _add_modules(model, plan: StepPlan, x: Tensor, pre: Tensor, context: dict) -
             y = xj
         else:
             blk = model.blocks[f"{i}_{j}"]
-            y = blk(xj, **context) if isinstance(blk, ContextModule) else blk(xj)
+            y = blk(xj, **block_context(blk, context)) if isinstance(blk, ContextModule) else blk(xj)
+            check_block_output(y, xj, s, i, j)
         k = where[u0]
         parts[k] = parts[k] + y
     return _cat(parts)

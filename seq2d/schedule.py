@@ -15,21 +15,22 @@ the reference's Jacobi steps restricted to it. ``pipeline=False``: every ``d = 0
 
 Falls back to the step loop (:func:`unsupported_reason` says why) for the tiled store,
 ``backend='loop'``, a linear block with its own bias, an input slot with a non-empty row, a ContextModule or nested Sequential2D
-block, dropout/RReLU in training mode, ``T == 0``. Module blocks and activations not known to act
+block, dropout/RReLU in training mode. Module blocks and activations not known to act
 position-wise are called once per wave.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections import deque
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .errors import InvalidInput, InvalidType
-from .blocks import ContextModule, block_kind
+from .arguments import input_distances
+from .blocks import ContextModule, block_kind, check_block_output
 from .engines import DenseStore
 from .flat import elementwise_key
 
@@ -265,18 +266,23 @@ def _shift(V: Tensor, k: int, init: Tensor | None) -> Tensor:
     return torch.cat([V[kk:], tail]) if kk < T else tail
 
 
-def _call_seq(blk, V: Tensor, k: int, init: Tensor | None, size: int) -> Tensor:
+def _call(blk, x: Tensor, size: int, i: int, j: int) -> Tensor:
+    """The module block F[i][j] on ``x``, its output shape checked (:func:`check_block_output`)."""
+    return check_block_output(blk(x), x, size, i, j)
+
+
+def _call_seq(blk, V: Tensor, k: int, init: Tensor | None, size: int, i: int, j: int) -> Tensor:
     """A module block over the reads ``t - k`` of ``V`` for every t (skipped before wave 0 when
     ``init`` is None): on the stacked waves when position-wise, else once per wave."""
     T, zero = V.shape[0], V.new_zeros(*V.shape[1:-1], size)
     if _pointwise(blk):
         if init is not None or k <= 0:
-            return blk(_shift(V, k, init))
+            return _call(blk, _shift(V, k, init), size, i, j)
         head = zero.expand(min(k, T), *zero.shape)
-        return torch.cat([head, blk(V[:T - k])]) if k < T else head
+        return torch.cat([head, _call(blk, V[:T - k], size, i, j)]) if k < T else head
     memo, waves = {}, [max(min(t - k, T - 1), -1) for t in range(T)]
     for w in (w for w in waves if w not in memo):
-        memo[w] = blk(V[w]) if w >= 0 else (zero if init is None else blk(init))
+        memo[w] = _call(blk, V[w], size, i, j) if w >= 0 else (zero if init is None else _call(blk, init, size, i, j))
     return torch.stack([memo[w] for w in waves])
 
 
@@ -296,11 +302,11 @@ def _external(model, mats, g: _Group, comp: _Comp, vals, state, like) -> tuple:
         blk, a = model.blocks[f"{i}_{j}"], comp.off[i] - g.lo
         pad = (a, g.hi - g.lo - a - sizes[i])
         if src == "held" and state[j] is not None:
-            const = _add(const, F.pad(state[j] if kind == "identity" else blk(state[j]), pad))
+            const = _add(const, F.pad(state[j] if kind == "identity" else _call(blk, state[j], sizes[i], i, j), pad))
         elif src != "held":
             init = state[j] if src == "hist" else None
             E = _add(E, F.pad(_shift(vals[j], k, init) if kind == "identity" else
-                              _call_seq(blk, vals[j], k, init, sizes[i]), pad))
+                              _call_seq(blk, vals[j], k, init, sizes[i], i, j), pad))
     return (E, const) if E is None or const is None else (E + const, None)
 
 
@@ -362,7 +368,8 @@ def _run_comp(model, comp: _Comp, mats, vals, last, state, batch, like, T) -> No
             r = comp.off[i]
             if a <= r < b and j in present:
                 xj = cur[..., comp.off[j]:comp.off[j] + sizes[j]]
-                pre = pre + F.pad(xj if kind == "identity" else model.blocks[f"{i}_{j}"](xj), (r - a, b - r - sizes[i]))
+                y = xj if kind == "identity" else _call(model.blocks[f"{i}_{j}"], xj, sizes[i], i, j)
+                pre = pre + F.pad(y, (r - a, b - r - sizes[i]))
         out = _cat([_FUNC.get(type(f), f)(pre[..., lo:hi] if len(runs) > 1 else pre) for lo, hi, f in runs], -1)
         cur = out if (a, b) == (0, S) else torch.cat([cur[..., :a], out, cur[..., b:]], -1)
         for n in active:
@@ -382,7 +389,7 @@ def sequence_by_components(model, xs: Tensor, state: list, pipeline: bool, conte
     """``(ys, final state)`` of ``model.sequence(xs, state, pipeline=pipeline)`` computed
     component by component, or None when the step loop must run (see the module docstring).
     ``state``: the checked state list, its input slots holding ``xs[0]``."""
-    if not ENABLED or not getattr(model, "use_schedule", True) or xs.shape[0] == 0:
+    if not ENABLED or not getattr(model, "use_schedule", True):
         return None
     plan = _plan(model, pipeline)
     if isinstance(plan, str) or _random_reason(plan[2]) is not None:
@@ -409,21 +416,7 @@ class SequenceMode:
     def delays(self) -> tuple[int, ...]:
         """Pipeline delay of every slot: (shortest number of blocks from an input slot) - 1,
         0 for input slots and for slots no input reaches."""
-        n = self.n
-        dist = [None] * n
-        succ: list[list[int]] = [[] for _ in range(n)]
-        for i, j in self._positions:
-            succ[j].append(i)
-        queue = deque()
-        for i in self.inputs:
-            dist[i] = 0
-            queue.append(i)
-        while queue:
-            j = queue.popleft()
-            for i in succ[j]:
-                if dist[i] is None:
-                    dist[i] = dist[j] + 1
-                    queue.append(i)
+        dist = input_distances(self.n, self._positions, self.inputs)
         return tuple(0 if (d is None or i in self.inputs) else d - 1 for i, d in enumerate(dist))
 
     def sequence(self, xs: Tensor, state=None, *, pipeline: bool = True, **context) -> tuple[Tensor, list]:
@@ -453,13 +446,19 @@ class SequenceMode:
                     if d[o] <= s < T + d[o]:
                         ys[s - d[o]][o] = x[o]
         """
+        if context:
+            self._check_context(context, "sequence")
         if not isinstance(xs, Tensor):
             raise InvalidType(f"xs must be a tensor of shape (T, *batch, {self.in_features}), got {type(xs).__name__}")
         if xs.dim() < 2 or xs.shape[-1] != self.in_features:
             raise InvalidInput(f"xs must have shape (T, *batch, {self.in_features}), got {tuple(xs.shape)}")
+        if xs.shape[0] == 0:  # as nn.RNN: "Expected sequence length to be larger than 0"
+            raise InvalidInput(f"xs has T = 0 time steps (shape {tuple(xs.shape)}); sequence mode needs T >= 1, as nn.RNN")
         T = xs.shape[0]
         if state is None:
             state = [None] * self.n
+        if isinstance(state, (Tensor, str, bytes)) or not isinstance(state, Sequence):
+            raise InvalidType(f"state must be None or a list of {self.n} tensors (or None), got {type(state).__name__}")
         state = list(state)
         if len(state) == self.n:
             for i, p in zip(self.inputs, self._split_in(xs[0])):

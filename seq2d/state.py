@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from .errors import InvalidInput, InvalidType, InvalidValue
-from .arguments import check_steps
+from .arguments import check_steps, context_keys_of, unexpected_keywords
 from .flat import Segments
 
 __all__ = ["State", "StateIO"]
@@ -24,8 +24,33 @@ __all__ = ["State", "StateIO"]
 State = list[Tensor | None]
 
 
+_OWN = {"forward": ("steps", "hold"), "forward_flat": ("steps", "hold"), "sequence": ("state", "pipeline")}
+
+
 class StateIO:
     """The state-list methods of :class:`seq2d.Sequential2D` (a mixin; see the module docstring)."""
+
+    @property
+    def context_keys(self) -> frozenset | None:
+        """The call-time context keys this model accepts: the union of the ``context_keys`` of its
+        ContextModule blocks (nested Sequential2Ds included), or ``None`` (any key) when one of them
+        declares none. Computed once; :meth:`_grid_changed` forgets it."""
+        v = self.__dict__.get("_context_keys_v", False)
+        if v is False:
+            v = self.__dict__["_context_keys_v"] = context_keys_of(blk for _, _, _, blk in self.positions())
+        return v
+
+    def _check_context(self, context: dict, method: str) -> None:
+        """Refuse keywords no block of this model reads (``method``: the one called, for the message)."""
+        keys = self.context_keys
+        if keys is not None and not keys.issuperset(context):
+            raise InvalidType(unexpected_keywords(f"{type(self).__name__}.{method}", context, keys, _OWN.get(method, ())))
+
+    def _grid_changed(self) -> None:
+        """Forget what was computed from the blocks (plans, context keys, block biases)."""
+        self._plans.clear()
+        for k in ("_context_keys_v", "_block_bias_v", "_reads_present_v", "_schedule_plans"):
+            self.__dict__.pop(k, None)
 
     def check_state(self, state) -> State:
         """Validate a state list and return it as a list (typed errors name the slot)."""

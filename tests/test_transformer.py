@@ -315,7 +315,10 @@ def test_attention_core_against_explicit_formula():
     assert (core(x, is_causal=True) - core(x, src_mask=causal)).abs().max() <= 1e-12
     float_mask = torch.zeros(T, T, dtype=dtype).masked_fill(bool_mask, float("-inf"))
     assert (core(x, src_mask=float_mask) - core(x, src_mask=bool_mask)).abs().max() <= 1e-12
-    assert core(x, unrelated_context=1).shape == (B, T, D)  # context meant for other blocks is ignored
+    # a model passes each block only the context keys it declares; a key no block reads is refused
+    assert core.context_keys == ("src_mask", "mask", "src_key_padding_mask", "is_causal")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'unrelated_context'"):
+        core(x, unrelated_context=1)
 
 
 # ---------------------------------------------------------------------------- structure

@@ -15,7 +15,9 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import InvalidType, InvalidValue
+from ..arguments import check_factory, check_seed
 from ..blocks import LinearBlock
+from ..arguments import check_sizes
 from ..core import Sequential2D
 from .registry import register_model
 
@@ -50,9 +52,12 @@ def mlp(
              [ .   W2  .   . ]          x2 = act(W2 x1 + b2)
              [ .   .   W3  . ]]         x3 = W3 x2 + b3      (final_activation)
     """
-    sizes = Sequential2D._check_sizes(sizes)
+    sizes = check_sizes(sizes)
     if len(sizes) < 2:
         raise InvalidValue(f"mlp needs at least two sizes (input and output), got {list(sizes)}")
+    if not isinstance(bias, bool):
+        raise InvalidType(f"mlp: bias must be a bool, got {type(bias).__name__} {bias!r}")
+    check_factory(device, dtype, "mlp")
     L = len(sizes) - 1
     kw = {"device": device, "dtype": dtype}
     blocks = {(l + 1, l): LinearBlock(sizes[l], sizes[l + 1], **kw) for l in range(L)}
@@ -102,9 +107,11 @@ def from_mask(
     unit's actual fan-in; 1 if it has none). For a dense MLP mask this is exactly
     ``nn.Linear``'s distribution. Default ``mask=None`` is a block sub-diagonal (MLP) mask.
     """
-    sizes = Sequential2D._check_sizes(sizes)
+    sizes = check_sizes(sizes)
     n = len(sizes)
     N = sum(sizes)
+    check_seed(seed, "from_mask", optional=True)
+    check_factory(device, dtype, "from_mask")
     if mask is None:
         mask = torch.zeros(n, n, dtype=torch.bool)
         for l in range(n - 1):
@@ -125,6 +132,8 @@ def from_mask(
             f"mask must be a block mask of shape ({n}, {n}) or an element mask of shape ({N}, {N}) "
             f"for sizes {list(sizes)}, got {shape}"
         )
+    if not bool(elem.any()):
+        raise InvalidValue(f"from_mask: mask has no True entry (shape {shape}): the model would have no block at all")
     gen = torch.Generator().manual_seed(seed) if seed is not None else None
     fan = elem.sum(dim=1).clamp(min=1).to(torch.float64)  # (N,) trainable fan-in per output unit
     bound = fan.rsqrt()

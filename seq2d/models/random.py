@@ -37,7 +37,9 @@ from torch import Tensor
 
 from ..errors import InvalidValue
 from ..activations import activation_name
+from ..arguments import check_factory, check_seed
 from .feedforward import from_mask
+from ..arguments import check_sizes
 from ..core import Sequential2D, core_of
 from .registry import register_model
 
@@ -108,6 +110,8 @@ def random_model(sizes: Sequence[int] = (64, 32, 16, 10), activation="relu", gra
     The registry entry that ``seq2d train``, ``seq2d mnist`` and the ``random:`` preset use."""
     from .feedforward import mlp
 
+    check_seed(seed, "random")
+    check_factory(device, dtype, "random")
     return randomize(mlp(sizes, activation=activation), granularity=granularity, region=region, seed=seed,
                      tile=tile, steps=steps, backend=backend, device=device, dtype=dtype)
 
@@ -119,7 +123,9 @@ def random_mask(sizes: Sequence[int] = (64, 32, 16, 10), density: float = 0.1, s
     entry kept with probability ``density``: a cyclic model iterated ``steps`` (default
     ``len(sizes) - 1``) times."""
     _check_density(density)
-    sizes = list(sizes)
+    check_seed(seed, "random_mask")
+    check_factory(device, dtype, "random_mask")
+    sizes = list(check_sizes(sizes))
     N, s0 = sum(sizes), sizes[0]
     g = torch.Generator().manual_seed(seed)
     mask = torch.zeros(N, N, dtype=torch.bool)
@@ -137,6 +143,8 @@ def random_tiles(sizes: Sequence[int] = (64, 32, 16, 10), density: float = 0.1, 
     slot the output, rows without a tile are held."""
     from ..engines import TiledBlock
 
+    check_seed(seed, "random_tiles")
+    check_factory(device, dtype, "random_tiles")
     g = torch.Generator().manual_seed(seed)
     eng = random_tile_engine(sizes, tile, density, generator=g, backend=backend, device=device, dtype=dtype)
     blocks = {(i, j): TiledBlock(eng, grp) for i, j, grp in eng.placements}
@@ -149,6 +157,8 @@ def random_tiles(sizes: Sequence[int] = (64, 32, 16, 10), density: float = 0.1, 
 
 
 def _check_density(p: float) -> None:
+    if isinstance(p, bool) or not isinstance(p, (int, float)):
+        raise InvalidValue(f"density must be a number in (0, 1], got {type(p).__name__} {p!r}")
     if not 0 < p <= 1:
         raise InvalidValue(f"density must be in (0, 1], got {p}")
 
@@ -218,6 +228,8 @@ def randomize(template, granularity: str = "element", region=None, seed: int = 0
     slot has a bias when ``bias`` (the biases count towards the total). ``seed`` fixes the
     placement and the initial values.
     """
+    check_seed(seed, "randomize")
+    check_factory(device, dtype, "randomize")
     if granularity not in GRANULARITIES:
         raise InvalidValue(f"Unknown granularity {granularity!r}. Select from " + ", ".join(repr(g) for g in GRANULARITIES))
     core = core_of(template, "randomize expects")

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import InvalidInput, InvalidType, InvalidValue
+from ..arguments import check_factory, unexpected_keywords
 from ..blocks import LinearBlock
 from ..core import Sequential2D
 from .feedforward import SUPPORTED
@@ -54,13 +55,23 @@ class RNN(nn.Module):
             s += ", batch_first=True"
         return s
 
-    def forward(self, input: Tensor, hx: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def forward(self, input: Tensor, hx: Tensor | None = None, **unexpected) -> tuple[Tensor, Tensor]:
+        if unexpected:
+            raise InvalidType(unexpected_keywords("RNN.forward", unexpected, (), ("input", "hx"),
+                                                  takes="it takes input and hx, as nn.RNN"))
         if not isinstance(input, Tensor):
-            raise InvalidType(f"input must be a tensor, got {type(input).__name__}")
+            raise InvalidType(f"RNN: input must be a tensor, got {type(input).__name__}")
         if input.dim() not in (2, 3):
             raise InvalidInput(f"RNN: expected input of 2 (unbatched) or 3 dims, got shape {tuple(input.shape)}")
         unbatched = input.dim() == 2
         x = input.unsqueeze(1) if unbatched else (input.transpose(0, 1) if self.batch_first else input)  # (T, B, in)
+        if x.shape[0] == 0:  # nn.RNN: "Expected sequence length to be larger than 0 in RNN"
+            raise InvalidInput(f"RNN: input has sequence length 0 (shape {tuple(input.shape)}); it must be at least 1, "
+                               "as for nn.RNN")
+        if x.shape[-1] != self.input_size:
+            raise InvalidInput(f"RNN: input must have {self.input_size} features (input_size), got shape {tuple(input.shape)}")
+        if hx is not None and not isinstance(hx, Tensor):
+            raise InvalidType(f"RNN: hx must be a tensor or None, got {type(hx).__name__}")
         L, B = self.num_layers, x.shape[1]
         state: list[Tensor | None] = [None] * self.core.n
         if hx is not None:
@@ -162,11 +173,22 @@ class TruncatedRNN(nn.Module):
     def extra_repr(self) -> str:
         return f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}, k={self.k}"
 
-    def forward(self, input: Tensor) -> Tensor:
-        if not isinstance(input, Tensor) or input.dim() not in (2, 3):
-            raise InvalidInput(f"TruncatedRNN: expected input of 2 (unbatched) or 3 dims, got {getattr(input, 'shape', type(input))}")
+    def forward(self, input: Tensor, **unexpected) -> Tensor:
+        if unexpected:
+            raise InvalidType(unexpected_keywords("TruncatedRNN.forward", unexpected, (), ("input",),
+                                                  takes="it takes only input"))
+        if not isinstance(input, Tensor):
+            raise InvalidType(f"TruncatedRNN: input must be a tensor, got {type(input).__name__}")
+        if input.dim() not in (2, 3):
+            raise InvalidInput(f"TruncatedRNN: expected input of 2 (unbatched) or 3 dims, got shape {tuple(input.shape)}")
         unbatched = input.dim() == 2
         x = input.unsqueeze(1) if unbatched else (input.transpose(0, 1) if self.batch_first else input)  # (T, B, in)
+        if x.shape[0] == 0:  # as nn.RNN
+            raise InvalidInput(f"TruncatedRNN: input has sequence length 0 (shape {tuple(input.shape)}); it must be at "
+                               "least 1, as for nn.RNN")
+        if x.shape[-1] != self.input_size:
+            raise InvalidInput(f"TruncatedRNN: input must have {self.input_size} features (input_size), got shape "
+                               f"{tuple(input.shape)}")
         T, k = x.shape[0], self.k
         outs = []
         for t in range(min(k - 1, T)):  # short prefixes: the first k-1-t positions held at zero
@@ -227,10 +249,14 @@ def rnn(
     Weights start U(-1/sqrt(H), 1/sqrt(H)) like ``nn.RNN``'s; the single slot bias too.
     """
     if nonlinearity not in ("tanh", "relu"):
-        raise InvalidValue(f"Unknown nonlinearity {nonlinearity!r}. Select from 'tanh' or 'relu'.")
+        raise InvalidValue(f"rnn: Unknown nonlinearity {nonlinearity!r}. Select from 'tanh' or 'relu'.")
     for name, v in (("input_size", input_size), ("hidden_size", hidden_size), ("num_layers", num_layers)):
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise InvalidValue(f"rnn: {name} must be a positive int, got {v!r}")
+    if not isinstance(bias, bool) or not isinstance(batch_first, bool):
+        name, v = ("bias", bias) if not isinstance(bias, bool) else ("batch_first", batch_first)
+        raise InvalidType(f"rnn: {name} must be a bool, got {type(v).__name__} {v!r}")
+    check_factory(device, dtype, "rnn")
     kw = {"device": device, "dtype": dtype}
     H = hidden_size
     sizes = [input_size] + [H] * num_layers

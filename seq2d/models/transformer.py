@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import InvalidInput, InvalidType, InvalidValue
+from ..arguments import check_factory, unexpected_keywords
 from ..attention import AttentionCore, _check_heads
 from ..blocks import LinearBlock
 from ..core import Sequential2D
@@ -242,6 +243,7 @@ class TransformerEncoderLayer(nn.Module):
         super().__init__()
         what = "TransformerEncoderLayer"
         _check_config(d_model, nhead, dim_feedforward, layer_norm_eps, what)
+        check_factory(device, dtype, what)
         act = _feedforward_activation(activation, what)
         self.d_model, self.nhead, self.dim_feedforward = d_model, nhead, dim_feedforward
         self.norm_first, self.layer_norm_eps, self.use_bias = bool(norm_first), float(layer_norm_eps), bool(bias)
@@ -278,7 +280,11 @@ class TransformerEncoderLayer(nn.Module):
         src_mask: Tensor | None = None,
         src_key_padding_mask: Tensor | None = None,
         is_causal: bool = False,
+        **unexpected,
     ) -> Tensor:
+        if unexpected:
+            raise InvalidType(unexpected_keywords("TransformerEncoderLayer.forward", unexpected, (), _LAYER_ARGS,
+                                                  takes=f"it takes {', '.join(_LAYER_ARGS)}, as nn.TransformerEncoderLayer"))
         _check_src(src, self.d_model)
         return self.core(src, src_mask=src_mask, src_key_padding_mask=src_key_padding_mask, is_causal=is_causal)
 
@@ -323,6 +329,7 @@ class TransformerEncoder(nn.Module):
         super().__init__()
         what = "TransformerEncoder"
         _check_config(d_model, nhead, dim_feedforward, layer_norm_eps, what)
+        check_factory(device, dtype, what)
         if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers <= 0:
             raise InvalidValue(f"{what}: num_layers must be a positive int, got {num_layers!r}")
         act = _feedforward_activation(activation, what)
@@ -373,7 +380,11 @@ class TransformerEncoder(nn.Module):
         mask: Tensor | None = None,
         src_key_padding_mask: Tensor | None = None,
         is_causal: bool | None = None,
+        **unexpected,
     ) -> Tensor:
+        if unexpected:
+            raise InvalidType(unexpected_keywords("TransformerEncoder.forward", unexpected, (), _ENCODER_ARGS,
+                                                  takes=f"it takes {', '.join(_ENCODER_ARGS)}, as nn.TransformerEncoder"))
         # torch's is_causal=None means "detect whether mask is causal"; a given mask is used
         # as is here, so detection is not needed: None acts as False.
         _check_src(src, self.d_model)
@@ -381,6 +392,10 @@ class TransformerEncoder(nn.Module):
 
     def extra_repr(self) -> str:
         return self._repr
+
+
+_LAYER_ARGS = ("src", "src_mask", "src_key_padding_mask", "is_causal")
+_ENCODER_ARGS = ("src", "mask", "src_key_padding_mask", "is_causal")
 
 
 def _check_src(src, d_model: int) -> None:
