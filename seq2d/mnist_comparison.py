@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -71,8 +72,22 @@ def configs_for(base: TrainConfig | Mapping | str | None, models: Sequence[str],
 def compare(configs: Mapping[str, TrainConfig], seeds: Sequence[int], out_dir: str | Path, *,
             resume: bool = True, log=print) -> list[dict]:
     """Train every named config for every seed, one run per (model, seed) in
-    ``out_dir/<model>/seed<seed>``. Finished runs are reused (their ``summary.json``) unless
-    ``resume`` is False; an interrupted run continues from its checkpoint. One row per run."""
+    ``out_dir/<model>/seed<seed>``; one row per run.
+
+    With ``resume`` (the default), a run folder is used again only when its config matches:
+
+    - its ``summary.json`` is reused when it records a **complete** run of the same effective
+      config (equal :func:`~seq2d.train.config.config_hash`); a partial run (stopped by
+      ``max_steps``) or a different config is never reused as finished;
+    - else its checkpoint is continued when the config differs at most in ``epochs`` /
+      ``max_steps`` (a longer or shorter run of the same thing);
+    - else the folder is trained afresh, and the log line names the fields that differ.
+
+    A run stopped by ``max_steps`` gives a row with ``complete`` False and the accuracy
+    where it stopped (``format_table`` marks it)."""
+    from .train.config import OUTPUT_FIELDS, config_to_dict
+    from .train.identity import config_diff, config_hash, format_diff
+    from .train.rundir import read_record
     from .train.trainer import run
 
     out_dir = Path(out_dir)
@@ -81,45 +96,85 @@ def compare(configs: Mapping[str, TrainConfig], seeds: Sequence[int], out_dir: s
         for seed in seeds:
             run_dir = out_dir / name / f"seed{seed}"
             cfg = dataclasses.replace(base_cfg, seed=seed, name=f"{name}-s{seed}", out_dir=str(run_dir))
+            tag, digest = f"[{name} seed {seed}]", config_hash(cfg)
             summary_path = run_dir / "summary.json"
-            if resume and summary_path.is_file():
-                summary = json.loads(summary_path.read_text())
-                if summary.get("epochs") == cfg.epochs:
-                    log(f"[{name} seed {seed}] reusing finished run in {run_dir}")
-                    rows.append(summary)
-                    continue
-            log(f"[{name} seed {seed}] training ({cfg.epochs} epochs, data={cfg.data}) -> {run_dir}")
-            can_resume = resume and (run_dir / "checkpoint.pt").is_file()
+            old = _read_json(summary_path) if resume else None
+            if old is not None and old.get("complete") is True and old.get("config_hash") == digest:
+                log(f"{tag} reusing finished run in {run_dir}")
+                rows.append(old)
+                continue
+            if old is not None:
+                diff = config_diff(old["config"], cfg) if isinstance(old.get("config"), dict) else None
+                why = ("it is partial (stopped by max_steps at step " + str(old.get("steps", "?")) + ")"
+                       if old.get("complete") is False and not diff else
+                       f"its config differs: {format_diff(diff)}" if diff else "it was written by an older seq2d")
+                log(f"{tag} not reusing the result in {run_dir}: {why}")
+            can_resume = False
+            if resume and (run_dir / "checkpoint.pt").is_file():
+                record = read_record(run_dir) or {}
+                saved = record.get("config")
+                diff = config_diff(saved, cfg, ignore=OUTPUT_FIELDS + ("epochs", "max_steps")) if isinstance(saved, dict) else None
+                can_resume = diff == {}
+                if can_resume:
+                    log(f"{tag} continuing the checkpoint in {run_dir} (step {record.get('step', '?')})")
+                else:
+                    log(f"{tag} training afresh in {run_dir}: its checkpoint " + (
+                        f"has another config ({format_diff(diff)})" if diff else "has no run record (run.json)"))
+            summary_path.unlink(missing_ok=True)  # never left claiming a result while the run is redone
+            log(f"{tag} training ({cfg.epochs} epochs, data={cfg.data}"
+                + (f", max_steps={cfg.max_steps}" if cfg.max_steps is not None else "") + f") -> {run_dir}")
             s = run(cfg, resume=can_resume, overwrite=not can_resume)
             row = {"model": name, "seed": seed, "epochs": cfg.epochs, "test_acc": s["final_test_acc"],
                    "best_test_acc": s.get("best_test_acc"), "params": s.get("params"),
                    "time_per_epoch_s": s.get("time_per_epoch_s"), "device": s.get("device"),
                    "iterations": cfg.iterations, "granularity": cfg.granularity if cfg.model == "random" else None,
-                   "data": cfg.data, "run_dir": str(run_dir)}
-            summary_path.write_text(json.dumps(row, indent=1))
+                   "data": cfg.data, "run_dir": str(run_dir), "complete": s["complete"] and s["final_test_acc"] is not None,
+                   "status": s["status"], "steps": s["steps"], "config_hash": digest, "config": config_to_dict(cfg)}
+            if not row["complete"]:
+                log(f"{tag} partial result: stopped by max_steps at step {s['steps']} (not reused as finished; "
+                    "run again without --max-steps to finish it)")
+            tmp = summary_path.with_name(f".summary.json.tmp-{os.getpid()}")
+            tmp.write_text(json.dumps(row, indent=1))
+            tmp.replace(summary_path)
             rows.append(row)
     return rows
 
 
+def _read_json(path: Path) -> dict | None:
+    try:
+        d = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return d if isinstance(d, dict) else None
+
+
 def summarize(rows: Sequence[Mapping]) -> list[dict]:
-    """Per model: n, mean and std of the final test accuracy, params, mean time per epoch, device."""
+    """Per model: n, mean and std of the final test accuracy, params, mean time per epoch,
+    device, and ``partial``: how many of its runs stopped before their last epoch (max_steps;
+    their accuracy is the one where they stopped). Runs without an evaluation are left out."""
     out = []
     for name in dict.fromkeys(r["model"] for r in rows):
-        rs = [r for r in rows if r["model"] == name]
+        rs = [r for r in rows if r["model"] == name and r.get("test_acc") is not None]
         accs = [r["test_acc"] for r in rs]
+        times = [r["time_per_epoch_s"] for r in rs if r.get("time_per_epoch_s") is not None]
         out.append({
-            "model": name, "n": len(accs), "mean": statistics.fmean(accs),
+            "model": name, "n": len(accs), "mean": statistics.fmean(accs) if accs else float("nan"),
             "std": statistics.stdev(accs) if len(accs) > 1 else float("nan"),
-            "params": rs[0].get("params"), "time_per_epoch_s": statistics.fmean(r["time_per_epoch_s"] for r in rs),
-            "device": rs[0].get("device"), "epochs": rs[0].get("epochs"),
+            "params": rs[0].get("params") if rs else None,
+            "time_per_epoch_s": statistics.fmean(times) if times else float("nan"),
+            "device": rs[0].get("device") if rs else None, "epochs": rs[0].get("epochs") if rs else None,
+            "partial": sum(1 for r in rs if r.get("complete") is False),
         })
     return out
 
 
 def difference(rows: Sequence[Mapping], a: str, b: str) -> dict:
     """mean(a) - mean(b) of the final test accuracy with a 95% Welch t-interval."""
-    xa = [r["test_acc"] for r in rows if r["model"] == a]
-    xb = [r["test_acc"] for r in rows if r["model"] == b]
+    xa = [r["test_acc"] for r in rows if r["model"] == a and r.get("test_acc") is not None]
+    xb = [r["test_acc"] for r in rows if r["model"] == b and r.get("test_acc") is not None]
+    if not xa or not xb:
+        nan = float("nan")
+        return {"a": a, "b": b, "diff": nan, "lo": nan, "hi": nan, "df": nan}
     d = statistics.fmean(xa) - statistics.fmean(xb)
     if len(xa) < 2 or len(xb) < 2:
         return {"a": a, "b": b, "diff": d, "lo": float("nan"), "hi": float("nan"), "df": float("nan")}
@@ -138,8 +193,13 @@ def format_table(rows: Sequence[Mapping], reference: str = "mlp") -> str:
     for s in summ:
         std = "n/a" if math.isnan(s["std"]) else f"{100 * s['std']:.2f}"
         params = f"{s['params']:,}" if s["params"] is not None else "?"
-        lines.append(f"| {s['model']} | {s['n']} | {100 * s['mean']:.2f} +- {std} % | {params} | "
+        label = s["model"] + (f" (partial: {s['partial']} of {s['n']})" if s["partial"] else "")
+        lines.append(f"| {label} | {s['n']} | {100 * s['mean']:.2f} +- {std} % | {params} | "
                      f"{s['time_per_epoch_s']:.2f} s | {s['device']} |")
+    if any(s["partial"] for s in summ):
+        lines.append("")
+        lines.append("partial: runs stopped by max_steps before their last epoch; their accuracy is the one where they "
+                     "stopped and their time per epoch is extrapolated")
     names = [s["model"] for s in summ]
     if reference in names and len(names) > 1:
         lines.append("")
@@ -175,4 +235,8 @@ def write_results(rows: Sequence[Mapping], out_dir: str | Path, *, config: Train
         table,
         f"\nper-run metrics and checkpoints under {out_dir}/<model>/seed<k>/; table in {out_dir}/results.md",
     ])
+    partial = [r for r in rows if r.get("complete") is False]
+    if partial:
+        text += (f"\nnote: {len(partial)} run(s) stopped by max_steps before their last epoch (partial, marked in the "
+                 "table); they are continued, never reused as finished, by the next call")
     return {"json": json_path, "md": md_path, "table": table, "text": text}

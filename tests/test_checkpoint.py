@@ -171,3 +171,39 @@ def test_save_checks_its_arguments(tmp_path):
         write(tmp_path / "x.pt", epoch=-1)
     with pytest.raises(TypeError, match="config must be a TrainConfig or a dict"):
         write(tmp_path / "x.pt", config="lr=1")
+
+
+def test_an_incomplete_rng_state_is_a_checkpoint_error_naming_file_and_entry(good, tmp_path):
+    path, _, _ = good
+    ck = torch.load(path, weights_only=True)
+    del ck["rng"]["torch"]  # used to escape as KeyError: 'torch'
+    torch.save(ck, tmp_path / "norng.pt")
+    with pytest.raises(CheckpointError, match=r"norng\.pt': the RNG state is incomplete or malformed: rng\['torch'\] is missing"):
+        load_checkpoint(tmp_path / "norng.pt")
+    state = capture_rng_state()
+    del state["python"]["gauss"]
+    with pytest.raises(CheckpointError, match=r"run/ck\.pt: .*rng\['python'\]\['gauss'\] is missing"):
+        restore_rng_state(state, where="run/ck.pt")
+
+
+def test_resume_config_check_with_allowed_changes():
+    saved = config_to_dict(TrainConfig(sizes=[6, 5, 3], lr=0.1))
+    with pytest.raises(CheckpointError, match=r"lr: checkpoint 0\.1, now 0\.2.*pass --allow-changed lr \(allow_changed=\('lr',\)\)"):
+        check_resume_config(saved, TrainConfig(sizes=[6, 5, 3], lr=0.2))
+    check_resume_config(saved, TrainConfig(sizes=[6, 5, 3], lr=0.2), allow_changed=("lr",))
+    check_resume_config(saved, TrainConfig(sizes=[6, 5, 3], lr=0.2, optimizer="sgd"), allow_changed="lr,optimizer")
+    with pytest.raises(CheckpointError, match="batch_size: checkpoint 64, now 8"):  # only the named fields
+        check_resume_config(saved, TrainConfig(sizes=[6, 5, 3], lr=0.2, batch_size=8), allow_changed=("lr",))
+    with pytest.raises(ValueError, match="field 'sizes' cannot be changed on resume"):
+        check_resume_config(saved, TrainConfig(sizes=[6, 4, 3], lr=0.1), allow_changed=("sizes",))
+
+
+def test_optimizer_state_shapes_are_checked(good):
+    from seq2d.train.checkpoint import check_optimizer_state
+
+    path, model, opt = good
+    state = load_checkpoint(path)["optimizer"]
+    check_optimizer_state(state, opt, "ck")
+    state["state"][0]["exp_avg_sq"] = torch.zeros(2)
+    with pytest.raises(CheckpointError, match=r"ck: optimizer\['state'\]\[0\]\['exp_avg_sq'\] has shape \(2,\), but its parameter has shape"):
+        check_optimizer_state(state, opt, "ck")

@@ -2,11 +2,14 @@
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
 from seq2d.cli import main
-from seq2d.mnist_comparison import MODELS, configs_for, difference, format_table, summarize, write_results
+from seq2d.mnist_comparison import MODELS, compare, configs_for, difference, format_table, summarize, write_results
+
+ROOT = Path(__file__).resolve().parents[1]
 
 ROWS = [
     {"model": "mlp", "seed": s, "test_acc": a, "params": 10, "time_per_epoch_s": 1.0, "device": "cpu", "epochs": 1}
@@ -66,12 +69,83 @@ def test_seq2d_mnist_cli_quick(tmp_path, capsys):
     assert rc == 0
     out = capsys.readouterr().out
     assert "| mlp | 1 |" in out and "| random-tile | 1 |" in out and "1,371,810" in out
+    assert out.count("epoch 1/1  step 40  train loss") == 2  # progress by default: a line per epoch and run
     res = json.loads((tmp_path / "results.json").read_text())
     assert {r["model"] for r in res["rows"]} == {"mlp", "random-tile"}
-    assert all(r["params"] == 1_371_810 for r in res["rows"])
-    # a second call reuses the finished runs
-    rc = main(["mnist", "--models", "mlp", "--epochs", "1", "--out", str(tmp_path)])
-    assert rc == 0 and "reusing finished run" in capsys.readouterr().out
+    assert all(r["params"] == 1_371_810 and r["complete"] for r in res["rows"])
+    # a second call reuses the finished runs (same effective config; --quiet only changes the output)
+    rc = main(["mnist", "--models", "mlp", "--epochs", "1", "--out", str(tmp_path), "--num-threads", "1", "--quiet"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "reusing finished run" in out and "epoch 1/1" not in out
+    # another thread setting is another effective config: not reused, and the log says why
+    # (max_steps 1 keeps the retraining short)
+    rc = main(["mnist", "--models", "mlp", "--epochs", "1", "--out", str(tmp_path), "--num-threads", "2", "--quiet",
+               "--max-steps", "1"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "not reusing the result" in out and "its config differs: num_threads 1 -> 2, max_steps None -> 1" in out
+    assert "training afresh" in out
+
+
+def test_seq2d_mnist_max_steps_is_partial_and_never_reused_as_finished(tmp_path, capsys):
+    args = ["mnist", "--models", "mlp", "--epochs", "1", "--out", str(tmp_path), "--num-threads", "1", "--quiet"]
+    assert main(args + ["--max-steps", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "| mlp (partial: 1 of 1) | 1 |" in out and "stopped by max_steps at step 2" in out
+    summary = json.loads((tmp_path / "mlp" / "seed0" / "summary.json").read_text())
+    assert summary["complete"] is False and summary["status"] == "partial" and 0 <= summary["test_acc"] <= 1
+    assert summary["time_per_epoch_s"] > 0 and summary["steps"] == 2
+    record = json.loads((tmp_path / "mlp" / "seed0" / "run.json").read_text())
+    assert record["status"] == "partial" and record["step"] == 2
+    assert main(args + ["--max-steps", "2"]) == 0  # the same call again: continued (nothing to do), not reused
+    out = capsys.readouterr().out
+    assert "not reusing the result" in out and "it is partial" in out and "reusing finished run" not in out
+    assert main(args) == 0  # without max_steps: the checkpoint is continued to the end
+    out = capsys.readouterr().out
+    assert "continuing the checkpoint" in out and "| mlp | 1 |" in out and "partial" not in out.split("continuing")[1]
+    rows = [json.loads(line) for line in (tmp_path / "mlp" / "seed0" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [40]
+    assert main(args) == 0 and "reusing finished run" in capsys.readouterr().out
+
+
+def test_a_result_from_an_older_seq2d_is_not_reused(tmp_path, capsys):
+    run_dir = tmp_path / "mlp" / "seed0"
+    run_dir.mkdir(parents=True)
+    (run_dir / "summary.json").write_text(json.dumps({"model": "mlp", "seed": 0, "epochs": 1, "test_acc": None}))
+    cfgs = configs_for({"data": "synthetic", "sizes": [16, 8, 4], "epochs": 1, "num_threads": 1, "quiet": True}, ["mlp"])
+    lines = []
+    rows = compare(cfgs, [0], tmp_path, log=lines.append)
+    assert rows[0]["complete"] and rows[0]["test_acc"] is not None
+    assert any("not reusing the result" in line for line in lines)
+
+
+def test_compare_reuses_continues_or_restarts_by_config(tmp_path):
+    base = {"data": "synthetic", "sizes": [16, 8, 4], "epochs": 1, "num_threads": 1, "quiet": True, "lr": 0.01}
+    lines = []
+    first = compare(configs_for(base, ["mlp"]), [0], tmp_path, log=lines.append)[0]
+    lines.clear()
+    assert compare(configs_for(base, ["mlp"]), [0], tmp_path, log=lines.append)[0] == first
+    assert lines == [f"[mlp seed 0] reusing finished run in {tmp_path / 'mlp' / 'seed0'}"]
+    lines.clear()  # more epochs of the same run: its checkpoint is continued
+    row = compare(configs_for({**base, "epochs": 2}, ["mlp"]), [0], tmp_path, log=lines.append)[0]
+    assert "its config differs: epochs 1 -> 2" in lines[0] and "continuing the checkpoint" in lines[1]
+    assert row["complete"] and row["steps"] == 16
+    lines.clear()  # another lr: another run, trained afresh
+    row = compare(configs_for({**base, "epochs": 2, "lr": 0.02}, ["mlp"]), [0], tmp_path, log=lines.append)[0]
+    assert "its config differs: lr 0.01 -> 0.02" in lines[0]
+    assert "training afresh" in lines[1] and "has another config (lr 0.01 -> 0.02)" in lines[1]
+    assert row["complete"] and row["config"]["lr"] == 0.02
+
+
+def test_a_failed_run_leaves_no_result_to_reuse(tmp_path):
+    from seq2d.train import DivergenceError
+
+    base = {"data": "synthetic", "sizes": [16, 8, 4], "epochs": 1, "num_threads": 1, "quiet": True}
+    compare(configs_for(base, ["mlp"]), [0], tmp_path, log=lambda line: None)
+    with pytest.raises(DivergenceError):
+        compare(configs_for({**base, "lr": 1e4, "optimizer": "sgd"}, ["mlp"]), [0], tmp_path, log=lambda line: None)
+    run_dir = tmp_path / "mlp" / "seed0"
+    assert not (run_dir / "summary.json").exists()
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "diverged"
 
 
 def test_seq2d_mnist_rejects_unknown_model(tmp_path, capsys):
@@ -91,3 +165,20 @@ def test_seq2d_train_from_toml(tmp_path, capsys):
     assert len(lines) == 3
     with pytest.raises(SystemExit):  # no abbreviations: "--epoch" is not "--epochs"
         main(["train", str(cfg), "--epoch", "3"])
+
+
+def test_the_readme_train_command_works(tmp_path, capsys, monkeypatch):
+    config = str(ROOT / "experiments" / "mnist_sparsity" / "configs" / "mlp.toml")
+    readme = (ROOT / "README.md").read_text()
+    assert "seq2d train experiments/mnist_sparsity/configs/mlp.toml --data subset --epochs 4" in readme
+    args = ["train", config, "--data", "subset", "--epochs", "1", "--max-steps", "5", "--num-threads", "1",
+            "--out-dir", str(tmp_path / "run")]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "step 5" in out and "final test accuracy" in out and "partial run: stopped by max_steps at step 5" in out
+    # the config as it stands wants full MNIST: without it, the hint names the real flags
+    monkeypatch.setenv("SEQ2D_DATA", str(tmp_path / "no-mnist-here"))
+    assert main(["train", config, "--epochs", "1", "--max-steps", "5", "--out-dir", str(tmp_path / "full")]) == 2
+    err = capsys.readouterr().err
+    assert "--data-root ROOT (config field 'data_root')" in err and "--data ROOT" not in err
+    assert "--data subset trains on the bundled MNIST subset" in err

@@ -17,12 +17,14 @@ import seq2d
 from seq2d.train import (
     METRIC_COLUMNS,
     CheckpointError,
+    DivergenceError,
     NonFiniteLossError,
     TrainConfig,
     Trainer,
     add_config_args,
     build_model,
     config_from_args,
+    config_hash,
     config_from_dict,
     config_to_dict,
     epoch_permutation,
@@ -68,7 +70,11 @@ def test_run_trains_and_writes_config_metrics_checkpoint(tmp_path):
     cfg = cfg_for(tmp_path)
     trainer, s = fit(cfg)
     out = cfg.run_dir()
-    assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "config.toml", "metrics.csv", "metrics.jsonl"]
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "config.toml", "metrics.csv", "metrics.jsonl",
+                                                     "run.json"]  # the lock is gone once the run ends
+    record = json.loads((out / "run.json").read_text())
+    assert record["status"] == "complete" and record["step"] == 16 and record["config_hash"] == config_hash(cfg)
+    assert s["status"] == "complete" and s["complete"] is True and s["stopped_by"] is None
     rows = read_metrics(out)
     assert [r["epoch"] for r in rows] == [1, 2]
     assert [r["step"] for r in rows] == [8, 16]  # 256 samples / 32 per step
@@ -228,9 +234,16 @@ def test_nan_in_the_first_epoch_says_there_is_no_checkpoint(tmp_path):
 def test_diverging_lr_is_caught(tmp_path):
     # a huge SGD step on an unnormalised input blows the weights up to inf within the first epoch
     data = {"train": (DATA["train"][0] * 1e4, DATA["train"][1]), "test": DATA["test"]}
-    cfg = cfg_for(tmp_path, lr=1e12, optimizer="sgd", epochs=1)
+    cfg = cfg_for(tmp_path, lr=1e12, optimizer="sgd", epochs=1, divergence_factor=None)  # NaN/inf only
     with pytest.raises(NonFiniteLossError, match="loss is (nan|inf)"):
         fit(cfg, data=data)
+    # by default the explosion is caught earlier, while the loss is still finite
+    cfg = cfg_for(tmp_path, "default", lr=1e12, optimizer="sgd", epochs=1)
+    with pytest.raises(DivergenceError, match=r"smoothed training loss .* exceeds divergence_factor x its lowest value "
+                                              r"\(1000 x .*at epoch 1, step 2 \(batch 2 of 8\)") as info:
+        fit(cfg, data=data)
+    assert not isinstance(info.value, NonFiniteLossError) and info.value.step == 2
+    assert json.loads((tmp_path / "default" / "run.json").read_text())["status"] == "diverged"
 
 
 # ---------------------------------------------------------------------- config
@@ -329,3 +342,82 @@ def test_model_and_data_sizes_must_agree(tmp_path):
         from seq2d.train import DistContext
 
         Trainer(cfg_for(tmp_path, batch_size=33), seq2d.mlp([16, 8, 4]), DATA, dist=DistContext(world_size=2))
+
+
+# ---------------------------------------------------------------------- partial runs, run folders (issue 11)
+def test_a_max_steps_stop_is_evaluated_and_recorded_as_partial(tmp_path):
+    trainer, s = fit(cfg_for(tmp_path, max_steps=3))
+    assert s["status"] == "partial" and s["complete"] is False and s["stopped_by"] == "max_steps"
+    assert s["final_test_acc"] == read_metrics(tmp_path / "run")[-1]["test_acc"] and s["best_epoch"] == 0.375
+    assert s["time_per_epoch_s"] > 0 and s["epochs"] == 0 and s["steps"] == 3
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "partial"
+    # resumed with the same max_steps: nothing to do, still partial, same numbers
+    _, again = fit(cfg_for(tmp_path, max_steps=3), resume=True)
+    assert again["status"] == "partial" and again["final_test_acc"] == s["final_test_acc"] and again["steps"] == 3
+    _, done = fit(cfg_for(tmp_path), resume=True)
+    assert done["status"] == "complete" and done["steps"] == 16
+
+
+def test_seq2d_train_with_max_steps_and_with_no_epochs(tmp_path, capsys):
+    from seq2d.cli import main
+
+    args = ["train", "--data", "synthetic", "--sizes", "16,8,4", "--epochs", "2", "--num-threads", "1"]
+    assert main(args + ["--max-steps", "3", "--out-dir", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    assert "epoch 0.375/2  step 3" in out and "(stopped by max_steps)" in out
+    assert "final test accuracy" in out and "partial run: stopped by max_steps at step 3 (0 of 2 epochs finished)" in out
+    assert main(["train", "--data", "synthetic", "--sizes", "16,8,4", "--epochs", "0", "--out-dir", str(tmp_path / "b")]) == 0
+    assert "no epoch was trained or evaluated (epochs = 0" in capsys.readouterr().out
+
+
+def test_checkpoint_every_writes_mid_epoch_and_resumes_exactly(tmp_path):
+    straight, _ = fit(cfg_for(tmp_path, "straight"), augment=noise_augment)
+
+    class Stop(Exception):
+        pass
+
+    class KillAt:
+        def on_step_end(self, trainer, step):
+            if step == 11:
+                raise Stop  # after step 11; the checkpoint of step 10 is the last one
+
+    with pytest.raises(Stop):
+        fit(cfg_for(tmp_path, "split", checkpoint_every=5), augment=noise_augment, callbacks=[KillAt()])
+    ck = load_checkpoint(tmp_path / "split" / "checkpoint.pt")
+    assert (ck["epoch"], ck["step"], ck["extra"]["batch"]) == (1, 10, 2)
+    assert json.loads((tmp_path / "split" / "run.json").read_text())["status"] == "failed"
+    resumed, _ = fit(cfg_for(tmp_path, "split", checkpoint_every=5), resume=True, augment=noise_augment)
+    assert same_state(straight.model.state_dict(), resumed.model.state_dict())
+    assert strip_time(read_metrics(tmp_path / "straight")) == strip_time(read_metrics(tmp_path / "split"))
+
+
+def test_temporary_files_of_an_interrupted_write_are_removed_at_the_next_start(tmp_path, capsys):
+    fit(cfg_for(tmp_path, epochs=1))
+    junk = [tmp_path / "run" / n for n in (".checkpoint.pt.tmp-999999", ".metrics.csv.tmp-1", ".run.lock.new-999999")]
+    for p in junk:
+        p.write_bytes(b"PK\x03\x04 half")
+    fit(cfg_for(tmp_path, epochs=2), resume=True)
+    assert not any(p.exists() for p in junk)
+    err = capsys.readouterr().err
+    assert "removed 3 temporary file(s)" in err and ".checkpoint.pt.tmp-999999" in err
+
+
+def test_an_existing_run_names_what_differs(tmp_path):
+    from seq2d.train import RunExistsError
+
+    fit(cfg_for(tmp_path, epochs=1))
+    with pytest.raises(RunExistsError, match=r"complete at step 8; its config differs: epochs 1 -> 2, lr 0\.01 -> 0\.5\)"):
+        fit(cfg_for(tmp_path, epochs=2, lr=0.5))
+    with pytest.raises(FileExistsError, match=r"same config\): pass resume=True"):
+        fit(cfg_for(tmp_path, epochs=1))
+
+
+def test_progress_lines_when_not_on_a_terminal(capsys):
+    from seq2d.train.progress import EpochBar
+
+    bar = EpochBar(True, tty=False, total=10, initial=0, desc="epoch 1/2", log_every=5, heartbeat_s=0.0)
+    bar.update(3, 3, {"loss": 6.0, "correct": 2, "count": 4})
+    bar.close()
+    assert capsys.readouterr().out.startswith("  epoch 1/2: batch 3/10, step 3, loss 1.5000 acc 0.5000, ")
+    EpochBar(False, tty=False, total=10, initial=0, desc="x", log_every=5, heartbeat_s=0.0).update(1, 1, {})
+    assert capsys.readouterr().out == ""

@@ -13,6 +13,9 @@ Submodules: :mod:`~seq2d.train.config` (TrainConfig, TOML, flags),
 :mod:`~seq2d.train.seeds` (seeds, epoch order), :mod:`~seq2d.train.runtime` (threads,
 determinism), :mod:`~seq2d.train.progress` (progress bar, epoch lines),
 :mod:`~seq2d.train.errors`, :mod:`~seq2d.train.checkpoint` (atomic save, checked load),
+:mod:`~seq2d.train.rundir` (the run folder's lock, ``run.json``), :mod:`~seq2d.train.identity`
+(the config hash, config differences), :mod:`~seq2d.train.divergence`
+(the loss-explosion rule), :mod:`~seq2d.train.builder` (the model a config names),
 :mod:`~seq2d.train.distributed` (torchrun/DDP). The command line is ``python -m seq2d.train``
 (``torchrun --nproc_per_node=2 -m seq2d.train ...`` for data-parallel runs).
 
@@ -26,11 +29,16 @@ import importlib
 
 _EXPORTS = {
     "config": ("TrainConfig", "load_config", "save_config", "config_to_dict", "config_from_dict", "config_to_toml",
-               "apply_overrides", "add_config_args", "config_from_args", "MODEL_FIELDS", "RESUME_FREE_FIELDS"),
+               "apply_overrides", "add_config_args", "config_from_args", "MODEL_FIELDS", "RESUME_FREE_FIELDS",
+               "ALLOW_CHANGED_FIELDS", "OUTPUT_FIELDS"),
+    "identity": ("config_hash", "config_diff", "parse_allow_changed"),
     "checkpoint": ("CheckpointError", "save_checkpoint", "load_checkpoint", "check_resume_config",
-                   "capture_rng_state", "restore_rng_state", "FORMAT", "FORMAT_VERSION"),
-    "trainer": ("Trainer", "train", "run", "build_model"),
-    "errors": ("NonFiniteLossError",),
+                   "capture_rng_state", "restore_rng_state", "check_rng_state", "FORMAT", "FORMAT_VERSION"),
+    "trainer": ("Trainer", "train", "run"),
+    "builder": ("build_model",),
+    "errors": ("NonFiniteLossError", "DivergenceError", "RunLockedError", "RunExistsError"),
+    "rundir": ("RunDir", "read_record"),
+    "divergence": ("DivergenceMonitor",),
     "metrics": ("METRIC_COLUMNS", "write_metrics", "read_metrics"),
     "datasets": ("load_data", "make_augment", "synthetic_data"),
     "seeds": ("derive_seed", "epoch_permutation"),

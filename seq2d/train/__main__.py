@@ -3,8 +3,9 @@ r"""The command line of a training run: ``python -m seq2d.train`` (one process) 
     torchrun --standalone --nproc_per_node=2 -m seq2d.train --config run.toml --epochs 3
 
 Flags: ``--config``, ``--set``, one per config field (:func:`seq2d.train.config.add_config_args`),
-``--resume``, ``--overwrite``. Errors in the config or the run directory print one line and
-exit with status 2. ``python -m seq2d.train.distributed`` still runs this entry.
+``--resume``, ``--overwrite``, ``--allow-changed``. Errors in the config or the run directory (every
+:class:`~seq2d.errors.Seq2DError`) print one line and exit with status 2.
+``python -m seq2d.train.distributed`` still runs this entry.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ import argparse
 import os
 import sys
 
-from .checkpoint import CheckpointError
+from ..errors import Seq2DError
 from .config import add_config_args, config_from_args
-from .trainer import NonFiniteLossError, run
+from .identity import parse_allow_changed
+from .trainer import DivergenceError, run
 
 __all__ = ["build_parser", "main"]
 
@@ -28,6 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--resume", action="store_true", help="continue from <out_dir>/checkpoint.pt (exactly)")
     ap.add_argument("--overwrite", action="store_true", help="start afresh even if <out_dir> holds a checkpoint")
+    ap.add_argument("--allow-changed", dest="allow_changed", metavar="FIELDS", default=None,
+                    help="with --resume: let these comma-separated fields (lr, optimizer, weight_decay) differ from "
+                         "the checkpoint's config (the change is recorded)")
     add_config_args(ap)
     return ap
 
@@ -37,12 +42,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         cfg = config_from_args(args)
-        run(cfg, resume=args.resume, overwrite=args.overwrite)
-    except NonFiniteLossError as e:  # every rank stops at the same step: one message is enough
+        allow = parse_allow_changed(args.allow_changed, where="--allow-changed")
+        run(cfg, resume=args.resume, overwrite=args.overwrite, allow_changed=allow)
+    except DivergenceError as e:  # every rank stops at the same step: one message is enough
         if int(os.environ.get("RANK", "0")) == 0:
             print(f"seq2d train: error: {e}", file=sys.stderr)
         return 2
-    except (ValueError, TypeError, FileNotFoundError, FileExistsError, CheckpointError) as e:
+    except Seq2DError as e:
         print(f"seq2d train: error: {e}", file=sys.stderr)
         return 2
     return 0

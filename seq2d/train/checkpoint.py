@@ -36,7 +36,15 @@ from typing import Any
 import torch
 
 from ..errors import InvalidType, Seq2DError
-from .config import MODEL_FIELDS, RESUME_FREE_FIELDS, TrainConfig, config_from_dict, config_to_dict
+from .config import (
+    ALLOW_CHANGED_FIELDS,
+    MODEL_FIELDS,
+    RESUME_FREE_FIELDS,
+    TrainConfig,
+    config_from_dict,
+    config_to_dict,
+)
+from .identity import parse_allow_changed
 
 __all__ = [
     "FORMAT",
@@ -45,6 +53,10 @@ __all__ = [
     "save_checkpoint",
     "load_checkpoint",
     "check_resume_config",
+    "check_rng_state",
+    "check_model_state",
+    "check_optimizer_state",
+    "check_resume_extra",
     "capture_rng_state",
     "restore_rng_state",
 ]
@@ -84,9 +96,52 @@ def capture_rng_state(generators: Mapping[str, torch.Generator] | None = None) -
     return state
 
 
-def restore_rng_state(state: Mapping, generators: Mapping[str, torch.Generator] | None = None) -> None:
+def check_rng_state(state, where: str = "the checkpoint") -> None:
+    """Raise CheckpointError naming ``where`` and the entry unless ``state`` has the layout
+    :func:`capture_rng_state` writes (``torch`` required; ``python``, ``numpy``, ``cuda``,
+    ``generators`` optional but complete)."""
+    def bad(entry: str, what: str):
+        raise CheckpointError(f"{where}: the RNG state is incomplete or malformed: rng[{entry}] {what}")
+
+    if not isinstance(state, Mapping):
+        raise CheckpointError(f"{where}: entry 'rng' should be a dict, got {type(state).__name__}")
+    if "torch" not in state:
+        bad("'torch'", f"is missing (it has: {sorted(map(str, state))})")
+    t = state["torch"]
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.uint8 or t.dim() != 1 or t.numel() != torch.get_rng_state().numel():
+        bad("'torch'", f"should be the uint8 tensor of torch.get_rng_state() ({torch.get_rng_state().numel()} bytes), got "
+            + (f"a {t.dtype} tensor of shape {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__))
+    if "cuda" in state and not (isinstance(state["cuda"], (list, tuple)) and all(
+            isinstance(c, torch.Tensor) and c.dtype == torch.uint8 for c in state["cuda"])):
+        bad("'cuda'", "should be a list of uint8 tensors")
+    if "python" in state:
+        py = state["python"]
+        if not isinstance(py, Mapping):
+            bad("'python'", f"should be a dict, got {type(py).__name__}")
+        for k in ("version", "state", "gauss"):
+            if k not in py:
+                bad(f"'python'][{k!r}", "is missing")
+        if not (isinstance(py["state"], (list, tuple)) and len(py["state"]) == 625 and all(isinstance(v, int) for v in py["state"])):
+            bad("'python']['state'", "should be a list of 625 ints (random.getstate())")
+    if "numpy" in state:
+        n = state["numpy"]
+        if not isinstance(n, Mapping):
+            bad("'numpy'", f"should be a dict, got {type(n).__name__}")
+        for k in ("bit_generator", "key", "pos", "has_gauss", "gauss"):
+            if k not in n:
+                bad(f"'numpy'][{k!r}", "is missing")
+        if not (isinstance(n["key"], torch.Tensor) and n["key"].numel() == 624):
+            bad("'numpy']['key'", "should be a tensor of 624 ints (the MT19937 key)")
+    gens = state.get("generators", {})
+    if not isinstance(gens, Mapping) or not all(isinstance(g, torch.Tensor) and g.dtype == torch.uint8 for g in gens.values()):
+        bad("'generators'", "should be a dict of name -> uint8 generator-state tensor")
+
+
+def restore_rng_state(state: Mapping, generators: Mapping[str, torch.Generator] | None = None, *,
+                      where: str = "the checkpoint") -> None:
     """Restore what :func:`capture_rng_state` captured (generators by name; a generator the
-    state does not hold raises CheckpointError)."""
+    state does not hold, or an incomplete state, raises CheckpointError naming ``where``)."""
+    check_rng_state(state, where)
     torch.set_rng_state(state["torch"].cpu())
     if "cuda" in state and torch.cuda.is_available():
         cuda = state["cuda"]
@@ -108,7 +163,7 @@ def restore_rng_state(state: Mapping, generators: Mapping[str, torch.Generator] 
     saved = state.get("generators", {})
     for name, g in (generators or {}).items():
         if name not in saved:
-            raise CheckpointError(f"the checkpoint holds no state for generator {name!r} (it has: {sorted(saved)})")
+            raise CheckpointError(f"{where} holds no state for generator {name!r} (it has: {sorted(saved)})")
         g.set_state(saved[name].cpu())
 
 
@@ -192,7 +247,8 @@ def load_checkpoint(path: str | os.PathLike, map_location=None) -> dict:
     """
     path = Path(path)
     if not path.exists():
-        raise CheckpointError(f"no checkpoint at {str(path)!r}: the file does not exist (nothing to resume from)")
+        raise CheckpointError(f"no checkpoint at {str(path)!r}: the file does not exist (nothing to resume from; "
+                              "start the run without --resume / resume=True)")
     if path.is_dir():
         raise CheckpointError(f"{str(path)!r} is a folder, expected a checkpoint file")
     size = path.stat().st_size
@@ -254,18 +310,30 @@ def _validate(ckpt, path: Path) -> dict:
             raise CheckpointError(f"{where} is incomplete: the required entry {key!r} is missing")
         if not isinstance(ckpt[key], typ) or (typ is int and isinstance(ckpt[key], bool)):
             raise CheckpointError(f"{where}: entry {key!r} should be a {typ.__name__}, got {type(ckpt[key]).__name__}")
+    for key in ("epoch", "step"):
+        if ckpt[key] < 0:
+            raise CheckpointError(f"{where}: entry {key!r} should be an int >= 0, got {ckpt[key]}")
     ckpt.setdefault("extra", {})
+    if not isinstance(ckpt["extra"], dict):
+        raise CheckpointError(f"{where}: entry 'extra' should be a dict, got {type(ckpt['extra']).__name__}")
+    history = ckpt["metrics"].get("history", [])
+    if not isinstance(history, list) or not all(isinstance(r, dict) for r in history):
+        raise CheckpointError(f"{where}: entry metrics['history'] should be a list of dicts (one row per epoch)")
+    check_rng_state(ckpt["rng"], where)
     return ckpt
 
 
 # ---------------------------------------------------------------------- resume checks
-def check_resume_config(saved: Mapping, current: TrainConfig, path: str | os.PathLike = "checkpoint") -> TrainConfig:
+def check_resume_config(saved: Mapping, current: TrainConfig, path: str | os.PathLike = "checkpoint", *,
+                        allow_changed=()) -> TrainConfig:
     """Raise CheckpointError unless ``current`` may continue the run that wrote ``saved``.
 
     Model-defining fields (:data:`~seq2d.train.config.MODEL_FIELDS`) must match, or the
     weights would not fit; so must every other field outside
     :data:`~seq2d.train.config.RESUME_FREE_FIELDS` (lr, batch_size, seed, ...), or the
-    continuation would not be the run that was interrupted. Returns the saved config."""
+    continuation would not be the run that was interrupted, except the fields named in
+    ``allow_changed`` (a subset of :data:`~seq2d.train.config.ALLOW_CHANGED_FIELDS`: the
+    caller records the change). Returns the saved config."""
     try:
         old = config_from_dict(saved, where=f"the config stored in {str(path)!r}")
     except (TypeError, ValueError) as e:
@@ -273,7 +341,8 @@ def check_resume_config(saved: Mapping, current: TrainConfig, path: str | os.Pat
     a, b = config_to_dict(old), config_to_dict(current)
     # model_seed None means "seed": compare what the model was built from
     a["model_seed"], b["model_seed"] = old.effective_model_seed(), current.effective_model_seed()
-    diffs = [k for k in a if k not in RESUME_FREE_FIELDS and a[k] != b[k]]
+    allowed = set(parse_allow_changed(allow_changed, where="allow_changed"))
+    diffs = [k for k in a if k not in RESUME_FREE_FIELDS and k not in allowed and a[k] != b[k]]
     if diffs:
         model = [k for k in diffs if k in MODEL_FIELDS]
         rest = [k for k in diffs if k not in MODEL_FIELDS]
@@ -284,8 +353,74 @@ def check_resume_config(saved: Mapping, current: TrainConfig, path: str | os.Pat
         if rest:
             parts.append("training fields differ (the resumed run would not continue the saved one): "
                          + "; ".join(f"{k}: checkpoint {a[k]!r}, now {b[k]!r}" for k in rest))
+        askable = [k for k in rest if k in ALLOW_CHANGED_FIELDS]
+        if askable and not model:
+            parts.append(f"To continue with the new {', '.join(askable)} from this checkpoint on (recorded in the "
+                         f"metrics), pass --allow-changed {','.join(askable)} (allow_changed={tuple(askable)!r})")
         raise CheckpointError(
             f"cannot resume from {str(path)!r}: " + ". ".join(parts)
             + f". Fields that may change on resume: {', '.join(RESUME_FREE_FIELDS)}"
         )
     return old
+
+
+def check_model_state(state: Mapping, model: torch.nn.Module, where: str) -> None:
+    """CheckpointError unless ``state`` has exactly the entries of ``model.state_dict()``,
+    each of its shape (checked before anything is loaded, so a refused resume changes nothing)."""
+    own = _unwrap(model).state_dict()
+    missing = [k for k in own if k not in state]
+    unexpected = [k for k in state if k not in own]
+    shapes = [f"{k!r} has shape {tuple(state[k].shape)}, this model's {tuple(own[k].shape)}" for k in own
+              if k in state and isinstance(state[k], torch.Tensor) and state[k].shape != own[k].shape]
+    kinds = [f"{k!r} is a {type(state[k]).__name__}, not a tensor" for k in own if k in state and not isinstance(state[k], torch.Tensor)]
+    if missing or unexpected or shapes or kinds:
+        parts = ([f"missing entries {missing[:5]}"] if missing else []) + ([f"unexpected entries {unexpected[:5]}"] if unexpected else []) \
+            + shapes[:5] + kinds[:5]
+        raise CheckpointError(f"the model in {where} does not fit this model: " + "; ".join(parts))
+
+
+def check_optimizer_state(state: Mapping, optimizer: torch.optim.Optimizer, where: str) -> None:
+    """CheckpointError unless the saved optimizer state fits ``optimizer``: as many parameter
+    groups and parameters, and every per-parameter tensor (momenta) of its parameter's shape."""
+    if not isinstance(state, Mapping) or not isinstance(state.get("param_groups"), list) or not isinstance(state.get("state"), Mapping):
+        raise CheckpointError(f"{where}: entry 'optimizer' is not an optimizer state_dict (it needs 'state' and 'param_groups')")
+    groups = optimizer.param_groups
+    saved = state["param_groups"]
+    if len(saved) != len(groups) or any(not isinstance(g, Mapping) or len(g.get("params", ())) != len(h["params"])
+                                        for g, h in zip(saved, groups)):
+        raise CheckpointError(
+            f"{where}: the optimizer state does not fit this optimizer: it has {len(saved)} parameter group(s) of "
+            f"{[len(g.get('params', ())) if isinstance(g, Mapping) else '?' for g in saved]} parameters, this optimizer "
+            f"{len(groups)} of {[len(h['params']) for h in groups]}")
+    params = {pid: p for g, h in zip(saved, groups) for pid, p in zip(g["params"], h["params"])}
+    for pid, st in state["state"].items():
+        if pid not in params:
+            raise CheckpointError(f"{where}: optimizer['state'] has an entry for parameter {pid!r}, which no group lists")
+        if not isinstance(st, Mapping):
+            raise CheckpointError(f"{where}: optimizer['state'][{pid!r}] should be a dict, got {type(st).__name__}")
+        for name, t in st.items():
+            if isinstance(t, torch.Tensor) and t.dim() > 0 and t.shape != params[pid].shape:
+                raise CheckpointError(
+                    f"{where}: optimizer['state'][{pid!r}][{name!r}] has shape {tuple(t.shape)}, but its parameter has "
+                    f"shape {tuple(params[pid].shape)}")
+
+
+def check_resume_extra(extra: Mapping, batches: int, where: str) -> None:
+    """CheckpointError unless the trainer's ``extra`` entry is usable: ``batch`` an int in
+    ``[0, batches)`` and, mid-epoch, ``partial`` the running sums."""
+    batch = extra.get("batch", 0)
+    if isinstance(batch, bool) or not isinstance(batch, int) or not 0 <= batch < batches:
+        raise CheckpointError(f"{where}: extra['batch'] should be an int in [0, {batches}) (the batch to continue the "
+                              f"epoch from), got {batch!r}")
+    if batch:
+        partial = extra.get("partial")
+        if not isinstance(partial, Mapping):
+            raise CheckpointError(f"{where}: extra['partial'] (the running sums of the interrupted epoch) is missing")
+        for k in ("loss", "correct", "count", "time"):
+            v = partial.get(k)
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise CheckpointError(f"{where}: extra['partial'][{k!r}] should be a number, got {v!r}")
+    div = extra.get("divergence")
+    if div is not None and not (isinstance(div, Mapping) and all(
+            v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in div.values())):
+        raise CheckpointError(f"{where}: extra['divergence'] should be a dict of numbers, got {div!r}")

@@ -47,6 +47,8 @@ __all__ = [
     "add_config_args",
     "config_from_args",
     "config_fields",
+    "ALLOW_CHANGED_FIELDS",
+    "OUTPUT_FIELDS",
 ]
 
 
@@ -96,7 +98,13 @@ class TrainConfig:
     out_dir: str | None = _f(None, "where config.toml, metrics.jsonl/csv and checkpoint.pt go (None = runs/<name>)")
     log_every: int = _f(50, "steps between progress-bar updates of loss/accuracy")
     eval_batch_size: int = _f(1000, "batch size of the per-epoch test-set evaluation")
-    max_steps: int | None = _f(None, "stop after this many optimizer steps in total (smoke runs; None = no limit)")
+    max_steps: int | None = _f(None, "stop after this many optimizer steps in total (smoke runs; None = no limit); the run "
+                                     "is then recorded as partial, evaluated where it stopped, and --resume continues it")
+    checkpoint_every: int | None = _f(None, "also write checkpoint.pt every this many optimizer steps (None = at the end "
+                                            "of each epoch and at a max_steps stop only)")
+    divergence_factor: float | None = _f(1000.0, "stop with DivergenceError when the smoothed training loss (EMA, weight "
+                                                 "0.1 per step) exceeds this factor x its lowest value so far and its "
+                                                 "first value (None = only NaN/inf stop the run)")
     quiet: bool = _f(False, "no progress bar and no per-epoch line on stdout")
 
     def __post_init__(self) -> None:
@@ -129,7 +137,15 @@ MODEL_FIELDS = ("model", "sizes", "activation", "iterations", "granularity", "ti
 RESUME_FREE_FIELDS = (
     "epochs", "device", "dist_backend", "num_threads", "name", "out_dir", "log_every",
     "eval_batch_size", "max_steps", "quiet", "data_root", "download", "deterministic", "backend",
+    "checkpoint_every", "divergence_factor",
 )
+
+# Fields a resume may change only when asked explicitly (``allow_changed`` / ``--allow-changed``):
+# the continuation is then a different run from that step on, and the change is recorded.
+ALLOW_CHANGED_FIELDS = ("lr", "optimizer", "weight_decay")
+
+# Fields that only say where outputs go and how much is printed: left out of config_hash.
+OUTPUT_FIELDS = ("name", "out_dir", "quiet", "log_every", "checkpoint_every", "data_root", "download")
 
 _HINTS: dict[str, Any] = typing.get_type_hints(TrainConfig)
 
@@ -191,7 +207,7 @@ def _check(name: str, hint, value, expected: str | None = None):
     inner = _optional(hint)
     if inner is not None:
         return None if value is None else _check(name, inner, value, _type_name(hint))
-    bad = TypeError(f"config field {name!r}: expected {expected or _type_name(hint)}, got {_show(value)}")
+    bad = InvalidType(f"config field {name!r}: expected {expected or _type_name(hint)}, got {_show(value)}")
     if hint is bool:
         if not isinstance(value, bool):
             raise bad
@@ -231,7 +247,7 @@ def _check_values(cfg: TrainConfig) -> None:
     positive = ["tile", "image_size", "batch_size", "log_every", "eval_batch_size"]
     if isinstance(cfg.num_threads, str) and cfg.num_threads != "auto":
         raise InvalidValue(f"config field 'num_threads': expected {_EXPECTED['num_threads']}, got the string {cfg.num_threads!r}")
-    for name in positive + ["iterations", "num_threads", "max_steps"]:
+    for name in positive + ["iterations", "num_threads", "max_steps", "checkpoint_every"]:
         v = getattr(cfg, name)
         if isinstance(v, str):  # num_threads = "auto"
             continue
@@ -246,6 +262,9 @@ def _check_values(cfg: TrainConfig) -> None:
     for name in ("erasing_p", "perspective_p"):
         if getattr(cfg, name) > 1:
             raise InvalidValue(f"config field {name!r}: expected a probability in [0, 1], got {getattr(cfg, name)}")
+    if cfg.divergence_factor is not None and not (math.isfinite(cfg.divergence_factor) and cfg.divergence_factor > 1):
+        raise InvalidValue(f"config field 'divergence_factor': expected a finite number > 1 (or None to turn the rule off), "
+                           f"got {cfg.divergence_factor}")
     if cfg.lr == 0:
         raise InvalidValue("config field 'lr': expected a positive learning rate, got 0")
     for name in ("seed", "model_seed"):
@@ -288,13 +307,20 @@ def config_from_dict(d: Mapping, *, where: str = "config") -> TrainConfig:
 def _read_toml(path: Path) -> dict:
     import tomllib
 
+    where = f"config file {str(path)!r}"
     try:
         with open(path, "rb") as f:
             raw = tomllib.load(f)
     except FileNotFoundError:
-        raise MissingFile(f"config file {str(path)!r} does not exist") from None
-    except tomllib.TOMLDecodeError as e:
-        raise InvalidValue(f"config file {str(path)!r} is not valid TOML: {e}") from None
+        raise MissingFile(f"{where} does not exist") from None
+    except IsADirectoryError:
+        raise InvalidValue(f"{where} is a folder, not a file") from None
+    except OSError as e:
+        raise InvalidValue(f"cannot read {where}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise InvalidValue(f"{where} is not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})") from None
+    except tomllib.TOMLDecodeError as e:  # its message ends "(at line L, column C)"
+        raise InvalidValue(f"{where} is not valid TOML: {e}") from None
     for k, v in raw.items():
         if isinstance(v, dict):
             raise InvalidValue(f"{path}: the config is flat, but {k!r} is a table; write its fields at the top level")
@@ -371,7 +397,7 @@ def _parse(name: str, hint, text: str, expected: str | None = None):
     inner = _optional(hint)
     if inner is not None:
         return None if text.lower() in _NONE else _parse(name, inner, text, _type_name(hint) + " ('none')")
-    bad = TypeError(f"config field {name!r}: expected {expected or _type_name(hint)}, got the string {text!r}")
+    bad = InvalidType(f"config field {name!r}: expected {expected or _type_name(hint)}, got the string {text!r}")
     if hint is bool:
         if text.lower() in _TRUE:
             return True

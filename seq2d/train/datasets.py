@@ -46,11 +46,30 @@ def load_data(cfg: TrainConfig, device=None, ctx: DistContext | None = None) -> 
     kw = dict(source=cfg.data, root=cfg.data_root, download=cfg.download, size=cfg.image_size, device=device)
     if cfg.download and ctx.distributed and not ctx.is_main:
         barrier(ctx)  # wait for rank 0's download
-        return get_data(**kw)
-    data = get_data(**kw)
+        return _get(cfg, get_data, kw)
+    data = _get(cfg, get_data, kw)
     if cfg.download and ctx.distributed:
         barrier(ctx)
     return data
+
+
+def _get(cfg: TrainConfig, get_data, kw: dict) -> dict:
+    """``get_data(**kw)``, its missing-data errors reworded for a training run: the data
+    module's hint names its own ``--data ROOT`` flag; a run's flag is ``--data-root``."""
+    from ..data.mnist import DataRootError, MnistNotFoundError
+
+    try:
+        return get_data(**kw)
+    except (MnistNotFoundError, DataRootError) as e:
+        msg = str(e).replace("--data ROOT", "--data-root ROOT (config field 'data_root')")
+        if cfg.data == "full":
+            msg += (" (config field 'data' is 'full'; --data subset trains on the bundled MNIST subset instead, "
+                    "offline)")
+        try:
+            again = type(e)(msg)
+        except Exception:  # pragma: no cover - a subclass with another signature
+            raise e from None
+        raise again from None
 
 
 def make_augment(cfg: TrainConfig) -> Callable | None:
@@ -67,7 +86,7 @@ def split_data(data) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     def get(key):
         if isinstance(data, Mapping):
             if key not in data:
-                raise KeyError(f"data must hold {key!r}: (X, y); it has keys {sorted(data)}")
+                raise InvalidValue(f"data must hold {key!r}: (X, y); it has keys {sorted(map(str, data))}")
             v = data[key]
         else:
             v = getattr(data, key, None)

@@ -1,19 +1,30 @@
 """What a run shows while it trains (rank 0, unless ``quiet``): a per-epoch progress bar
-on a terminal (:class:`EpochBar`) and one line per finished epoch (:func:`epoch_line`)."""
+on a terminal (:class:`EpochBar`; elsewhere, e.g. in a log file, a plain progress line at
+most every ``HEARTBEAT_S`` seconds) and one line per finished epoch (:func:`epoch_line`)."""
 
 from __future__ import annotations
 
-__all__ = ["EpochBar", "epoch_line"]
+import sys
+import time
+
+__all__ = ["EpochBar", "epoch_line", "HEARTBEAT_S"]
+
+HEARTBEAT_S = 30.0  # seconds between progress lines when stderr is not a terminal
 
 
 class EpochBar:
-    """A tqdm bar over an epoch's batches showing the running loss/accuracy; does nothing
-    unless ``show``."""
+    """A tqdm bar over an epoch's batches showing the running loss/accuracy when ``tty``;
+    otherwise a line ``epoch 1/4: batch 120/938 ...`` on stdout every :data:`HEARTBEAT_S`
+    seconds; nothing unless ``show``."""
 
-    def __init__(self, show: bool, *, total: int, initial: int, desc: str, log_every: int) -> None:
-        self.total, self.log_every = total, log_every
+    def __init__(self, show: bool, *, total: int, initial: int, desc: str, log_every: int, tty: bool = True,
+                 heartbeat_s: float = HEARTBEAT_S) -> None:
+        self.total, self.log_every, self.desc = total, log_every, desc
         self.bar = None
-        if show:
+        self.lines = show and not tty
+        self.heartbeat_s = heartbeat_s
+        self.t0 = self.last = time.perf_counter()
+        if show and tty:
             from tqdm.auto import tqdm
 
             self.bar = tqdm(total=total, initial=initial, desc=desc, leave=False, dynamic_ncols=True)
@@ -21,6 +32,14 @@ class EpochBar:
     def update(self, step: int, done: int, sums: dict) -> None:
         """One batch done (``done`` of ``total``, optimizer step ``step``); the postfix shows
         ``sums``' mean loss and accuracy every ``log_every`` steps and at the last batch."""
+        if self.lines:
+            now = time.perf_counter()
+            if now - self.last >= self.heartbeat_s and done < self.total:
+                self.last = now
+                print(f"  {self.desc}: batch {done}/{self.total}, step {step}, loss "
+                      f"{sums['loss'] / max(sums['count'], 1):.4f} acc {sums['correct'] / max(sums['count'], 1):.4f}, "
+                      f"{now - self.t0:.0f}s", file=sys.stdout, flush=True)
+            return
         if self.bar is None:
             return
         self.bar.update(1)

@@ -25,10 +25,28 @@ metrics of an uninterrupted run (same device, same number of threads: with ``num
 ``max_steps`` in the middle of an epoch stores its batch index, the augmentation
 generator and the partial sums, so it resumes exactly too.
 
-**Non-finite loss.** Every step's loss (summed over ranks) is checked before the backward
-pass; a NaN/inf raises :class:`NonFiniteLossError` naming the epoch, the step and the last
-good checkpoint, which is left as it was. A non-finite test loss (weights gone bad within
-an epoch) raises the same way, before that epoch's checkpoint is written.
+``checkpoint_every = N`` also writes the checkpoint every N optimizer steps (mid-epoch, the
+same way), so a run killed at any moment loses at most N steps and ``resume=True`` continues
+it bitwise exactly.
+
+**A run stopped by max_steps** is evaluated where it stopped: its row (a fractional
+``epoch``) goes to the metrics files and the summary says ``status = "partial"`` (``complete``
+False, ``stopped_by = "max_steps"``), as does ``run.json`` in the run folder; resuming with a
+larger (or no) max_steps continues it exactly.
+
+**Divergence.** Every step's loss (summed over ranks) is checked before the backward
+pass; a NaN/inf raises :class:`NonFiniteLossError`, and a smoothed loss that exploded (the
+rule of :mod:`seq2d.train.divergence`, config field ``divergence_factor``) raises
+:class:`DivergenceError`, both naming the epoch, the step and the last good checkpoint,
+which is left as it was. A non-finite test loss (weights gone bad within an epoch) raises
+the same way, before that epoch's checkpoint is written.
+
+**The run folder** is locked for the length of the run (:mod:`seq2d.train.rundir`: a second
+run there is refused, a stale lock taken over), temporary files of interrupted writes are
+removed at the start, and ``run.json`` records the config, its hash and the status. A resume
+that changes lr/optimizer/weight_decay needs ``allow_changed`` (``--allow-changed``); the
+change is printed, recorded in ``run.json`` and the checkpoint, and shown in the ``changes``
+column of the next metrics row.
 """
 
 from __future__ import annotations
@@ -44,11 +62,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..errors import InvalidType, InvalidValue, MissingFile
+from ..errors import InvalidType, InvalidValue
+from .builder import build_model
 from .checkpoint import (
     CheckpointError,
     capture_rng_state,
+    check_model_state,
+    check_optimizer_state,
     check_resume_config,
+    check_resume_extra,
     load_checkpoint,
     restore_rng_state,
     save_checkpoint,
@@ -56,9 +78,12 @@ from .checkpoint import (
 from .config import TrainConfig, config_to_dict, save_config
 from .datasets import load_data, make_augment, split_data, synthetic_data
 from .distributed import DistContext, all_reduce_sum, barrier, cleanup, init_distributed, wrap_model
-from .errors import NonFiniteLossError
+from .divergence import DivergenceMonitor
+from .errors import DivergenceError, NonFiniteLossError, RunExistsError, RunLockedError
+from .identity import config_diff, config_hash, format_diff, parse_allow_changed
 from .metrics import METRIC_COLUMNS, read_metrics, write_metrics
 from .progress import EpochBar, epoch_line
+from .rundir import RunDir, describe_record
 from .runtime import run_settings
 from .seeds import derive_seed, epoch_permutation, seed_everything
 
@@ -67,6 +92,7 @@ __all__ = [
     "train",
     "run",
     "NonFiniteLossError",
+    "DivergenceError",
     "METRIC_COLUMNS",
     "build_model",
     "load_data",
@@ -77,86 +103,6 @@ __all__ = [
     "write_metrics",
     "read_metrics",
 ]
-
-
-# ---------------------------------------------------------------------- model
-def _is_spec_path(name: str) -> bool:
-    return name.lower().endswith((".toml", ".json")) or (":" not in name and Path(name).is_file())
-
-
-# config field -> constructor keyword(s) it feeds, when the constructor names one of them
-_MODEL_KWARGS = {
-    "sizes": ("sizes",),
-    "activation": ("activation",),
-    "granularity": ("granularity",),
-    "tile": ("tile",),
-    "region": ("region",),
-    "backend": ("backend",),
-    "iterations": ("iterations", "steps"),
-}
-
-
-def build_model(cfg: TrainConfig, *, device=None) -> nn.Module:
-    """The model ``cfg.model`` names (:func:`seq2d.models.resolve_model`), built from
-    ``cfg.model_seed`` (None = ``cfg.seed``).
-
-    - a registered name (``seq2d.list_models()``, e.g. "mlp", "random"): the constructor is
-      called with the config fields its signature names (``sizes``, ``activation``,
-      ``granularity``, ``tile``, ``region``, ``backend`` unless "auto",
-      ``iterations``/``steps`` unless None, ``seed`` = the model seed); "random" is
-      :func:`seq2d.models.random.random_model`, ``randomize(mlp(sizes, activation))``;
-    - a preset string (``"mlp:784,256,10"``, see :mod:`seq2d.models.presets`) or a spec file
-      path (.toml/.json, :func:`seq2d.from_spec`): its structure comes from the string/file.
-
-    The global RNG is seeded with the model seed while building and restored after. A model
-    field set away from its default that the builder does not use raises ValueError (never
-    silently ignored), except ``iterations``, which is then applied as ``model.steps``.
-    """
-    from ..models import constructor_options, list_models, resolve_model
-
-    defaults = TrainConfig()
-    seed = cfg.effective_model_seed()
-    changed = [k for k in _MODEL_KWARGS if k != "iterations" and getattr(cfg, k) != getattr(defaults, k)]
-    consumed: set[str] = set()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        if cfg.model in list_models():
-            available = {f: (names, getattr(cfg, f)) for f, names in _MODEL_KWARGS.items()
-                         if not ((f == "backend" and cfg.backend == "auto") or (f == "iterations" and cfg.iterations is None))}
-            available["seed"] = (("seed",), seed)
-            kwargs, consumed = constructor_options(cfg.model, available)
-            consumed.discard("seed")
-            model = resolve_model(cfg.model, **kwargs)
-            source = "not in its signature"
-        elif _is_spec_path(cfg.model) or ":" in cfg.model:
-            if _is_spec_path(cfg.model) and not Path(cfg.model).is_file():
-                raise MissingFile(f"config field 'model': the spec file {cfg.model!r} does not exist")
-            model = resolve_model(cfg.model)
-            source = "its structure comes from the preset string or spec file"
-        else:
-            raise InvalidValue(
-                f"config field 'model': unknown model {cfg.model!r}. Select from "
-                + ", ".join(repr(m) for m in list_models())
-                + ", a preset string such as 'mlp:784,256,10', or the path of a spec file (.toml/.json)"
-            )
-    ignored = [k for k in changed if k not in consumed]
-    if ignored:
-        raise InvalidValue(
-            f"config field(s) {', '.join(map(repr, ignored))} are set, but model {cfg.model!r} does not use them "
-            f"({source}); leave them at their defaults"
-        )
-    if cfg.iterations is not None and "iterations" not in consumed:
-        from ..arguments import check_steps
-        from ..core import core_of
-
-        try:
-            target = core_of(model)
-        except TypeError:
-            raise InvalidValue(f"config field 'iterations' is set, but a {type(model).__name__} has no Sequential2D steps to set") from None
-        target.steps = check_steps(cfg.iterations)
-    if device is not None:
-        model = model.to(device)
-    return model
 
 
 # ---------------------------------------------------------------------- the trainer
@@ -238,6 +184,11 @@ class Trainer:
         self._partial: dict | None = None
         self._aug_state: Tensor | None = None
         self._last_good: Path | None = None
+        self._last_good_at: tuple[int, int, int] = (0, 0, 0)  # (epoch, step, batch) of the last good checkpoint
+        self._last_row: dict | None = None  # the last evaluated row (a partial one after a max_steps stop)
+        self._monitor = DivergenceMonitor(cfg.divergence_factor)
+        self._changes: list[dict] = []  # settings changed on resume (allow_changed), oldest first
+        self.rundir: RunDir | None = None
         self.num_threads: int = torch.get_num_threads()  # set for the run by fit()
 
     # ------------------------------------------------------------------ setup
@@ -259,82 +210,168 @@ class Trainer:
         g.manual_seed(derive_seed(self.config.seed, "augment", epoch, self.dist.rank))
         return g
 
-    def load(self, path: str | os.PathLike | None = None) -> dict:
+    def _batches(self) -> int:
+        return -(-self.train_data[0].shape[0] // self.config.batch_size)
+
+    def load(self, path: str | os.PathLike | None = None, *, allow_changed=()) -> dict:
         """Restore model, optimizer, counters, metrics and RNG states from a checkpoint
-        (default ``<out_dir>/checkpoint.pt``), after checking its config against ours."""
+        (default ``<out_dir>/checkpoint.pt``), after checking its config against ours (the
+        fields in ``allow_changed`` may differ: the change is recorded)."""
+        cfg = self.config
         path = Path(path) if path is not None else self.checkpoint_path
+        where = repr(str(path))
         ckpt = load_checkpoint(path, map_location=self.device)
-        check_resume_config(ckpt["config"], self.config, path)
+        allow = parse_allow_changed(allow_changed, where="allow_changed")
+        old = check_resume_config(ckpt["config"], cfg, path, allow_changed=allow)
+        changes = [{"field": k, "old": getattr(old, k), "new": getattr(cfg, k), "step": ckpt["step"]}
+                   for k in allow if getattr(old, k) != getattr(cfg, k)]
+        check_resume_extra(ckpt["extra"], self._batches(), where)
+        check_model_state(ckpt["model"], self.model, where)
+        new_optimizer = any(c["field"] == "optimizer" for c in changes)  # a new kind of optimizer starts from scratch
+        if not new_optimizer:
+            check_optimizer_state(ckpt["optimizer"], self.optimizer, where)
         try:
             self.model.load_state_dict(ckpt["model"])
         except RuntimeError as e:
-            raise CheckpointError(f"the model in {str(path)!r} does not fit this model: {e}") from e
-        try:
-            self.optimizer.load_state_dict(ckpt["optimizer"])
-        except (ValueError, KeyError) as e:
-            raise CheckpointError(f"the optimizer state in {str(path)!r} does not fit this optimizer: {e}") from e
+            raise CheckpointError(f"the model in {where} does not fit this model: {e}") from e
+        if not new_optimizer:
+            try:
+                self.optimizer.load_state_dict(ckpt["optimizer"])
+            except (ValueError, KeyError, TypeError) as e:
+                raise CheckpointError(f"the optimizer state in {where} does not fit this optimizer: {e}") from e
+            for g in self.optimizer.param_groups:  # the config's values (equal unless allowed to change)
+                g["lr"], g["weight_decay"] = cfg.lr, cfg.weight_decay
         self.epoch, self.step = ckpt["epoch"], ckpt["step"]
         self.history = list(ckpt["metrics"].get("history", []))
+        last = ckpt["metrics"].get("last")
+        self._last_row = last if isinstance(last, dict) else (self.history[-1] if self.history else None)
         extra = ckpt["extra"]
         self._resume_batch = int(extra.get("batch", 0))
-        self._partial = extra.get("partial") if self._resume_batch else None
-        restore_rng_state(ckpt["rng"])
+        self._partial = dict(extra["partial"]) if self._resume_batch else None
+        restore_rng_state(ckpt["rng"], where=where)
         self._aug_state = ckpt["rng"].get("generators", {}).get("augment") if self._resume_batch else None
-        self._last_good = path
+        self._monitor.load_state_dict(extra.get("divergence"))
+        earlier = extra.get("changes")
+        self._changes = (list(earlier) if isinstance(earlier, list) else []) + changes
+        self._last_good, self._last_good_at = path, (self.epoch, self.step, self._resume_batch)
+        if changes and self.is_main and not cfg.quiet:
+            print(f"resuming {where} at step {self.step} with changed settings (allowed): {_changes_text(changes)}"
+                  + ("; the new optimizer starts without state" if any(c["field"] == "optimizer" for c in changes) else ""),
+                  flush=True)
         return ckpt
 
     # ------------------------------------------------------------------ the loop
-    def fit(self, resume: bool = False, overwrite: bool = False) -> dict:
+    def fit(self, resume: bool = False, overwrite: bool = False, allow_changed=()) -> dict:
         """Train to ``config.epochs`` (or ``max_steps``) and return a summary dict.
 
         ``resume=True`` continues from ``<out_dir>/checkpoint.pt`` (CheckpointError when it
-        is missing or does not fit). Without it, an existing checkpoint there raises
-        FileExistsError unless ``overwrite=True`` (then it is deleted first)."""
+        is missing or does not fit; ``allow_changed`` names the fields among lr, optimizer,
+        weight_decay that may differ from its config). Without it, an existing checkpoint
+        there raises RunExistsError (a FileExistsError) unless ``overwrite=True`` (then it is
+        deleted first). The run folder is locked meanwhile (RunLockedError when another live
+        run holds it)."""
         cfg = self.config
+        allow = parse_allow_changed(allow_changed, where="allow_changed")
+        if allow and not resume:
+            raise InvalidValue("allow_changed (--allow-changed) only applies when resuming: pass resume=True (--resume)")
+        if resume and not self.checkpoint_path.exists() and not self.out_dir.is_dir():
+            raise CheckpointError(f"cannot resume: the run folder {str(self.out_dir)!r} does not exist, so there is no "
+                                  f"checkpoint {str(self.checkpoint_path)!r} to resume from (start without --resume)")
         with run_settings(cfg, self.dist) as (self.num_threads, why):
-            if self.is_main and not cfg.quiet:
-                print(f"torch threads: {self.num_threads} ({why})", flush=True)
-            if resume:
-                self.load()
-            else:
-                if self.checkpoint_path.exists() and not overwrite:
-                    raise FileExistsError(
-                        f"{str(self.checkpoint_path)!r} exists: pass resume=True (--resume) to continue that run, "
-                        "overwrite=True (--overwrite) to start afresh, or choose another out_dir/name"
-                    )
-                if self.is_main and overwrite:
-                    self.checkpoint_path.unlink(missing_ok=True)
-                seed_everything(cfg.seed)
-            if self.is_main:
-                self.out_dir.mkdir(parents=True, exist_ok=True)
-                save_config(cfg, self.out_dir / "config.toml")
-                write_metrics(self.out_dir, self.history)
-            barrier(self.dist)  # every rank sees the folder, and no rank runs ahead of a resume
-            _call(self.callbacks, "on_train_start", self)
+            self._lock()
+            try:
+                if self.is_main and not cfg.quiet:
+                    print(f"torch threads: {self.num_threads} ({why})", flush=True)
+                return self._fit_locked(resume, overwrite, allow)
+            finally:
+                if self.rundir is not None:
+                    self.rundir.release()
+
+    def _lock(self) -> None:
+        """Rank 0 takes the folder's lock; every rank learns whether it did."""
+        err = None
+        if self.is_main:
+            self.rundir = RunDir(self.out_dir)
+            try:
+                self.rundir.acquire()
+            except RunLockedError as e:
+                self.rundir, err = None, e
+        if self.dist.distributed:
+            flag = torch.tensor([0.0 if err is None else 1.0], device=self.device)
+            all_reduce_sum(flag, self.dist)
+            if flag.item() and err is None:
+                raise RunLockedError(f"rank 0 could not lock the run folder {str(self.out_dir)!r} (see its message)")
+        if err is not None:
+            raise err
+
+    def _fit_locked(self, resume: bool, overwrite: bool, allow: tuple) -> dict:
+        cfg = self.config
+        if resume:
+            self.load(allow_changed=allow)
+        else:
+            if self.checkpoint_path.exists() and not overwrite:
+                record = self.rundir.record() if self.rundir is not None else None
+                diff = config_diff(record["config"], cfg) if record and isinstance(record.get("config"), dict) else {}
+                same = (f"its config differs: {format_diff(diff)}" if diff else "same config") if record else "config unknown"
+                raise RunExistsError(
+                    f"{str(self.checkpoint_path)!r} exists ({describe_record(record)}; {same}): pass resume=True "
+                    "(--resume) to continue that run, overwrite=True (--overwrite) to start afresh, or choose another "
+                    "out_dir/name")
+            if self.is_main and overwrite:
+                self.checkpoint_path.unlink(missing_ok=True)
+            seed_everything(cfg.seed)
+        if self.is_main:
+            save_config(cfg, self.out_dir / "config.toml")
+            write_metrics(self.out_dir, self.history)
+            self._record("running")
+        barrier(self.dist)  # every rank sees the folder, and no rank runs ahead of a resume
+        _call(self.callbacks, "on_train_start", self)
+        try:
             for epoch in range(self.epoch, cfg.epochs):
                 if cfg.max_steps is not None and self.step >= cfg.max_steps:
                     break
                 if not self._run_epoch(epoch):
                     break
-            summary = self.summary()
-            _call(self.callbacks, "on_train_end", self, summary)
+        except DivergenceError:
+            self._record("diverged")
+            raise
+        except KeyboardInterrupt:
+            self._record("interrupted")
+            raise
+        except BaseException:
+            self._record("failed")
+            raise
+        summary = self.summary()
+        self._record(summary["status"])
+        _call(self.callbacks, "on_train_end", self, summary)
         return summary
+
+    def _record(self, status: str) -> None:
+        if self.is_main and self.rundir is not None:
+            self.rundir.write_record(self.config, status, epoch=self.epoch, step=self.step, changes=self._changes)
+
+    def _extra(self, batch: int, partial: dict | None = None) -> dict:
+        extra = {"batch": batch, "divergence": self._monitor.state_dict(), "changes": self._changes}
+        if batch:
+            extra["partial"] = partial
+        return extra
 
     def _run_epoch(self, epoch: int) -> bool:
         """One epoch (from ``self._resume_batch``); False when ``max_steps`` stopped it early."""
         cfg, W, rank = self.config, self.dist.world_size, self.dist.rank
         X, y = self.train_data
         N, B = X.shape[0], cfg.batch_size
-        nb = -(-N // B)
+        nb = self._batches()
         perm = epoch_permutation(N, cfg.seed, epoch).to(self.device)
         aug_gen = self._aug_generator(epoch) if self.augment is not None else None
+        gens = {"augment": aug_gen} if aug_gen is not None else None
         start = self._resume_batch
         if self._aug_state is not None and aug_gen is not None:
             aug_gen.set_state(self._aug_state)
         sums = dict(self._partial) if self._partial else {"loss": 0.0, "correct": 0, "count": 0, "time": 0.0}
         self._resume_batch, self._partial, self._aug_state = 0, None, None
 
-        bar = EpochBar(self.is_main and not cfg.quiet and sys.stderr.isatty(), total=nb, initial=start,
+        bar = EpochBar(self.is_main and not cfg.quiet, tty=sys.stderr.isatty(), total=nb, initial=start,
                        desc=f"epoch {epoch + 1}/{cfg.epochs}", log_every=cfg.log_every)
         t0 = time.perf_counter()
         self.train_model.train()
@@ -352,10 +389,13 @@ class Trainer:
             stats = torch.stack([loss_sum.detach().double(), correct.detach().double()])
             all_reduce_sum(stats, self.dist)
             loss_total, correct_total = stats.tolist()
-            if not math.isfinite(loss_total):
-                self._nonfinite(f"the training loss is {loss_total} at epoch {epoch + 1}, step {self.step + 1} "
-                                f"(batch {k + 1} of {nb})", epoch, bar)
             count = b * self.targets_per_sample
+            at = f"at epoch {epoch + 1}, step {self.step + 1} (batch {k + 1} of {nb})"
+            if not math.isfinite(loss_total):
+                self._diverged(NonFiniteLossError, f"the training loss is {loss_total} {at}", epoch, bar, nb)
+            why = self._monitor.update(loss_total / count)
+            if why is not None:
+                self._diverged(DivergenceError, f"{why} {at}", epoch, bar, nb)
             self.optimizer.zero_grad(set_to_none=True)
             # DDP averages gradients over W ranks: scaling by W / count makes that average the
             # mean over the global batch, whatever the slice sizes.
@@ -371,6 +411,9 @@ class Trainer:
             if cfg.max_steps is not None and self.step >= cfg.max_steps and done < nb:
                 stopped = True
                 break
+            if cfg.checkpoint_every is not None and self.step % cfg.checkpoint_every == 0 and done < nb:
+                partial = dict(sums, time=sums["time"] + time.perf_counter() - t0)
+                self._save(epoch, rows=self.history, extra=self._extra(done, partial), generators=gens)
         bar.close()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -378,8 +421,8 @@ class Trainer:
 
         test = self.evaluate()
         if not math.isfinite(test["loss"]):
-            self._nonfinite(f"the test loss is {test['loss']} after epoch {epoch + 1} (step {self.step}): "
-                            "the weights are no longer finite", epoch, None)
+            self._diverged(NonFiniteLossError, f"the test loss is {test['loss']} after epoch {epoch + 1} (step "
+                           f"{self.step}): the weights are no longer finite", epoch, None, nb)
         row = {
             "epoch": epoch + 1 if not stopped else round(epoch + done / nb, 6),
             "step": self.step,
@@ -393,18 +436,22 @@ class Trainer:
             "world_size": W,
             "num_threads": self.num_threads,
         }
+        since = self.history[-1]["step"] if self.history else -1
+        pending = [c for c in self._changes if isinstance(c, dict) and c.get("step", -1) >= since]
+        if pending:  # settings changed on resume since the last row
+            row["changes"] = _changes_text(pending)
         for extra in _call(self.callbacks, "on_epoch_end", self, epoch + 1, row):
             if isinstance(extra, Mapping):
                 row.update(extra)
+        self._last_row = row
         if stopped:
-            self._save(epoch, rows=self.history + [row], extra={"batch": done, "partial": sums},
-                       generators={"augment": aug_gen} if aug_gen is not None else None)
+            self._save(epoch, rows=self.history + [row], extra=self._extra(done, sums), generators=gens)
         else:
             self.history.append(row)
             self.epoch = epoch + 1
-            self._save(self.epoch, rows=self.history, extra={"batch": 0})
+            self._save(self.epoch, rows=self.history, extra=self._extra(0))
         if self.is_main and not cfg.quiet:
-            print(epoch_line(row, cfg.epochs, self.step), flush=True)
+            print(epoch_line(row, cfg.epochs, self.step) + ("  (stopped by max_steps)" if stopped else ""), flush=True)
         return not stopped
 
     def _save(self, epoch: int, *, rows: list[dict], extra: dict, generators=None) -> None:
@@ -418,24 +465,25 @@ class Trainer:
                 step=self.step,
                 config=config_to_dict(self.config),
                 rng=capture_rng_state(generators),
-                metrics={"history": self.history, "best": best, "last": rows[-1] if rows else None},
+                metrics={"history": self.history, "best": best, "last": self._last_row},
                 extra=extra,
             )
             write_metrics(self.out_dir, rows)
-        self._last_good = self.checkpoint_path
+        self._last_good, self._last_good_at = self.checkpoint_path, (epoch, self.step, extra.get("batch", 0))
         barrier(self.dist)
 
-    def _nonfinite(self, what: str, epoch: int, bar) -> None:
+    def _diverged(self, cls, what: str, epoch: int, bar, nb: int) -> None:
         if bar is not None:
             bar.close()
         good = self._last_good if self._last_good is not None and self._last_good.exists() else None
-        where = (f"The last good checkpoint, {str(good)!r} (after {self.epoch} epochs, step "
-                 f"{self.history[-1]['step'] if self.history else 0}), is kept unchanged"
-                 if good else "No checkpoint was written yet (the run failed in its first epoch)")
-        raise NonFiniteLossError(
-            f"stopping: {what}. {where}. Try a smaller lr (now {self.config.lr}) or check the data.",
-            epoch=epoch + 1, step=self.step + 1, checkpoint=good,
-        )
+        if good is not None:
+            e, s, b = self._last_good_at
+            at = f"after {e} epochs, step {s}" if not b else f"epoch {e + 1}, batch {b} of {nb}, step {s}"
+            where = f"The last good checkpoint, {str(good)!r} ({at}), is kept unchanged"
+        else:
+            where = "No checkpoint was written yet (the run stopped before its first checkpoint)"
+        raise cls(f"stopping: {what}. {where}. Try a smaller lr (now {self.config.lr}) or check the data.",
+                  epoch=epoch + 1, step=self.step + 1, checkpoint=good)
 
     @torch.no_grad()
     def evaluate(self, X: Tensor | None = None, y: Tensor | None = None) -> dict:
@@ -461,34 +509,60 @@ class Trainer:
         return {"loss": total / count, "acc": corr / count}
 
     def summary(self) -> dict:
+        """What the run reached. ``status`` is "complete" (``config.epochs`` done) or "partial"
+        (stopped by ``max_steps``: ``final_test_acc`` is then the evaluation where it stopped,
+        and ``time_per_epoch_s`` is extrapolated from the partial epoch when no epoch finished)."""
         h = self.history
-        best = max(h, key=lambda r: r["test_acc"]) if h else None
+        last = self._last_row
+        partial_row = last if last is not None and (not h or last.get("step", -1) > h[-1]["step"]) else None
+        evaluated = h + ([partial_row] if partial_row is not None else [])
+        final = evaluated[-1] if evaluated else None
+        best = max(evaluated, key=lambda r: r["test_acc"]) if evaluated else None
+        if h:
+            per_epoch = sum(r["epoch_time_s"] for r in h) / len(h)
+        elif partial_row is not None:
+            frac = partial_row["epoch"] - math.floor(partial_row["epoch"])
+            per_epoch = partial_row["epoch_time_s"] / frac if frac > 0 else partial_row["epoch_time_s"]
+        else:
+            per_epoch = None
+        complete = self.epoch >= self.config.epochs
         num = getattr(self.model, "num_parameters", None)
         return {
-            "final_test_acc": h[-1]["test_acc"] if h else None,
-            "final_test_loss": h[-1]["test_loss"] if h else None,
+            "status": "complete" if complete else "partial",
+            "complete": complete,
+            "stopped_by": None if complete else "max_steps",
+            "final_test_acc": final["test_acc"] if final else None,
+            "final_test_loss": final["test_loss"] if final else None,
             "best_test_acc": best["test_acc"] if best else None,
             "best_epoch": best["epoch"] if best else None,
             "epochs": self.epoch,
             "steps": self.step,
-            "time_per_epoch_s": sum(r["epoch_time_s"] for r in h) / len(h) if h else None,
+            "time_per_epoch_s": per_epoch,
             "params": num() if callable(num) else sum(p.numel() for p in self.model.parameters() if p.requires_grad),
             "device": str(self.device),
             "world_size": self.dist.world_size,
             "num_threads": self.num_threads,
             "out_dir": str(self.out_dir),
             "checkpoint": str(self.checkpoint_path),
+            "config_hash": config_hash(self.config),
+            "changes": list(self._changes),
             "history": list(h),
         }
 
 
+def _changes_text(changes) -> str:
+    return "; ".join(f"{c.get('field')}: {c.get('old')!r} -> {c.get('new')!r} at step {c.get('step')}" for c in changes)
+
+
 def train(config: TrainConfig, model: nn.Module, data, *, augment: Callable | None = None, callbacks: Sequence = (),
-          resume: bool = False, overwrite: bool = False, dist: DistContext | None = None) -> dict:
-    """``Trainer(config, model, data, ...).fit(resume, overwrite)``: train and return the summary."""
-    return Trainer(config, model, data, augment=augment, callbacks=callbacks, dist=dist).fit(resume=resume, overwrite=overwrite)
+          resume: bool = False, overwrite: bool = False, dist: DistContext | None = None, allow_changed=()) -> dict:
+    """``Trainer(config, model, data, ...).fit(resume, overwrite, allow_changed)``: train and return the summary."""
+    return Trainer(config, model, data, augment=augment, callbacks=callbacks, dist=dist).fit(
+        resume=resume, overwrite=overwrite, allow_changed=allow_changed)
 
 
-def run(config: TrainConfig, *, resume: bool = False, overwrite: bool = False, callbacks: Sequence = ()) -> dict:
+def run(config: TrainConfig, *, resume: bool = False, overwrite: bool = False, callbacks: Sequence = (),
+        allow_changed=()) -> dict:
     """The whole run from a config: start torch.distributed when under torchrun, build the
     model (:func:`build_model`), load the data (:func:`load_data`), train, clean up."""
     ctx = init_distributed(config.dist_backend, config.device)
@@ -496,8 +570,8 @@ def run(config: TrainConfig, *, resume: bool = False, overwrite: bool = False, c
         model = build_model(config)
         data = load_data(config, ctx.device, ctx)
         summary = train(config, model, data, augment=make_augment(config), callbacks=callbacks,
-                        resume=resume, overwrite=overwrite, dist=ctx)
-    except NonFiniteLossError:
+                        resume=resume, overwrite=overwrite, dist=ctx, allow_changed=allow_changed)
+    except DivergenceError:
         cleanup(ctx)  # every rank sees the same (all-reduced) loss, so all stop together
         raise
     except BaseException:

@@ -1,0 +1,93 @@
+"""Building the model a training config names (:func:`build_model`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..errors import InvalidValue, MissingFile
+from .config import TrainConfig
+
+__all__ = ["build_model"]
+
+
+# ---------------------------------------------------------------------- model
+def _is_spec_path(name: str) -> bool:
+    return name.lower().endswith((".toml", ".json")) or (":" not in name and Path(name).is_file())
+
+
+# config field -> constructor keyword(s) it feeds, when the constructor names one of them
+_MODEL_KWARGS = {
+    "sizes": ("sizes",),
+    "activation": ("activation",),
+    "granularity": ("granularity",),
+    "tile": ("tile",),
+    "region": ("region",),
+    "backend": ("backend",),
+    "iterations": ("iterations", "steps"),
+}
+
+
+def build_model(cfg: TrainConfig, *, device=None) -> nn.Module:
+    """The model ``cfg.model`` names (:func:`seq2d.models.resolve_model`), built from
+    ``cfg.model_seed`` (None = ``cfg.seed``).
+
+    - a registered name (``seq2d.list_models()``, e.g. "mlp", "random"): the constructor is
+      called with the config fields its signature names (``sizes``, ``activation``,
+      ``granularity``, ``tile``, ``region``, ``backend`` unless "auto",
+      ``iterations``/``steps`` unless None, ``seed`` = the model seed); "random" is
+      :func:`seq2d.models.random.random_model`, ``randomize(mlp(sizes, activation))``;
+    - a preset string (``"mlp:784,256,10"``, see :mod:`seq2d.models.presets`) or a spec file
+      path (.toml/.json, :func:`seq2d.from_spec`): its structure comes from the string/file.
+
+    The global RNG is seeded with the model seed while building and restored after. A model
+    field set away from its default that the builder does not use raises ValueError (never
+    silently ignored), except ``iterations``, which is then applied as ``model.steps``.
+    """
+    from ..models import constructor_options, list_models, resolve_model
+
+    defaults = TrainConfig()
+    seed = cfg.effective_model_seed()
+    changed = [k for k in _MODEL_KWARGS if k != "iterations" and getattr(cfg, k) != getattr(defaults, k)]
+    consumed: set[str] = set()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        if cfg.model in list_models():
+            available = {f: (names, getattr(cfg, f)) for f, names in _MODEL_KWARGS.items()
+                         if not ((f == "backend" and cfg.backend == "auto") or (f == "iterations" and cfg.iterations is None))}
+            available["seed"] = (("seed",), seed)
+            kwargs, consumed = constructor_options(cfg.model, available)
+            consumed.discard("seed")
+            model = resolve_model(cfg.model, **kwargs)
+            source = "not in its signature"
+        elif _is_spec_path(cfg.model) or ":" in cfg.model:
+            if _is_spec_path(cfg.model) and not Path(cfg.model).is_file():
+                raise MissingFile(f"config field 'model': the spec file {cfg.model!r} does not exist")
+            model = resolve_model(cfg.model)
+            source = "its structure comes from the preset string or spec file"
+        else:
+            raise InvalidValue(
+                f"config field 'model': unknown model {cfg.model!r}. Select from "
+                + ", ".join(repr(m) for m in list_models())
+                + ", a preset string such as 'mlp:784,256,10', or the path of a spec file (.toml/.json)"
+            )
+    ignored = [k for k in changed if k not in consumed]
+    if ignored:
+        raise InvalidValue(
+            f"config field(s) {', '.join(map(repr, ignored))} are set, but model {cfg.model!r} does not use them "
+            f"({source}); leave them at their defaults"
+        )
+    if cfg.iterations is not None and "iterations" not in consumed:
+        from ..arguments import check_steps
+        from ..core import core_of
+
+        try:
+            target = core_of(model)
+        except TypeError:
+            raise InvalidValue(f"config field 'iterations' is set, but a {type(model).__name__} has no Sequential2D steps to set") from None
+        target.steps = check_steps(cfg.iterations)
+    if device is not None:
+        model = model.to(device)
+    return model

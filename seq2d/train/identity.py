@@ -1,0 +1,69 @@
+"""A run's identity: the hash of its effective config (:func:`config_hash`), the fields in
+which two configs differ (:func:`config_diff`), and the fields a resume may change when asked
+(:func:`parse_allow_changed`, ``--allow-changed``)."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping, Sequence
+
+from ..errors import InvalidType, InvalidValue
+from .config import ALLOW_CHANGED_FIELDS, OUTPUT_FIELDS, RESUME_FREE_FIELDS, TrainConfig, _show, config_fields, config_to_dict
+
+__all__ = ["config_hash", "config_diff", "format_diff", "parse_allow_changed"]
+
+
+def _comparable(cfg: TrainConfig | Mapping) -> dict:
+    d = config_to_dict(cfg) if isinstance(cfg, TrainConfig) else dict(cfg)
+    return {k: v for k, v in d.items() if k not in OUTPUT_FIELDS}
+
+
+def config_hash(cfg: TrainConfig | Mapping) -> str:
+    """The effective config's identity: sha256 (16 hex digits) of every field except
+    :data:`OUTPUT_FIELDS` (where outputs go, how much is printed), as canonical JSON.
+    Two runs with the same hash compute the same thing; written to ``run.json`` in the run
+    folder, and a finished result is reused only when it matches."""
+    import hashlib
+    import json
+
+    text = json.dumps(_comparable(cfg), sort_keys=True, separators=(",", ":"), default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def config_diff(old: TrainConfig | Mapping, new: TrainConfig | Mapping, *, ignore: Sequence[str] = OUTPUT_FIELDS) -> dict:
+    """``{field: (old, new)}`` for the fields that differ, outside ``ignore`` (a field that one
+    side lacks counts as its default)."""
+    defaults = config_to_dict(TrainConfig())
+    a = {**defaults, **(config_to_dict(old) if isinstance(old, TrainConfig) else dict(old))}
+    b = {**defaults, **(config_to_dict(new) if isinstance(new, TrainConfig) else dict(new))}
+    return {k: (a.get(k), b.get(k)) for k in dict.fromkeys([*a, *b]) if k not in ignore and a.get(k) != b.get(k)}
+
+
+def format_diff(diff: Mapping) -> str:
+    """``"lr 0.01 -> 0.5, epochs 2 -> 3"`` from :func:`config_diff`."""
+    return ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in diff.items())
+
+
+def parse_allow_changed(value: str | Sequence[str] | None, *, where: str = "--allow-changed") -> tuple[str, ...]:
+    """The fields a resume may change (``"lr,optimizer"`` or a sequence), checked against
+    :data:`ALLOW_CHANGED_FIELDS`."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        items = [v.strip().replace("-", "_") for v in value.split(",") if v.strip()]
+    elif isinstance(value, Sequence) and all(isinstance(v, str) for v in value):
+        items = [v.strip().replace("-", "_") for v in value if v.strip()]
+    else:
+        raise InvalidType(f"{where}: expected a comma-separated string or a list of field names, got {_show(value)}")
+    for k in items:
+        if k in ALLOW_CHANGED_FIELDS:
+            continue
+        if k in config_fields():
+            raise InvalidValue(f"{where}: field {k!r} cannot be changed on resume; only "
+                               f"{', '.join(ALLOW_CHANGED_FIELDS)} can (and {', '.join(RESUME_FREE_FIELDS)} "
+                               "may change without asking)")
+        close = difflib.get_close_matches(k, ALLOW_CHANGED_FIELDS, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise InvalidValue(f"{where}: unknown field {k!r}{hint}; fields that may change on resume when allowed: "
+                           + ", ".join(ALLOW_CHANGED_FIELDS))
+    return tuple(dict.fromkeys(items))

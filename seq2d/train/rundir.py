@@ -1,0 +1,242 @@
+r"""The run folder's bookkeeping: its lock, its record (``run.json``) and the clean-up of
+temporary files that an interrupted write left behind.
+
+**Lock.** A run holds ``<out_dir>/run.lock`` from its start to its end. The file holds the
+holder's pid, host, process start time and the time the run started; it is created
+atomically (written to a temporary file, then ``os.link``\ ed to its name, which fails when
+the name exists), so it is never seen half-written. A second run in the same folder is
+refused with :class:`~seq2d.train.errors.RunLockedError` naming the holder's pid. A lock
+whose holder is gone (the pid is dead, or now belongs to a younger process: the pid was
+reused) is *stale*: the next run takes it over and says so on one warning line.
+
+**Record.** ``run.json`` holds the effective config, its hash
+(:func:`~seq2d.train.config.config_hash`), the status (``running``, ``complete``,
+``partial`` (stopped by max_steps), ``diverged``, ``failed``, ``interrupted``), the epoch and
+step reached, and any settings changed on resume. A run killed outright stays ``running``
+with a dead pid in the lock.
+
+**Temporary files.** Every file of a run folder is written to ``.<name>.tmp-<pid>`` and
+renamed over its name; a process killed in between leaves the temporary file. Once a run
+holds the lock no other process writes there, so :meth:`RunDir.acquire` deletes them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from ..errors import InvalidValue
+from .config import TrainConfig, config_to_dict
+from .identity import config_hash
+from .errors import RunLockedError
+
+__all__ = ["RunDir", "LOCK_NAME", "RECORD_NAME", "read_record", "pid_alive", "process_start_time"]
+
+LOCK_NAME = "run.lock"
+RECORD_NAME = "run.json"
+_TMP_GLOB = ".*.tmp-*"
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (on this host)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, owned by someone else
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def process_start_time(pid: int) -> int | None:
+    """The start time of process ``pid`` in clock ticks since boot (Linux ``/proc``), else None.
+    With the pid it identifies a process: a reused pid has a later start time."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            text = f.read().decode("ascii", "replace")
+        return int(text.rsplit(")", 1)[1].split()[19])  # field 22, counted after "pid (comm)"
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _live_suffix(name: str) -> bool:
+    """Whether a ``...-<pid>`` file name ends with the pid of a live process other than this one
+    (another run trying to take the lock right now: its file is not ours to delete)."""
+    tail = name.rsplit("-", 1)[-1]
+    return tail.isdigit() and int(tail) != os.getpid() and pid_alive(int(tail))
+
+
+def read_record(run_dir: str | os.PathLike) -> dict | None:
+    """``run.json`` of a run folder as a dict (None when absent or unreadable)."""
+    try:
+        d = json.loads((Path(run_dir) / RECORD_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return d if isinstance(d, dict) else None
+
+
+class RunDir:
+    """The lock and record of one run folder (use :meth:`acquire` / :meth:`release`, or ``with``).
+
+    ``log`` receives the warning and note lines (default: stderr)."""
+
+    def __init__(self, path: str | os.PathLike, *, log=None) -> None:
+        self.path = Path(path)
+        self.lock_path = self.path / LOCK_NAME
+        self.record_path = self.path / RECORD_NAME
+        self.held = False
+        self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.removed: list[str] = []  # temporary files cleaned at acquire
+
+    # ------------------------------------------------------------------ the lock
+    def _holder(self) -> dict | None:
+        try:
+            d = json.loads(self.lock_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            return {}
+        return d if isinstance(d, dict) else {}
+
+    def _stale(self, holder: dict) -> str | None:
+        """Why the lock's holder is gone (None: it is alive, or unknown and so presumed alive)."""
+        pid = holder.get("pid")
+        if not isinstance(pid, int) or isinstance(pid, bool):
+            return None
+        if holder.get("host") not in (None, socket.gethostname()):
+            return None  # another machine's process: cannot tell
+        if not pid_alive(pid):
+            return f"pid {pid} is no longer running"
+        started = holder.get("proc_start")
+        now = process_start_time(pid)
+        if isinstance(started, int) and now is not None and now != started:
+            return f"pid {pid} now belongs to another process (the holder exited and its pid was reused)"
+        return None
+
+    def acquire(self) -> "RunDir":
+        """Take the lock (create the folder first), take over a stale one with a warning, then
+        delete temporary files left by interrupted writes. RunLockedError when a live process holds it."""
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            probe = self.path / f".{LOCK_NAME}.new-{os.getpid()}"
+            probe.write_text("", encoding="utf-8")
+            probe.unlink()
+        except OSError as e:
+            raise InvalidValue(f"config field 'out_dir': cannot use {str(self.path)!r} as the run folder "
+                               f"({type(e).__name__}: {e.strerror or e})") from None
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "proc_start": process_start_time(os.getpid()),
+              "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": list(sys.argv)}
+        for _ in range(20):
+            if self._create(me):
+                self.held = True
+                self._clean_tmp()
+                return self
+            holder = self._holder()
+            if holder is None:  # released meanwhile: try again
+                continue
+            if not holder:
+                raise RunLockedError(
+                    f"the run folder {str(self.path)!r} is locked by {str(self.lock_path)!r}, whose content is "
+                    "unreadable; if no run is using this folder, delete that file", lock=self.lock_path)
+            why = self._stale(holder)
+            if why is None:
+                pid = holder.get("pid")
+                raise RunLockedError(
+                    f"the run folder {str(self.path)!r} is in use: process {pid} (host {holder.get('host', '?')}, "
+                    f"started {holder.get('started', '?')}) holds its lock {str(self.lock_path)!r}. Wait for it to "
+                    "finish, stop it, or choose another out_dir/name", pid=pid if isinstance(pid, int) else None,
+                    lock=self.lock_path)
+            # stale: move it aside atomically (one taker wins the rename), then create ours
+            aside = self.lock_path.with_name(f".{LOCK_NAME}.stale-{os.getpid()}")
+            try:
+                os.rename(self.lock_path, aside)
+            except FileNotFoundError:
+                continue
+            aside.unlink(missing_ok=True)
+            self.log(f"seq2d: warning: taking over the stale lock {str(self.lock_path)!r} of a run that "
+                     f"started {holder.get('started', '?')} ({why})")
+        raise RunLockedError(f"could not take the lock {str(self.lock_path)!r} (it kept changing hands)",
+                             lock=self.lock_path)
+
+    def _create(self, me: dict) -> bool:
+        tmp = self.path / f".{LOCK_NAME}.new-{os.getpid()}"
+        tmp.write_text(json.dumps(me), encoding="utf-8")
+        try:
+            os.link(tmp, self.lock_path)  # atomic, fails when the name exists
+            return True
+        except (FileExistsError, FileNotFoundError):  # taken, or our temporary file was cleaned away: look again
+            return False
+        except OSError:  # no hard links on this file system: exclusive create, then write
+            try:
+                fd = os.open(self.lock_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                return False
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(json.dumps(me))
+            return True
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def _clean_tmp(self) -> None:
+        lock_tmp = [p for p in sorted(self.path.glob(f".{LOCK_NAME}.*")) if not _live_suffix(p.name)]
+        for p in sorted(self.path.glob(_TMP_GLOB)) + lock_tmp:
+            try:
+                p.unlink()
+            except OSError:
+                continue
+            self.removed.append(p.name)
+        if self.removed:
+            self.log(f"seq2d: note: removed {len(self.removed)} temporary file(s) left in {str(self.path)!r} by an "
+                     f"interrupted write: {', '.join(self.removed)}")
+
+    def release(self) -> None:
+        if self.held:
+            holder = self._holder()
+            if holder and holder.get("pid") == os.getpid():
+                self.lock_path.unlink(missing_ok=True)
+            self.held = False
+
+    def __enter__(self) -> "RunDir":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    # ------------------------------------------------------------------ the record
+    def write_record(self, cfg: TrainConfig, status: str, *, epoch: int, step: int, changes=(), **extra) -> None:
+        """Write ``run.json`` (atomically): config, hash, status, progress, changes."""
+        if status not in ("running", "complete", "partial", "diverged", "failed", "interrupted"):
+            raise InvalidValue(f"run status {status!r} is not one of running, complete, partial, diverged, failed, interrupted")
+        record = {"status": status, "config_hash": config_hash(cfg), "epoch": epoch, "step": step,
+                  "pid": os.getpid(), "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                  "changes": list(changes), **extra, "config": config_to_dict(cfg)}
+        _atomic_write(self.record_path, json.dumps(record, indent=1, default=repr) + "\n")
+
+    def record(self) -> dict | None:
+        return read_record(self.path)
+
+
+def describe_record(record: Mapping | None) -> str:
+    """A short phrase for a run record: ``"complete at step 16"``, ``"partial (stopped at step 3)"``."""
+    if not record:
+        return "no run record (run.json)"
+    status = record.get("status", "?")
+    step = record.get("step", "?")
+    if status == "running":  # read by the lock's holder: that run ended without recording it
+        return f"killed or crashed near step {step} (it never recorded its end)"
+    return f"{status} at step {step}" if status != "partial" else f"partial (stopped by max_steps at step {step})"
