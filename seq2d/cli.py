@@ -1,31 +1,58 @@
 """The ``seq2d`` command line.
 
-    seq2d models                                 list the registered constructors
-    seq2d show MODEL [key=value ...]             block grid, per-block table, parameter counts, graph facts
-    seq2d draw MODEL -o out.png [--kind graph|spy|both] [--tile T] [--dpi D]
-                                                 pictures of the block graph and of the linear mask
-    seq2d equivalence [--seeds N]                max errors of every constructor vs torch.nn
+examples (one per subcommand; `seq2d COMMAND --help` has more):
+  seq2d models                                     list the registered constructors
+  seq2d show mlp:784,256,128,10                    block grid, per-block table, parameter counts, graph facts
+  seq2d draw rnn:8,16,layers=2 -o rnn.png --kind both
+                                                   pictures of the block graph and of the linear mask
+  seq2d equivalence --seeds 2                      max errors of every constructor vs torch.nn
+  seq2d stability rnn:8,16 --eps 1e-4              contraction constant lambda and truncation length k
+  seq2d train experiments/mnist_sparsity/configs/mlp.toml --data subset --epochs 3
+                                                   train one model from a TOML config
+  seq2d mnist --models mlp,random-element          the MNIST sparsity experiment (quick protocol)
 
 MODEL is a preset (``mlp:784,256,10``, ``rnn:8,16,layers=2``, ``truncated-rnn:8,16,k=4``,
 ``transformer:64,4,128,norm_first=1``, ``masked-random:784,256,10,density=0.1``, ...; see
 :mod:`seq2d.models.presets`), a path to a ``.toml``/``.json`` spec, or a registered constructor
-name followed by ``key=value`` arguments (values are Python literals). Errors print
-``seq2d: error: ...`` and exit with status 2.
+name followed by ``key=value`` arguments (values are Python literals).
+
+Errors (docs/errors.md): a mistake in the command line or in a named file prints one line
+``seq2d: error: ...`` naming the flag, file or key, and exits with status 2; Ctrl-C exits
+with 130; anything else is a bug: its traceback, then ``seq2d: internal error ...``, status 1.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import math
 import sys
+import traceback
 from pathlib import Path
 
-from .errors import InvalidValue
+from .errors import InvalidValue, MissingFile, Seq2DError
 from .core import core_of
 from .models.registry import list_models
 from .report import show_text  # noqa: F401 - seq2d.cli.show_text, as before
 
 _FMT = argparse.RawDescriptionHelpFormatter
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with seq2d's error line: the usage, then ``seq2d: error: <message> (see `seq2d
+    CMD --help`)``, exit status 2. Subcommand parsers inherit the class."""
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        self.exit(2, f"seq2d: error: {message} (see `{self.prog} --help`)\n")
+
+    def parse_args(self, args=None, namespace=None):
+        ns, extra = self.parse_known_args(args, namespace)
+        if extra:  # reported by the subcommand that was given them (argparse: by the top level)
+            subs = [a for a in self._actions if isinstance(a, argparse._SubParsersAction)]
+            parser = subs[0].choices.get(getattr(ns, "cmd", None), self) if subs else self
+            parser.error("unrecognized arguments: " + " ".join(extra))
+        return ns
 
 
 def _wrap(text: str) -> str:
@@ -55,7 +82,7 @@ def _resolve(text: str, kwargs: list[str]):
     """A model from a preset, a spec path, or a registered name with key=value arguments."""
     from .models import resolve_model
 
-    return resolve_model(text, **_parse_kv(kwargs))
+    return resolve_model(text, where="MODEL", **_parse_kv(kwargs))
 
 
 def _cmd_models(args) -> int:
@@ -74,16 +101,21 @@ def draw_paths(output: str, kind: str) -> list[tuple[str, Path]]:
     picture, ``out-graph.png`` and ``out-spy.png`` for ``both``."""
     from .plot import _check_path
 
-    out = _check_path(output)
+    out = _check_path(output, what="-o")
     if kind == "both":
-        return [(k, out.with_name(f"{out.stem}-{k}{out.suffix}")) for k in ("graph", "spy")]
+        return [(k, _check_path(out.with_name(f"{out.stem}-{k}{out.suffix}"), what="-o")) for k in ("graph", "spy")]
     return [(kind, out)]
 
 
 def _cmd_draw(args) -> int:
     from .plot import draw_graph, spy
+    from .sparse.layout import TILE_SIZES
 
-    paths = draw_paths(args.output, args.kind)  # a bad suffix fails before the model is built
+    if args.tile is not None and args.tile not in TILE_SIZES:
+        raise InvalidValue(f"--tile must be one of {', '.join(map(str, TILE_SIZES))}, got {args.tile}")
+    if not (math.isfinite(args.dpi) and args.dpi > 0):
+        raise InvalidValue(f"--dpi must be a positive number, got {args.dpi}")
+    paths = draw_paths(args.output, args.kind)  # a bad suffix or folder fails before the model is built
     model = _resolve(args.model, args.kwargs)
     core = core_of(model)
     if args.tile is not None:
@@ -98,6 +130,8 @@ def _cmd_draw(args) -> int:
 def _cmd_equivalence(args) -> int:
     from .report import equivalence_table
 
+    if args.seeds < 1:
+        raise InvalidValue(f"--seeds must be a positive int, got {args.seeds}")
     ok = True
     for line, within in equivalence_table(args.seeds):
         print(line)
@@ -105,17 +139,24 @@ def _cmd_equivalence(args) -> int:
     return 0 if ok else 1
 
 
+_CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt")
+
+
 def _stability_model(text: str, kwargs: list[str]):
     """(model, description): a checkpoint written by seq2d.train (a file, or a run folder holding
     checkpoint.pt), rebuilt from its stored config; else a preset / spec / registered name."""
     p = Path(text)
-    if p.is_dir() and (p / "checkpoint.pt").is_file():
+    if text.lower().endswith(_CHECKPOINT_SUFFIXES) and not p.exists():
+        raise MissingFile(f"MODEL: checkpoint file {text!r} does not exist")
+    if p.is_dir():
+        if not (p / "checkpoint.pt").is_file():
+            raise MissingFile(f"MODEL: the folder {text!r} holds no checkpoint.pt (expected a `seq2d train` run folder)")
         p = p / "checkpoint.pt"
     if p.is_file() and p.suffix.lower() not in (".toml", ".json"):
         with open(p, "rb") as f:
             zipped = f.read(4) == b"PK\x03\x04"  # torch.save's zip archive (a spec file is text)
-    if p.is_file() and p.suffix.lower() not in (".toml", ".json") and (zipped or p.suffix.lower() in (".pt", ".pth")):
-        from .train.checkpoint import CheckpointError, load_checkpoint
+    if p.is_file() and p.suffix.lower() not in (".toml", ".json") and (zipped or p.suffix.lower() in _CHECKPOINT_SUFFIXES):
+        from .train.checkpoint import load_checkpoint
         from .train.config import config_from_dict
         from .train.trainer import build_model
 
@@ -124,7 +165,7 @@ def _stability_model(text: str, kwargs: list[str]):
             cfg = config_from_dict(ckpt["config"], where=f"the config stored in {str(p)!r}")
             model = build_model(cfg)
             model.load_state_dict(ckpt["model"])
-        except (CheckpointError, RuntimeError) as e:
+        except (Seq2DError, RuntimeError) as e:  # RuntimeError: load_state_dict's shape mismatch
             raise InvalidValue(f"cannot load the model of checkpoint {str(p)!r}: {e}") from e
         return model, f"checkpoint {p} (model {cfg.model!r}, epoch {ckpt['epoch']}, step {ckpt['step']})"
     return _resolve(text, kwargs), text
@@ -135,12 +176,13 @@ def _cmd_stability(args) -> int:
 
     from .report import stability_lines
 
-    if not args.eps > 0:
-        raise InvalidValue(f"--eps must be positive, got {args.eps}")
-    if not args.input_bound > 0:
-        raise InvalidValue(f"--input-bound must be positive, got {args.input_bound}")
-    if args.data_steps < 1 or args.batch < 1:
-        raise InvalidValue(f"--data-steps and --batch must be positive, got {args.data_steps} and {args.batch}")
+    if not (args.eps > 0 and math.isfinite(args.eps)):
+        raise InvalidValue(f"--eps must be a positive number, got {args.eps}")
+    if not (args.input_bound > 0 and math.isfinite(args.input_bound)):
+        raise InvalidValue(f"--input-bound must be a positive number, got {args.input_bound}")
+    for flag, value in (("--data-steps", args.data_steps), ("--batch", args.batch), ("--iters", args.iters)):
+        if value < 1:
+            raise InvalidValue(f"{flag} must be a positive int, got {value}")
     with torch.random.fork_rng(devices=[]):  # a preset's random initial weights: the same on every call
         torch.manual_seed(args.seed)
         model, what = _stability_model(args.model, args.kwargs)
@@ -160,8 +202,9 @@ def _presets_epilog(examples: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="seq2d", description="Sequential2D block networks: inspect, draw and check models.",
-                                 epilog=__doc__.split("\n\n")[1], formatter_class=_FMT)
+    ap = _Parser(prog="seq2d", description="Sequential2D block networks: inspect, draw and check models.",
+                 epilog=__doc__.split("\n\n")[1] + "\n\n" + __doc__.split("\n\n")[3].replace("``", "`"),
+                 formatter_class=_FMT)
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="{mnist,train,models,show,draw,equivalence,stability}")
     p = sub.add_parser("models", help="list the registered constructors",
                        description="List the registered constructor names (usable with `seq2d show NAME key=value`).")
@@ -246,12 +289,18 @@ def _cmd_mnist(args) -> int:
     if args.data_root:
         proto["data_root"] = args.data_root
     proto["download"] = args.download
-    proto["quiet"] = not args.progress
+    proto["quiet"] = args.quiet
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     bad = [m for m in models if m not in MODELS]
     if bad:
         raise InvalidValue(f"unknown model(s) {bad}. Select from " + ", ".join(repr(m) for m in MODELS))
-    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else ([0, 1, 2, 3, 4] if args.full else [0])
+    seeds = [0, 1, 2, 3, 4] if args.full else [0]
+    if args.seeds:
+        parts = [x.strip() for x in args.seeds.split(",")]
+        bad = [x for x in parts if not x.lstrip("-").isdigit() or int(x) < 0]
+        if bad:
+            raise InvalidValue(f"--seeds: expected comma-separated ints >= 0 such as 0,1,2; {bad[0]!r} in {args.seeds!r} is not")
+        seeds = [int(x) for x in parts]
     base = load_config(proto)
     print(threads_line(base.num_threads))
     rows = compare(configs_for(base, models), seeds, args.out, resume=not args.fresh)
@@ -264,6 +313,7 @@ def _cmd_mnist(args) -> int:
 def _cmd_train(args) -> int:
     from .report import train_result_line
     from .train.config import config_from_args
+    from .train.identity import parse_allow_changed
     from .train.trainer import run
 
     if args.config_file:
@@ -271,8 +321,19 @@ def _cmd_train(args) -> int:
             raise InvalidValue(f"two config files given: {args.config_file!r} and --config {args.config!r}")
         args.config = args.config_file
     cfg = config_from_args(args, base=_TRAIN_DEFAULTS)
-    summary = run(cfg, resume=args.resume, overwrite=args.overwrite)
+    allow = parse_allow_changed(args.allow_changed, where="--allow-changed")
+    if allow and not args.resume:
+        raise InvalidValue("--allow-changed only applies when resuming: add --resume")
+    summary = run(cfg, resume=args.resume, overwrite=args.overwrite, allow_changed=allow)
+    if summary["final_test_acc"] is None:
+        print(f"no epoch was trained or evaluated (epochs = {cfg.epochs}, {summary['steps']} steps); outputs in "
+              f"{summary['out_dir']}")
+        return 0
     print(train_result_line(summary))
+    if not summary["complete"]:
+        print(f"partial run: stopped by max_steps at step {summary['steps']} ({summary['epochs']} of {cfg.epochs} "
+              "epochs finished); the accuracy is the one where it stopped, and run.json says status 'partial'. "
+              "Continue it with --resume (and a larger --max-steps, or none)")
     return 0
 
 
@@ -312,28 +373,62 @@ def _add_run_commands(sub) -> None:
     p.add_argument("--max-steps", dest="max_steps", type=int, default=None, help="stop each run after this many steps")
     p.add_argument("--out", default="runs/mnist", help="output folder (default runs/mnist)")
     p.add_argument("--fresh", action="store_true", help="retrain runs that already finished in --out")
-    p.add_argument("--progress", action="store_true", help="show per-run progress bars")
+    p.add_argument("--quiet", action="store_true",
+                   help="no per-epoch lines or progress bars (shown by default: a bar on a terminal, else a line "
+                        "every 30 s, and a line per epoch)")
+    p.add_argument("--progress", action="store_true", help=argparse.SUPPRESS)  # the default now; kept for old scripts
     p.set_defaults(fn=_cmd_mnist)
 
     p = sub.add_parser("train", help="train one model from a TOML config (flags override it)",
                        description=_wrap("Train one model from a config file; every config field also has a flag, "
                                          "and --set key=value overrides any field."),
-                       epilog="examples:\n  seq2d train experiments/mnist_sparsity/configs/mlp.toml\n"
-                              "  seq2d train run.toml --epochs 3 --resume", formatter_class=_FMT, allow_abbrev=False)
+                       epilog="examples:\n  seq2d train experiments/mnist_sparsity/configs/mlp.toml --data subset --epochs 4\n"
+                              "  seq2d train experiments/mnist_sparsity/configs/mlp.toml --data-root ~/data   (full MNIST)\n"
+                              "  seq2d train run.toml --epochs 3 --resume\n"
+                              "  seq2d train run.toml --resume --lr 1e-4 --allow-changed lr",
+                       formatter_class=_FMT, allow_abbrev=False)
     p.add_argument("config_file", nargs="?", default=None, help="the TOML config (same as --config)")
     add_config_args(p, defaults=_TRAIN_DEFAULTS)
     p.add_argument("--resume", action="store_true", help="continue from out_dir/checkpoint.pt exactly")
     p.add_argument("--overwrite", action="store_true", help="start afresh even if out_dir holds a checkpoint")
+    p.add_argument("--allow-changed", dest="allow_changed", metavar="FIELDS", default=None,
+                   help="with --resume: let these comma-separated fields (lr, optimizer, weight_decay) differ from the "
+                        "checkpoint's config; the change (old -> new, step) is recorded in the metrics and run.json")
     p.set_defaults(fn=_cmd_train)
 
 
+BUG_LINE = "seq2d: internal error (a bug; please report it with the command line above)"
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one command; the exit status is returned (argparse's own errors and --help exit).
+
+    The error policy (seq2d/errors.py, docs/errors.md): a :class:`~seq2d.errors.Seq2DError`
+    is the user's to fix, printed as one line ``seq2d: error: <message>``, status 2 (argparse's
+    errors too); Ctrl-C prints one line, status 130; any other exception is a bug in seq2d:
+    its traceback, the command line and :data:`BUG_LINE`, status 1."""
     try:
+        args = build_parser().parse_args(argv)
         return args.fn(args)
-    except (ValueError, TypeError, OSError) as e:
-        print(f"seq2d: error: {e}", file=sys.stderr)
+    except Seq2DError as e:
+        print(f"seq2d: error: {str(e) or type(e).__name__}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("seq2d: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # the reader went away (`seq2d show X | head`): not an error
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 0
+    except Exception:
+        traceback.print_exc(file=sys.stderr)
+        import shlex
+
+        words = sys.argv[1:] if argv is None else argv
+        print("seq2d: command line: " + shlex.join(["seq2d", *map(str, words)]), file=sys.stderr)
+        print(BUG_LINE, file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

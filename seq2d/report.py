@@ -169,13 +169,19 @@ def stability_lines(model, what: str, *, eps: float = 1e-3, input_bound: float =
 
 # ---------------------------------------------------------------------------- seq2d equivalence
 def equivalence_table(seeds: int = 1) -> Iterator[tuple[str, bool]]:
-    """``(line, within)`` pairs of ``seq2d equivalence``: a header, then per case of
-    :data:`seq2d.equivalence.CASES` the max abs error against torch.nn over ``seeds`` seeds in
-    float32 and float64; ``within`` is False when an error exceeds its tolerance."""
+    """``(line, within)`` pairs of ``seq2d equivalence``: a header saying what is compared and
+    the tolerances, then per case of :data:`seq2d.equivalence.CASES` the max abs error against
+    torch.nn over ``seeds`` seeds in float32 and float64; ``within`` is False when an error
+    exceeds its tolerance."""
     import torch
 
     from .equivalence import CASES, TOLERANCE, compare  # imported lazily (slow deps)
 
+    yield (f"every seq2d constructor vs its torch.nn reference (same weights, {len(CASES)} cases, "
+           f"{seeds} seed{'s' if seeds != 1 else ''} each): max abs error of the outputs, the input gradient "
+           "and the parameter gradients"), True
+    yield (f"tolerance: float32 {TOLERANCE[torch.float32]:.0e}, float64 {TOLERANCE[torch.float64]:.0e} "
+           "(seq2d.equivalence.TOLERANCE); exit status 1 when an error exceeds it"), True
     yield f"{'case':<46}{'float32':>12}{'float64':>12}", True
     for case in CASES:
         errs = []

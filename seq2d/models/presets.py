@@ -23,7 +23,7 @@ from pathlib import Path
 
 from torch import nn
 
-from ..errors import InvalidType, InvalidValue
+from ..errors import InvalidType, InvalidValue, MissingFile
 
 __all__ = ["PRESETS", "build_preset", "is_preset", "preset_help"]
 
@@ -172,7 +172,7 @@ def build_preset(text: str) -> nn.Module:
     if _is_spec_path(text):
         path = Path(text)
         if not path.is_file():
-            raise InvalidValue(f"spec file {text!r} does not exist")
+            raise MissingFile(f"spec file {text!r} does not exist")
         from ..spec import from_spec
 
         return from_spec(path)

@@ -12,34 +12,91 @@ ones a registered constructor's signature names (the trainer maps its config fie
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from torch import nn
 
-from ..errors import InvalidType, InvalidValue
+from ..errors import InvalidType, InvalidValue, MissingFile, Seq2DError
 from .presets import PRESETS, build_preset, is_preset
 from .registry import create_model, list_models, model_entrypoint
 
 __all__ = ["resolve_model", "constructor_options"]
 
 
-def resolve_model(name: str, /, **kwargs) -> nn.Module:
-    """The model ``name`` names: a registered constructor (called with ``kwargs``), a preset
-    string or a spec file path. Unknown names raise ValueError listing what is valid."""
+_SPEC_SUFFIXES = (".toml", ".json")
+_CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt")
+
+
+def _names_a_file(text: str) -> bool:
+    """Whether ``text`` is meant as a file or folder: it exists, or it is not a preset
+    (``name:...``) and has a path separator or a spec/checkpoint suffix."""
+    if os.path.exists(text):
+        return True
+    if ":" in text and text.split(":", 1)[0] in PRESETS:
+        return False
+    return "/" in text or os.sep in text or text.lower().endswith(_SPEC_SUFFIXES + _CHECKPOINT_SUFFIXES)
+
+
+def _check_constructor_args(name: str, kw: dict, where: str) -> None:
+    """A registered constructor's keyword arguments must fit its signature (else Python's
+    TypeError would escape as if it were a bug in seq2d)."""
+    sig = inspect.signature(model_entrypoint(name))
+    try:
+        sig.bind(**kw)
+    except TypeError as e:
+        raise InvalidValue(f"{where}constructor {name!r}: {e}. Its arguments: "
+                           + ", ".join(f"{k}=" for k in sig.parameters)) from None
+
+
+def _from_file(text: str, kwargs: dict, where: str) -> nn.Module:
+    if not os.path.exists(text):
+        what = ("spec file" if text.lower().endswith(_SPEC_SUFFIXES)
+                else "checkpoint file" if text.lower().endswith(_CHECKPOINT_SUFFIXES) else "file or folder")
+        raise MissingFile(f"{where}{what} {text!r} does not exist")
+    if os.path.isdir(text):
+        raise InvalidValue(f"{where}{text!r} is a folder; expected a preset, a .toml/.json spec file or a "
+                           "registered constructor name")
+    if text.lower().endswith(_CHECKPOINT_SUFFIXES):
+        raise InvalidValue(f"{where}{text!r} is a checkpoint; this reads presets, .toml/.json spec files "
+                           "and registered constructor names (`seq2d stability` reads checkpoints)")
+    if kwargs:
+        raise InvalidValue(f"{where}key=value arguments go with a registered constructor name, not with the spec file {text!r}")
+    try:
+        return build_preset(text)
+    except Seq2DError as e:
+        if text in str(e) or str(Path(text)) in str(e):
+            raise
+        try:
+            again = type(e)(f"spec file {text!r}: {e}")
+        except Exception:  # a Seq2DError subclass with another signature
+            again = InvalidValue(f"spec file {text!r}: {e}")
+        raise again from e
+
+
+def resolve_model(name: str, /, *, where: str | None = None, **kwargs) -> nn.Module:
+    """The model ``name`` names: a registered constructor (called with ``kwargs``, which must fit
+    its signature), a preset string or a spec file path. Every failure is a Seq2DError naming the
+    place: unknown names list what is valid, a missing file or a folder or checkpoint given as a
+    model says so. ``where`` prefixes messages (the CLI passes ``"MODEL"``, its argument)."""
     if not isinstance(name, str):
         raise InvalidType(f"a model name must be a str, got {type(name).__name__}")
+    pre = f"{where}: " if where else ""
     if name in list_models() and not is_preset(name):
+        _check_constructor_args(name, kwargs, pre)
         return create_model(name, **kwargs)
+    if _names_a_file(name):
+        return _from_file(name, kwargs, pre)
     if kwargs:
         if is_preset(name):
-            raise InvalidValue(f"key=value arguments go with a registered constructor name, not with the preset {name!r}; "
-                             "write preset options after the colon (e.g. mlp:784,256,10,act=tanh)")
+            raise InvalidValue(f"{pre}key=value arguments go with a registered constructor name, not with the preset "
+                               f"{name!r}; write preset options after the colon (e.g. mlp:784,256,10,act=tanh)")
         return create_model(name, **kwargs)  # raises: unknown registered name
     if not is_preset(name) and ":" not in name and name not in PRESETS and not Path(name).suffix:
-        raise InvalidValue(f"Unknown model {name!r}. Give a preset (" + ", ".join(f"{k}:..." for k in PRESETS)
-                         + "), a path to a .toml/.json spec, or a registered constructor ("
-                         + ", ".join(list_models()) + ")")
+        raise InvalidValue(f"{pre}Unknown model {name!r}. Give a preset (" + ", ".join(f"{k}:..." for k in PRESETS)
+                           + "), a path to a .toml/.json spec, or a registered constructor ("
+                           + ", ".join(list_models()) + ")")
     return build_preset(name)
 
 
