@@ -146,7 +146,7 @@ seq2d draw mlp:784,256,128,10 -o mlp.png                 # the block graph (--ki
 seq2d draw rnn:8,16,layers=2 -o rnn.svg --kind both      # rnn-graph.svg and rnn-spy.svg
 seq2d draw masked-random:784,256,10,density=0.05 -o r.png --kind spy --tile 32   # block-sparse spy plot
 seq2d show truncated-rnn:8,16,k=4                        # grid, per-block table, counts, graph facts
-seq2d show model.toml                                    # a spec file (seq2d.spec)
+seq2d show examples/specs/sparse_rnn_cell.toml           # a spec file (docs/spec.md); examples in examples/specs/
 seq2d show mlp sizes=784,256,10 activation=tanh          # a registered constructor with arguments
 ```
 

@@ -1,7 +1,9 @@
 """seq2d.data: IDX parsing, MNIST loading/preprocessing, the bundled subset, augmentation, batches.
 
-Tests on the full MNIST read it from ``$SEQ2D_DATA`` (CI points it at the shared data) and are
-skipped, with the reason, when the variable is unset or the files are absent.  Comparisons with
+The IDX loading tests run twice: on the bundled subset's real digits written as IDX files (always)
+and on the full MNIST from ``$SEQ2D_DATA`` (CI points it at the shared data). Tests that need the
+full data are skipped when it is absent, with a one-line reason naming the variable and a value
+(``python -m pytest -rs`` shows it).  Comparisons with
 torchvision are skipped when torchvision is not installed (it is not a dependency of seq2d).
 """
 
@@ -150,28 +152,63 @@ def test_download_goes_through_torchvision(tmp_path, monkeypatch):
     assert find_mnist_files(root, "train") is not None
 
 
-# --------------------------------------------------------------------------- full MNIST
+# --------------------------------------------------------------------------- MNIST IDX roots
+
+# One line, shown by `pytest -rs`: why a full-MNIST test skipped and how to enable it.
+FULL_MNIST_HOW = ("run `SEQ2D_DATA=DIR python -m pytest` with DIR/MNIST/raw holding the 4 MNIST IDX files "
+                  "(.ci/run: DIR=../shared/data; torchvision.datasets.MNIST(DIR, download=True) fetches them)")
+
+
+def full_mnist_root() -> Path:
+    """``$SEQ2D_DATA`` when it holds full MNIST, else skip with the one-line reason above."""
+    env = os.environ.get("SEQ2D_DATA")
+    if not env:
+        pytest.skip(f"needs full MNIST, SEQ2D_DATA is unset: {FULL_MNIST_HOW}")
+    root = Path(env)
+    if find_mnist_files(root, "train") is None or find_mnist_files(root, "test") is None:
+        pytest.skip(f"needs full MNIST, SEQ2D_DATA={env} has no MNIST/raw IDX files: {FULL_MNIST_HOW}")
+    return root
 
 
 @pytest.fixture(scope="module")
 def mnist_root():
-    env = os.environ.get("SEQ2D_DATA")
-    if not env:
-        pytest.skip("SEQ2D_DATA is unset: set it to a data root with MNIST/raw (CI sets it to the shared data)")
-    root = Path(env)
-    if find_mnist_files(root, "train") is None or find_mnist_files(root, "test") is None:
-        pytest.skip(f"no MNIST IDX files under {root / 'MNIST' / 'raw'}")
+    return full_mnist_root()
+
+
+@pytest.fixture(scope="module")
+def subset_idx_root(tmp_path_factory):
+    """A data root whose MNIST/raw holds the bundled subset's real digits as IDX files (train
+    gzipped, test plain), so the file-reading path runs without the full data set."""
+    root = tmp_path_factory.mktemp("subset-root")
+    raw = root / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for split, prefix, gz in (("train", "train", True), ("test", "t10k", False)):
+        images, labels = load_subset_raw(split)
+        ext = ".gz" if gz else ""
+        write_idx(raw / f"{prefix}-images-idx3-ubyte{ext}", images, gz=gz)
+        write_idx(raw / f"{prefix}-labels-idx1-ubyte{ext}", labels, gz=gz)
     return root
 
 
-def test_full_mnist_shapes_labels_and_normalisation(mnist_root):
-    for split, n, hist in (("train", 60000, TRAIN_HIST), ("test", 10000, TEST_HIST)):
-        X, y = load_mnist(split, mnist_root, size=28)
+@pytest.fixture(scope="module", params=["subset-as-idx", "full"])
+def idx_data(request):
+    """``(root, {split: (n, class histogram)})``: the bundled subset written as IDX files (always
+    runs), and full MNIST from ``$SEQ2D_DATA`` (skipped, with the reason, when absent)."""
+    if request.param == "full":
+        return full_mnist_root(), {"train": (60000, TRAIN_HIST), "test": (10000, TEST_HIST)}
+    root = request.getfixturevalue("subset_idx_root")
+    return root, {"train": (2500, [250] * 10), "test": (1000, [100] * 10)}
+
+
+def test_mnist_idx_shapes_labels_and_normalisation(idx_data):
+    root, expect = idx_data
+    for split, (n, hist) in expect.items():
+        X, y = load_mnist(split, root, size=28)
         assert X.shape == (n, 784) and X.dtype == torch.float32 and y.dtype == torch.int64
         assert torch.bincount(y, minlength=10).tolist() == hist
-    X, y = load_mnist("train", mnist_root, size=28)
+    X, y = load_mnist("train", root, size=28)
     assert abs(X.mean().item()) < 0.01 and abs(X.std().item() - 1) < 0.01
-    raw, raw_labels = load_raw("train", mnist_root)
+    raw, raw_labels = load_raw("train", root)
     assert torch.equal(raw_labels.long(), y)
     # the formula, pixel by pixel, on an image with many grey levels
     i = 7
@@ -182,33 +219,36 @@ def test_full_mnist_shapes_labels_and_normalisation(mnist_root):
     assert X[i].min().item() == pytest.approx(-0.1307 / 0.3081, abs=1e-6)
 
 
-def test_full_mnist_size50_and_cache(mnist_root):
-    X, y = load_mnist("test", mnist_root)
-    assert X.shape == (10000, 2500) and y.shape == (10000,)
-    X4, y4 = load_mnist("test", mnist_root, flatten=False)
-    assert X4.shape == (10000, 1, 50, 50)
+def test_mnist_idx_size50_and_cache(idx_data):
+    root, expect = idx_data
+    n = expect["test"][0]
+    X, y = load_mnist("test", root)
+    assert X.shape == (n, 2500) and y.shape == (n,)
+    X4, y4 = load_mnist("test", root, flatten=False)
+    assert X4.shape == (n, 1, 50, 50)
     assert X4.data_ptr() == X.data_ptr() and y4 is y  # cached: no second preprocessing
     assert torch.equal(X4.flatten(1), X)
     # limit preprocesses (and returns) the first examples only, identically
-    Xl, yl = load_mnist("test", mnist_root, limit=100)
+    Xl, yl = load_mnist("test", root, limit=100)
     assert torch.allclose(Xl, X[:100], atol=1e-6) and torch.equal(yl, y[:100])
     # the normalisation commutes with the resize (up to float rounding)
-    Xu, _ = load_mnist("test", mnist_root, normalize=False, limit=100)
+    Xu, _ = load_mnist("test", root, normalize=False, limit=100)
     assert 0 <= Xu.min() and Xu.max() <= 1
     assert torch.allclose((Xu - MEAN) / STD, Xl, atol=1e-5)
 
 
-def test_resize_matches_torchvision(mnist_root):
+def test_resize_matches_torchvision(idx_data):
     """interpolate(bilinear, align_corners=False, antialias=False) vs torchvision's resize:
     identical up to float rounding for tensors (max ~3e-7 on [0, 1]), and within PIL's uint8
     rounding (max 1/255) for PIL images."""
     TF = pytest.importorskip("torchvision.transforms.functional")
-    raw, _ = load_raw("train", mnist_root)
+    root, _ = idx_data
+    raw, _ = load_raw("train", root)
     imgs = raw[:32].unsqueeze(1)
-    ours = load_mnist("train", mnist_root, normalize=False, flatten=False, limit=32)[0]
+    ours = load_mnist("train", root, normalize=False, flatten=False, limit=32)[0]
     tv = TF.resize(imgs.float() / 255, [50, 50], antialias=True)
     assert (ours - tv).abs().max().item() < 1e-6
-    normed = load_mnist("train", mnist_root, flatten=False, limit=32)[0]
+    normed = load_mnist("train", root, flatten=False, limit=32)[0]
     assert (normed - TF.normalize(tv, [MEAN], [STD])).abs().max().item() < 1e-5
     pil = pytest.importorskip("PIL.Image")
     via_pil = torch.stack([TF.pil_to_tensor(TF.resize(pil.fromarray(im[0].numpy()), [50, 50])) for im in imgs])

@@ -80,7 +80,9 @@ def test_batchify_and_get_batch():
 def _real_root():
     root = os.environ.get("SEQ2D_DATA")
     if not root or not (Path(root) / "wikitext-2" / "train.txt").is_file():
-        pytest.skip("WikiText-2 not found under $SEQ2D_DATA")
+        where = f"SEQ2D_DATA={root} has no wikitext-2/train.txt" if root else "SEQ2D_DATA is unset"
+        pytest.skip(f"needs WikiText-2, {where}: run `SEQ2D_DATA=DIR python -m pytest` with "
+                    "DIR/wikitext-2/{train,valid,test}.txt (.ci/run: DIR=../shared/data)")
     return root
 
 
