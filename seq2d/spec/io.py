@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..errors import InvalidType, InvalidValue, MissingFile
+from ..tablefile import read_table
 from .parse import _parse
 from .schema import _is_list
 
@@ -17,33 +17,7 @@ def load_spec(path: str | os.PathLike) -> dict:
 
     Raises MissingFile when there is no such file, InvalidValue naming the file (and, for a
     syntax error, the line and column) when it cannot be read or parsed."""
-    import tomllib
-
-    path = Path(path)
-    where = f"spec file {str(path)!r}"
-    fmt = "JSON" if path.suffix.lower() == ".json" else "TOML"
-    try:
-        if fmt == "JSON":
-            with open(path, encoding="utf-8") as f:
-                spec = json.load(f)
-        else:
-            with open(path, "rb") as f:
-                spec = tomllib.load(f)
-    except FileNotFoundError:
-        raise MissingFile(f"{where} does not exist") from None
-    except IsADirectoryError:
-        raise InvalidValue(f"{where} is a folder, not a file") from None
-    except OSError as e:
-        raise InvalidValue(f"cannot read {where}: {e.strerror or e}") from None
-    except UnicodeDecodeError as e:
-        raise InvalidValue(f"{where} is not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})") from None
-    except json.JSONDecodeError as e:
-        raise InvalidValue(f"{where} is not valid JSON: {e.msg} (at line {e.lineno}, column {e.colno})") from None
-    except tomllib.TOMLDecodeError as e:  # its message ends "(at line L, column C)"
-        raise InvalidValue(f"{where} is not valid TOML: {e}") from None
-    if not isinstance(spec, dict):
-        raise InvalidType(f"{where}: expected a table (dict) at the top level, got {type(spec).__name__}")
-    return spec
+    return read_table(path, "spec file")
 
 
 def save_spec(spec: Mapping, path: str | os.PathLike) -> None:

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidType, InvalidValue, MissingFile
+from ..tablefile import read_table
+from ..errors import InvalidType, InvalidValue
 
 __all__ = [
     "TrainConfig",
@@ -305,22 +306,7 @@ def config_from_dict(d: Mapping, *, where: str = "config") -> TrainConfig:
 
 
 def _read_toml(path: Path) -> dict:
-    import tomllib
-
-    where = f"config file {str(path)!r}"
-    try:
-        with open(path, "rb") as f:
-            raw = tomllib.load(f)
-    except FileNotFoundError:
-        raise MissingFile(f"{where} does not exist") from None
-    except IsADirectoryError:
-        raise InvalidValue(f"{where} is a folder, not a file") from None
-    except OSError as e:
-        raise InvalidValue(f"cannot read {where}: {e.strerror or e}") from None
-    except UnicodeDecodeError as e:
-        raise InvalidValue(f"{where} is not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})") from None
-    except tomllib.TOMLDecodeError as e:  # its message ends "(at line L, column C)"
-        raise InvalidValue(f"{where} is not valid TOML: {e}") from None
+    raw = read_table(path, "config file", "TOML")
     for k, v in raw.items():
         if isinstance(v, dict):
             raise InvalidValue(f"{path}: the config is flat, but {k!r} is a table; write its fields at the top level")
