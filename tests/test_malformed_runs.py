@@ -281,3 +281,12 @@ def test_an_out_dir_that_is_a_file(tmp_path, capsys):
 def test_there_are_at_least_forty_malformed_cases():
     n = len(CONFIG_CASES) + len(OVERRIDE_CASES) + len(TOML_CASES) + len(FLAG_CASES) + len(PAYLOAD_CASES) + len(BYTES_CASES)
     assert n >= 40, n
+
+
+@pytest.mark.parametrize("data", ["synthetic", "subset"])
+def test_data_root_with_a_source_that_reads_no_files_is_refused(data):
+    from seq2d.errors import InvalidValue
+    from seq2d.train import TrainConfig
+
+    with pytest.raises(InvalidValue, match=rf"config field 'data_root' is set, but data = '{data}' reads no MNIST files"):
+        TrainConfig(data=data, data_root="/nonexistent")

@@ -254,6 +254,9 @@ def _check_values(cfg: TrainConfig) -> None:
             continue
         if v is not None and v <= 0 and not (name == "iterations" and v == 0):
             raise InvalidValue(f"config field {name!r}: expected a positive int, got {v}")
+    if cfg.data != "full" and cfg.data_root is not None:
+        raise InvalidValue(f"config field 'data_root' is set, but data = {cfg.data!r} reads no MNIST files (only "
+                           f"data = 'full' does); leave it out, or use --data full")
     if cfg.epochs < 0:
         raise InvalidValue(f"config field 'epochs': expected an int >= 0, got {cfg.epochs}")
     for name in ("lr", "weight_decay", "erasing_p", "perspective_p"):
