@@ -44,19 +44,6 @@ PROTOCOLS: dict[str, dict] = {
 }
 
 
-def _t_quantile_975(df: float) -> float:
-    """Two-sided 95% Student-t quantile (scipy-free: exact table for small df, then normal)."""
-    table = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
-             10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042, 60: 2.000}
-    if df <= 0 or math.isnan(df):
-        return float("nan")
-    keys = sorted(table)
-    for k in keys:
-        if df <= k:
-            return table[k]
-    return 1.96 + 2.4 / df  # ~ the t quantile for large df
-
-
 def configs_for(base: TrainConfig | Mapping | str | None, models: Sequence[str],
                 overrides: Mapping | None = None) -> dict[str, TrainConfig]:
     """One config per model name of :data:`MODELS` on top of ``base`` (and ``overrides``)."""
@@ -168,21 +155,29 @@ def summarize(rows: Sequence[Mapping]) -> list[dict]:
     return out
 
 
-def difference(rows: Sequence[Mapping], a: str, b: str) -> dict:
-    """mean(a) - mean(b) of the final test accuracy with a 95% Welch t-interval."""
+EQUIVALENCE_MARGIN = 0.01  # accuracy (1 point): the largest difference the table calls "equivalent"
+
+
+def difference(rows: Sequence[Mapping], a: str, b: str, margin: float = EQUIVALENCE_MARGIN) -> dict:
+    """mean(a) - mean(b) of the final test accuracy: a 95% Welch interval (exact t quantile,
+    :func:`seq2d.stats.welch`) and a TOST equivalence test within ``margin``
+    (:func:`seq2d.stats.tost`, alpha 0.05): ``equivalent`` is True only when the 90% interval lies
+    inside (-margin, margin). An interval that contains 0 alone is not evidence of equality."""
+    from .stats import tost, welch
+
     xa = [r["test_acc"] for r in rows if r["model"] == a and r.get("test_acc") is not None]
     xb = [r["test_acc"] for r in rows if r["model"] == b and r.get("test_acc") is not None]
+    nan = float("nan")
+    out = {"a": a, "b": b, "diff": nan, "lo": nan, "hi": nan, "df": nan, "margin": margin, "equivalent": None,
+           "tost_p": nan}
     if not xa or not xb:
-        nan = float("nan")
-        return {"a": a, "b": b, "diff": nan, "lo": nan, "hi": nan, "df": nan}
-    d = statistics.fmean(xa) - statistics.fmean(xb)
+        return out
+    out["diff"] = statistics.fmean(xa) - statistics.fmean(xb)
     if len(xa) < 2 or len(xb) < 2:
-        return {"a": a, "b": b, "diff": d, "lo": float("nan"), "hi": float("nan"), "df": float("nan")}
-    va, vb = statistics.variance(xa) / len(xa), statistics.variance(xb) / len(xb)
-    se = math.sqrt(va + vb)
-    df = (va + vb) ** 2 / ((va ** 2 / (len(xa) - 1)) + (vb ** 2 / (len(xb) - 1))) if se > 0 else float("inf")
-    q = _t_quantile_975(df) if math.isfinite(df) else 1.96
-    return {"a": a, "b": b, "diff": d, "lo": d - q * se, "hi": d + q * se, "df": df}
+        return out
+    w, t = welch(xb, xa), tost(xb, xa, margin)
+    out.update(diff=w.diff, lo=w.low, hi=w.high, df=w.df, equivalent=t.equivalent, tost_p=t.p)
+    return out
 
 
 def format_table(rows: Sequence[Mapping], reference: str = "mlp") -> str:
@@ -203,14 +198,17 @@ def format_table(rows: Sequence[Mapping], reference: str = "mlp") -> str:
     names = [s["model"] for s in summ]
     if reference in names and len(names) > 1:
         lines.append("")
-        lines.append(f"| difference to {reference} | mean (points) | 95% interval (Welch) |")
-        lines.append("| --- | --- | --- |")
+        m = 100 * EQUIVALENCE_MARGIN
+        lines.append(f"| difference to {reference} | mean (points) | 95% interval (Welch) | "
+                     f"equivalent within +-{m:g} points (TOST, alpha 0.05) |")
+        lines.append("| --- | --- | --- | --- |")
         for other in names:
             if other == reference:
                 continue
             d = difference(rows, other, reference)
             ci = "n/a (one run each)" if math.isnan(d["lo"]) else f"[{100 * d['lo']:+.2f}, {100 * d['hi']:+.2f}]"
-            lines.append(f"| {other} - {reference} | {100 * d['diff']:+.2f} | {ci} |")
+            eq = "n/a" if d["equivalent"] is None else f"{'yes' if d['equivalent'] else 'no'} (p = {d['tost_p']:.3f})"
+            lines.append(f"| {other} - {reference} | {100 * d['diff']:+.2f} | {ci} | {eq} |")
     return "\n".join(lines)
 
 

@@ -34,8 +34,12 @@ def test_welch_interval_by_hand():
     df = (va + vb) ** 2 / (va ** 2 / 3 + vb ** 2 / 2)
     assert math.isclose(d["diff"], 0.025, abs_tol=1e-12)
     assert math.isclose(d["df"], df, rel_tol=1e-6)
-    # t quantile for df ~ 4.9 from the table (df <= 5 -> 2.571)
-    assert math.isclose(d["hi"] - d["diff"], 2.571 * se, rel_tol=1e-6)
+    # the exact t quantile at this fractional df (the old table rounded df up to 5: 2.571)
+    from seq2d.stats import t_quantile
+
+    assert math.isclose(d["hi"] - d["diff"], t_quantile(0.975, df) * se, rel_tol=1e-6)
+    assert t_quantile(0.975, df) > 2.571
+    assert d["equivalent"] is False and d["margin"] == 0.01  # +2.5 points is not within 1 point
 
 
 def test_format_table_has_rows_and_difference():
