@@ -26,9 +26,33 @@ from .core import Sequential2D
 from .data.wikitext import get_batch
 from .models.recurrent import RNN, truncated_rnn
 
-__all__ = ["CELLS", "RNNLM", "TruncatedLM", "evaluate", "evaluate_truncated", "grad_norm_vs_distance", "perplexity"]
+__all__ = ["CELLS", "RNNLM", "TruncatedLM", "clip_embedding_", "evaluate", "evaluate_truncated", "grad_norm_vs_distance", "perplexity"]
 
 CELLS = ("tanh", "lstm")
+
+
+@torch.no_grad()
+def clip_embedding_(embedding, bound: float = 1.0) -> int:
+    """Clip an embedding's entries to ``[-bound, bound]`` in place; return how many moved.
+
+    ``embedding``: an :class:`RNNLM` (its ``encoder``), an ``nn.Embedding`` or a weight tensor.
+    This is the input bound the LSTM certificate assumes for the first layer
+    (``seq2d.lstm``); both ``LSTMProjection`` and ``AuthorLSTMNormalization`` call it.
+    """
+    if isinstance(bound, bool) or not isinstance(bound, (int, float)) or not math.isfinite(bound) or bound < 0:
+        raise InvalidValue(f"clip_embedding_: bound must be a finite number >= 0, got {bound!r}")
+    if isinstance(embedding, RNNLM):
+        embedding = embedding.encoder
+    if isinstance(embedding, nn.Embedding):
+        w = embedding.weight
+    elif isinstance(embedding, Tensor):
+        w = embedding
+    else:
+        raise InvalidType(f"clip_embedding_: expected an RNNLM, nn.Embedding or tensor, got {type(embedding).__name__}")
+    n = int((w.abs() > bound).sum())
+    if n:
+        w.clamp_(-bound, bound)
+    return n
 
 
 def _check_pos_int(name: str, v) -> int:

@@ -215,3 +215,37 @@ def test_quick_experiment_runs_and_writes_results(tmp_path):
     exp.write_doc(doc, "<!-- wikitext:begin -->\nnew\n<!-- wikitext:end -->")
     assert doc.read_text() == "# Results\n\nother section\n\n<!-- wikitext:begin -->\nnew\n<!-- wikitext:end -->\n"
     assert res["models"]["lstm-stable"]["stable"] is True
+
+
+def test_quick_experiment_author_lstm_projection_flag(tmp_path):
+    """--lstm-projection author: the author's normalisation as described in the audit of issue 12
+    (not checked against the author's code) is applied after every step; default stays 'ours'."""
+    exp = _load_experiment()
+    assert exp.build_parser().parse_args([]).lstm_projection == "ours"
+    root = write_corpus(tmp_path / "data", n_lines=(400, 60, 60))
+    out = tmp_path / "out"
+    res = exp.main(["--quick", "--out", str(out), "--data-root", str(root), "--tokens", "2000", "--eval-tokens", "400",
+                    "--emb", "8", "--hidden", "8", "--ks", "2", "--grad-distance", "3", "--grad-seqs", "2",
+                    "--threads", "1", "--models", "lstm-stable", "--lstm-projection", "author"])
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["config"]["lstm_projection"] == "author"
+    assert "AuthorLSTMNormalization" in saved["stabilizers"]["lstm-stable"]
+    assert "audit of issue 12" in saved["stabilizers"]["lstm-stable"]
+    r = res["models"]["lstm-stable"]
+    assert r["test_ppl"] > 1 and r["certified_lambda"] is not None
+    assert set(saved["models"]) == {"lstm-stable"}
+    # the stabilizer the flag builds: columns of weight_hh_l0's gate blocks at the constants, layer 1 untouched
+    model = RNNLM(50, emb=8, hidden=8, layers=2, dropout=0.0, cell="lstm")
+    w1 = model.rnn.weight_hh_l1.detach().clone()
+    args = exp.build_parser().parse_args(["--lstm-projection", "author"])
+    project, desc = exp.make_stabilizer(model, args)
+    project()
+    c = {"i": 0.395, "f": 0.155, "g": 0.099, "o": 0.395}
+    for j, k in enumerate("ifgo"):
+        cols = model.rnn.weight_hh_l0.detach()[j * 8:(j + 1) * 8].abs().sum(0)
+        assert torch.allclose(cols, torch.full_like(cols, c[k]), atol=1e-6, rtol=0), k
+    assert torch.equal(model.rnn.weight_hh_l1.detach(), w1)
+    args = exp.build_parser().parse_args(["--lstm-projection", "author", "--author-all-layers"])
+    exp.make_stabilizer(model, args)[0]()
+    cols = model.rnn.weight_hh_l1.detach()[:8].abs().sum(0)
+    assert torch.allclose(cols, torch.full_like(cols, 0.395), atol=1e-6, rtol=0)

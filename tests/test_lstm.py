@@ -6,14 +6,17 @@ import pytest
 import torch
 from torch import nn
 
-from seq2d.lm import RNNLM
+from seq2d.lm import RNNLM, clip_embedding_
 from seq2d.lstm import (
     GATES,
     PAPER_GATE_BOUNDS,
+    AuthorLSTMNormalization,
     LSTMProjection,
     lstm_certificate,
     lstm_contraction_bound,
+    lstm_contraction_sup,
     lstm_state_map,
+    make_lstm_stabilizer,
 )
 
 torch.set_num_threads(1)
@@ -208,3 +211,112 @@ def test_errors():
         lstm_contraction_bound(nn.LSTM(3, 4, bidirectional=True))
     with pytest.raises(ValueError, match="forget_input_bound"):
         LSTMProjection(m, forget_input_bound=-1)
+
+
+# ---------------------------------------------------------------------- the author's normalisation
+# (as described in the audit of issue 12; not checked against the author's code)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_author_normalization_sets_column_norms_of_layer_0(dtype):
+    torch.manual_seed(3)
+    m = nn.LSTM(7, 9, 2).to(dtype)  # torch's default init
+    H = m.hidden_size
+    before = state_dict_copy(m)
+    counts = AuthorLSTMNormalization(m).project()
+    assert counts == {"columns": 4 * H + 7, "embedding": 0}
+    whh, wih = m.weight_hh_l0.detach().double(), m.weight_ih_l0.detach().double()
+    for k in GATES:
+        torch.testing.assert_close(gate(whh, k, H).abs().sum(0), torch.full((H,), PAPER_GATE_BOUNDS[k], dtype=torch.float64),
+                                   atol=1e-6, rtol=0)
+    torch.testing.assert_close(gate(wih, "f", H).abs().sum(0), torch.full((7,), 0.25, dtype=torch.float64), atol=1e-6, rtol=0)
+    after = m.state_dict()
+    for k in GATES:  # the other gates' input blocks are untouched
+        if k != "f":
+            assert torch.equal(gate(after["weight_ih_l0"], k, H), gate(before["weight_ih_l0"], k, H)), k
+    for name, v in after.items():  # biases and layer 1 are untouched (default layers=(0,))
+        if name not in ("weight_hh_l0", "weight_ih_l0"):
+            assert torch.equal(v, before[name]), name
+    # columns keep their direction (a rescaling, not a projection)
+    ratio = m.weight_hh_l0.detach()[:H] / before["weight_hh_l0"][:H]
+    torch.testing.assert_close(ratio, ratio[:1].expand_as(ratio))
+
+
+def test_author_normalization_layers_embedding_and_interface():
+    lm = RNNLM(30, emb=6, hidden=10, layers=2, dropout=0.0, cell="lstm")
+    with torch.no_grad():
+        lm.encoder.weight.uniform_(-3, 3)
+    norm = make_lstm_stabilizer(lm, "author", embedding=lm.encoder, layers=None)
+    assert isinstance(norm, AuthorLSTMNormalization) and norm.layers == (0, 1)
+    norm.on_step_end(None, 1)
+    assert float(lm.encoder.weight.detach().abs().max()) <= 1
+    H = 10
+    for l in (0, 1):
+        w = getattr(lm.rnn, f"weight_hh_l{l}").detach()
+        for k in GATES:
+            torch.testing.assert_close(gate(w, k, H).abs().sum(0), torch.full((H,), PAPER_GATE_BOUNDS[k]), atol=1e-6, rtol=0)
+    assert math.isfinite(norm.certified_lambda())  # reported, not guaranteed < 1
+    assert isinstance(make_lstm_stabilizer(lm, "ours"), LSTMProjection)
+    assert "audit of issue 12" in norm.describe() and "our variant" in make_lstm_stabilizer(lm, "ours").describe()
+    with pytest.raises(ValueError, match="Unknown method"):
+        make_lstm_stabilizer(lm, "paper")
+    with pytest.raises(ValueError, match="layers"):
+        AuthorLSTMNormalization(lm, layers=(2,))
+    with pytest.raises(ValueError, match="Unknown gate"):
+        AuthorLSTMNormalization(lm, gate_scales={"z": 1.0})
+
+
+def test_clip_embedding():
+    lm = RNNLM(20, emb=5, hidden=4, cell="lstm")
+    with torch.no_grad():
+        lm.encoder.weight.copy_(torch.linspace(-3, 3, 100).reshape(20, 5))
+    w0 = lm.encoder.weight.detach().clone()
+    n = clip_embedding_(lm, 1.0)
+    assert n == int((w0.abs() > 1).sum()) > 0
+    torch.testing.assert_close(lm.encoder.weight.detach(), w0.clamp(-1, 1), rtol=0, atol=0)
+    assert clip_embedding_(lm.encoder, 1.0) == 0  # idempotent
+    t = torch.tensor([-2.0, 0.5, 2.0])
+    assert clip_embedding_(t, 0.5) == 2 and t.tolist() == [-0.5, 0.5, 0.5]
+    with pytest.raises(ValueError, match="bound"):
+        clip_embedding_(t, -1.0)
+    with pytest.raises(TypeError):
+        clip_embedding_([1.0], 1.0)
+
+
+# ---------------------------------------------------------------------- the sup by optimisation
+def _sampled_ratio(m, layer, cert, seed, n=2000):
+    gen = torch.Generator().manual_seed(seed)
+
+    def box(n, d, r):
+        return (torch.rand(n, d, generator=gen, dtype=torch.float64) * 2 - 1) * r
+
+    H, step = m.hidden_size, lstm_state_map(m, layer)
+    C, d_in = cert["c_bound"], m.input_size if layer == 0 else H
+    worst = 0.0
+    for spread in (1.0, 1e-2, 1e-5):
+        c, h, x = box(n, H, C), box(n, H, 1.0), box(n, d_in, cert["input_bound"])
+        c2, h2 = (c + box(n, H, spread * C)).clamp(-C, C), (h + box(n, H, spread)).clamp(-1, 1)
+        with torch.no_grad():
+            a, b = step(c, h, x), step(c2, h2, x)
+        num = torch.maximum((a[0] - b[0]).abs().amax(1), (a[1] - b[1]).abs().amax(1))
+        den = torch.maximum((c - c2).abs().amax(1), (h - h2).abs().amax(1))
+        worst = max(worst, float((num / den).max()))
+    return worst
+
+
+def test_contraction_sup_between_sampling_and_certificate():
+    m = big_lstm(input_size=3, hidden=5, layers=2, scale=1.0, seed=0)
+    LSTMProjection(m).project()
+    res = lstm_contraction_sup(m, 1.0, restarts=4, steps=60, seed=0)
+    assert [r["layer"] for r in res["per_layer"]] == [0, 1] and res["sup"] == max(r["sup"] for r in res["per_layer"])
+    for cert, r in zip(lstm_certificate(m, 1.0), res["per_layer"]):
+        sampled = _sampled_ratio(m, r["layer"], cert, seed=0)
+        assert sampled <= r["sup"] <= cert["lambda"], (sampled, r["sup"], cert["lambda"])
+        # the maximiser lies in the box, and the value is the Jacobian's inf-norm there
+        assert float(r["c"].abs().max()) <= cert["c_bound"] * (1 + 1e-12) and float(r["h"].abs().max()) <= 1
+        step = lstm_state_map(m, r["layer"])
+        H = m.hidden_size
+        J = torch.autograd.functional.jacobian(lambda s: torch.cat(step(s[:H], s[H:], r["x"])), torch.cat([r["c"], r["h"]]))
+        assert float(J.abs().sum(1).max()) == pytest.approx(r["sup"], rel=1e-9)
+    one = lstm_contraction_sup(m, 1.0, layer=1, restarts=2, steps=5, seed=1)
+    assert one["layer"] == 1 and len(one["per_layer"]) == 1
+    with pytest.raises(ValueError, match="restarts"):
+        lstm_contraction_sup(m, 1.0, restarts=0)

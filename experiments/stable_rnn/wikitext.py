@@ -8,8 +8,13 @@ state carried and detached, the best-validation weights kept):
     tanh-stable     the same, every W_hh projected onto ||W_hh||_2 <= --rnn-lambda after every
                     step (seq2d.stability.SpectralClip on the recurrent core)
     lstm-unstable   nn.LSTM, free
-    lstm-stable     nn.LSTM projected after every step (seq2d.lstm.LSTMProjection: the
-                    published gate bounds, forget bias <= 0, embeddings clipped to [-1, 1])
+    lstm-stable     nn.LSTM projected after every step; --lstm-projection picks how:
+                    ours (default; our variant, seq2d.lstm.LSTMProjection: the published gate
+                    constants as row-l1 bounds, forget bias <= 0, embeddings clipped to [-1, 1])
+                    or author (seq2d.lstm.AuthorLSTMNormalization: the author's --stabilize as
+                    described in the audit of issue 12, not checked against the code: every
+                    column of each gate block of weight_hh_l0 rescaled to the constants, the
+                    forget block of weight_ih_l0 to 0.25, embeddings clipped to [-1, 1])
 
 Then: test perplexity of each, of its k-truncated feed-forward version for k in --ks, the
 certified contraction constant of its weights, and ``||d loss_{t+i} / d x_t||`` for
@@ -53,7 +58,7 @@ import torch.nn.functional as F  # noqa: E402
 from seq2d.data.wikitext import Corpus, batchify, get_batch  # noqa: E402
 from seq2d.envinfo import cpu_name  # noqa: E402
 from seq2d.lm import RNNLM, evaluate, evaluate_truncated, grad_norm_vs_distance, perplexity  # noqa: E402
-from seq2d.lstm import LSTMProjection, lstm_contraction_bound  # noqa: E402
+from seq2d.lstm import LSTM_STABILIZERS, lstm_contraction_bound, make_lstm_stabilizer  # noqa: E402
 from seq2d.train.checkpoint import save_checkpoint  # noqa: E402
 from seq2d.train.trainer import write_metrics  # noqa: E402
 
@@ -79,10 +84,10 @@ BEGIN, END = "<!-- wikitext:begin -->", "<!-- wikitext:end -->"
 def make_stabilizer(model: RNNLM, args):
     """``(project, description)``: ``project()`` is called after every optimizer step."""
     if model.cell == "lstm":
-        proj = LSTMProjection(model.rnn, embedding=model.encoder, embedding_clip=args.embedding_clip)
-        return proj.project, (f"seq2d.lstm.LSTMProjection (recurrent gate blocks' row l1 norms <= {proj.gate_bounds}, "
-                              f"forget-gate input rows <= {proj.forget_input_bound}, forget bias <= "
-                              f"{proj.forget_bias_bound}, embeddings clipped to [-{args.embedding_clip}, {args.embedding_clip}])")
+        method = getattr(args, "lstm_projection", "ours")
+        kw = {"layers": tuple(range(model.layers)) if getattr(args, "author_all_layers", False) else (0,)} if method == "author" else {}
+        proj = make_lstm_stabilizer(model.rnn, method, embedding=model.encoder, embedding_clip=args.embedding_clip, **kw)
+        return proj.project, proj.describe()
     from seq2d.stability import SpectralClip  # lazily: the tanh models' projection
 
     # Every layer's hidden slot is its own recurrent core (its W_hh; W_ih and the dropout
@@ -271,7 +276,8 @@ def doc_section(results: dict, table: str, images: dict[str, str]) -> str:
               "the whole corpus); \"full\" is the recurrent model itself (hidden state carried through the test "
               "stream), \"k = ...\" its k-truncated feed-forward version (each prediction sees only the last k "
               "tokens; `RNNLM.truncated`). \"certified lambda\" is a bound on the contraction constant of the "
-              "trained weights: for the tanh RNN the largest `||W_hh||_2` over layers (tanh is 1-Lipschitz), for "
+              "trained weights: for the tanh RNN the largest `||W_hh||_2` over layers (tanh is 1-Lipschitz; a per-layer "
+              "rate: the stacked map contracts only in a weighted norm, see [docs/stability.md](../stability.md)), for "
               "the LSTM the l-infinity bound of `seq2d.lstm.lstm_contraction_bound` (derivation in "
               "[docs/stability.md](../stability.md), \"LSTM stability\"); below 1 the model is provably stable, "
               "above 1 nothing is certified (the model may still behave stably on data). The gradient curve is "
@@ -323,6 +329,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--rnn-lambda", type=float, default=0.99,
                     help="tanh-stable: bound on ||W_hh||_2 of every layer, the contraction rate (default 0.99)")
     ap.add_argument("--embedding-clip", type=float, default=1.0, help="lstm-stable: embeddings clipped to [-c, c]")
+    ap.add_argument("--lstm-projection", choices=LSTM_STABILIZERS, default="ours",
+                    help="lstm-stable: 'ours' (default; our variant, seq2d.lstm.LSTMProjection, row-l1 bounds) or "
+                         "'author' (seq2d.lstm.AuthorLSTMNormalization: the author's --stabilize as described in the "
+                         "audit of issue 12, not checked against the code)")
+    ap.add_argument("--author-all-layers", action="store_true",
+                    help="with --lstm-projection author: normalise every layer (default: layer 0 only, as described)")
     ap.add_argument("--grad-distance", type=int, default=50, help="largest distance i of the gradient curve")
     ap.add_argument("--grad-seqs", type=int, default=None, help="positions averaged in the gradient curve (quick 8, full 32)")
     ap.add_argument("--seed", type=int, default=1111, help="the classic example's seed")
