@@ -1,0 +1,51 @@
+"""experiments/param_budget/run.py: the quick mode writes its JSON, table and plot, and every
+randomized model carries exactly its MLP's trainable-parameter count."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("param_budget_run", ROOT / "experiments" / "param_budget" / "run.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.slow
+def test_quick_mode(tmp_path):
+    mod = _load()
+    out = tmp_path / "pb"
+    assert mod.main(["--quick", "--out", str(out)]) == 0
+    for name in ("results.json", "results.md", "accuracy_vs_params.png"):
+        assert (out / name).is_file() and (out / name).stat().st_size > 0, name
+    data = json.loads((out / "results.json").read_text())
+    rows = data["rows"]
+    budgets = sorted({r["budget"] for r in rows})
+    assert len(budgets) == 2
+    for h in budgets:
+        rs = [r for r in rows if r["budget"] == h]
+        assert {r["model"] for r in rs} == {"mlp", "random-element", "random-tile", "random-block"}
+        mlp = next(r for r in rs if r["model"] == "mlp")
+        assert mlp["sizes"] == [784, h, h // 2, 10]
+        for r in rs:
+            assert r["params"] == mlp["params"], (h, r["model"])
+            assert 0.0 <= r["test_acc"] <= 1.0 and r["seed"] == 0 and r["epochs"] == 1
+            assert {"time_s", "params", "test_acc", "model", "budget", "seed"} <= r.keys()
+    # the params also match a direct count of the library's models
+    import seq2d
+
+    for h in budgets:
+        template = seq2d.mlp([784, h, h // 2, 10])
+        n = template.num_parameters()
+        assert n == next(r["params"] for r in rows if r["budget"] == h and r["model"] == "mlp")
+        for g in ("element", "tile", "block"):
+            assert seq2d.randomize(template, granularity=g, seed=0).num_parameters() == n
+    table = (out / "results.md").read_text()
+    assert "random-block - mlp" in table and "TOST" in table
+    assert len(data["differences"]) == 6
