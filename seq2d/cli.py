@@ -273,11 +273,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_mnist(args) -> int:
-    from .mnist_comparison import MODELS, PROTOCOLS, compare, configs_for, write_results
+    from .mnist_comparison import MODELS, PROTOCOLS, compare, configs_for, protocol_config, write_results
     from .report import threads_line
     from .train.config import load_config
 
-    proto = dict(PROTOCOLS["full" if args.full else "quick"])
+    proto = protocol_config(args.protocol, "full" if args.full else "quick", augment_test=args.augment_test)
     if args.data:
         proto["data"] = args.data
     if args.epochs is not None:
@@ -290,7 +290,7 @@ def _cmd_mnist(args) -> int:
         proto["data_root"] = args.data_root
     proto["download"] = args.download
     proto["quiet"] = args.quiet
-    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    models = [m.strip() for m in (args.models or ",".join(PROTOCOLS[args.protocol].models)).split(",") if m.strip()]
     bad = [m for m in models if m not in MODELS]
     if bad:
         raise InvalidValue(f"unknown model(s) {bad}. Select from " + ", ".join(repr(m) for m in MODELS))
@@ -304,7 +304,7 @@ def _cmd_mnist(args) -> int:
     base = load_config(proto)
     print(threads_line(base.num_threads))
     rows = compare(configs_for(base, models), seeds, args.out, resume=not args.fresh)
-    written = write_results(rows, args.out, config=base, protocol=proto, models=models, seeds=seeds)
+    written = write_results(rows, args.out, config=base, protocol=proto, models=models, seeds=seeds, name=args.protocol)
     print()
     print(written["text"])
     return 0
@@ -342,7 +342,7 @@ _TRAIN_DEFAULTS = {"num_threads": "auto"}
 
 
 def _add_run_commands(sub) -> None:
-    from .mnist_comparison import MODELS
+    from .mnist_comparison import MODELS, PROTOCOLS
     from .threads import threads_arg
     from .train.config import add_config_args
 
@@ -352,15 +352,26 @@ def _add_run_commands(sub) -> None:
                           "exactly its trainable-parameter count (seq2d.randomize) over several seeds, then print the "
                           "table (mean +- std test accuracy, parameters, time per epoch, device) and each model's "
                           "difference to the MLP with its 95% interval. Default: a quick run on the bundled MNIST "
-                          "subset (offline, about a minute on 2 CPU cores). --full: the paper's protocol "
-                          "(full MNIST, 100 epochs, Adam 1e-3, batch 64, 5 seeds)."),
+                          "subset (offline, about a minute on 2 CPU cores). --full: the paper's scale "
+                          "(full MNIST, 100 epochs, batch 64, 5 seeds). --protocol picks the recipe: "
+                          + "; ".join(f"{k}: {p.source}" for k, p in PROTOCOLS.items())
+                          + " (docs/results/mnist.md has the table)."),
         epilog="examples:\n  seq2d mnist\n  seq2d mnist --full --data-root ~/data --download\n"
+               "  seq2d mnist --protocol paper --epochs 4 --seeds 0,1,2\n"
+               "  seq2d mnist --protocol ms-thesis\n"
                "  seq2d mnist --data full --epochs 5 --seeds 0,1,2 --models mlp,random-element,random-tile\n"
                "  seq2d mnist --models random-element --iterations 6",
         formatter_class=_FMT, allow_abbrev=False)
-    p.add_argument("--full", action="store_true", help="the paper's protocol: full MNIST, 100 epochs, 5 seeds")
-    p.add_argument("--models", default="mlp,random-element,random-tile",
-                   help="comma-separated models (default: mlp,random-element,random-tile); choices: " + ", ".join(MODELS))
+    p.add_argument("--full", action="store_true", help="the paper's scale: full MNIST, 100 epochs, 5 seeds (with any --protocol)")
+    p.add_argument("--protocol", default="ours", choices=list(PROTOCOLS),
+                   help="training recipe: " + "; ".join(f"{k}: {p.sets}" for k, p in PROTOCOLS.items())
+                   + " (default: ours)")
+    p.add_argument("--augment-test", dest="augment_test", action="store_true",
+                   help="also apply the protocol's augmentation to the test set (one fixed draw per run; off by default; "
+                        "only protocols with augmentation, e.g. paper)")
+    p.add_argument("--models", default=None,
+                   help="comma-separated models (default: the protocol's, " + "; ".join(
+                       f"{k}: {','.join(p.models)}" for k, p in PROTOCOLS.items()) + "); choices: " + ", ".join(MODELS))
     p.add_argument("--seeds", default=None, help="comma-separated seeds (default: 0; with --full: 0,1,2,3,4)")
     p.add_argument("--epochs", type=int, default=None, help="override the protocol's epochs")
     p.add_argument("--data", choices=("subset", "full"), default=None, help="bundled subset or full MNIST")

@@ -39,7 +39,7 @@ def to_networkx(model) -> nx.DiGraph:
     Edge attributes: ``kind`` ('linear' / 'identity' / 'module'), ``shape`` (out, in),
     ``stored`` (non-zero entries that take part in the product: trainable + frozen for a
     linear block, the diagonal for an identity, ``None`` for a module), ``density``
-    (stored / (out * in)), ``params`` (trainable parameters of the block; a tied block
+    (stored / (out * in)), ``params`` (trainable parameters of the block, its own bias included; a tied block
     reports its count at every position), ``tie`` (tied-weight group id or ``None``).
     """
     m = core_of(model)
@@ -60,7 +60,7 @@ def to_networkx(model) -> nx.DiGraph:
         tie = None
         if kind == "linear":
             stored = blk.num_stored()
-            params = blk.num_trainable()
+            params = blk.num_trainable() + sum(b.numel() for b in [blk.bias] if b is not None and b.requires_grad)
             if uses[id(blk)] > 1:
                 tie = tie_ids.setdefault(id(blk), len(tie_ids))
         elif kind == "identity":

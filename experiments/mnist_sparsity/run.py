@@ -37,13 +37,15 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 from seq2d.envinfo import device_name  # noqa: E402
-from seq2d.mnist_comparison import compare, format_table, summarize  # noqa: E402
+from seq2d.mnist_comparison import MODELS, PROTOCOLS, compare, format_table, protocol_table, summarize  # noqa: E402
 from seq2d.threads import available_cores, auto_threads, threads_arg  # noqa: E402
 from seq2d.train.config import load_config  # noqa: E402
 from seq2d.train.trainer import read_metrics  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 CONFIGS = {"mlp": "mlp.toml", "random-element": "random_element.toml", "random-tile": "random_tile.toml"}
+# models without a TOML file: mlp.toml with the model's fields of seq2d.mnist_comparison.MODELS
+EXTRA = {"random-density": MODELS["random-density"]}
 
 
 def plot_epochs(rows, path: Path) -> None:
@@ -104,7 +106,11 @@ def plot_iterations(rows, path: Path) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                  allow_abbrev=False)
-    ap.add_argument("--models", default="mlp,random-element,random-tile", help="comma-separated: " + ", ".join(CONFIGS))
+    ap.add_argument("--models", default="mlp,random-element,random-tile",
+                    help="comma-separated: " + ", ".join([*CONFIGS, *EXTRA]))
+    ap.add_argument("--protocol", choices=list(PROTOCOLS), default="ours",
+                    help="training recipe (seq2d.mnist_comparison.PROTOCOLS; default ours)")
+    ap.add_argument("--augment-test", action="store_true", help="also augment the test set (protocols with augmentation)")
     ap.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
     ap.add_argument("--epochs", type=int, default=None, help="override the configs' epochs (100)")
     ap.add_argument("--data", choices=("subset", "full"), default=None, help="override the configs' data (full)")
@@ -122,7 +128,9 @@ def main(argv=None) -> int:
     ap.add_argument("--fresh", action="store_true", help="retrain finished runs")
     args = ap.parse_args(argv)
 
-    overrides = {"quiet": True}
+    overrides = {"quiet": True, **PROTOCOLS[args.protocol].config}
+    if args.augment_test:
+        overrides["augment_test"] = True
     if args.quick:
         overrides.update(data="subset", epochs=1)
         args.seeds = "0"
@@ -135,10 +143,11 @@ def main(argv=None) -> int:
     if args.download:
         overrides["download"] = True
     models = [m for m in args.models.split(",") if m]
-    unknown = [m for m in models if m not in CONFIGS]
+    unknown = [m for m in models if m not in CONFIGS and m not in EXTRA]
     if unknown:
-        ap.error(f"unknown model(s) {unknown}; choose from {', '.join(CONFIGS)}")
-    configs = {m: dataclasses.replace(load_config(HERE / "configs" / CONFIGS[m]), **overrides) for m in models}
+        ap.error(f"unknown model(s) {unknown}; choose from {', '.join([*CONFIGS, *EXTRA])}")
+    configs = {m: dataclasses.replace(load_config(HERE / "configs" / CONFIGS.get(m, "mlp.toml")), **EXTRA.get(m, {}),
+                                      **overrides) for m in models}
     seeds = [int(s) for s in args.seeds.split(",")]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -172,7 +181,9 @@ def main(argv=None) -> int:
            "num_threads": args.num_threads,
            "threads": sorted({h["num_threads"] for r in rows for h in read_metrics(r["run_dir"]) if h.get("num_threads")}),
            "protocol": {k: v for k, v in dataclasses.asdict(next(iter(configs.values()))).items()
-                        if k in ("data", "epochs", "batch_size", "lr", "optimizer", "sizes", "image_size", "iterations")}}
+                        if k in ("data", "epochs", "batch_size", "lr", "optimizer", "sizes", "image_size", "iterations",
+                                 "normalize", "erasing_p", "perspective_p", "augment_test")},
+           "protocol_name": args.protocol}
     (out / "results.md").write_text(table + "\n" + (f"\n{sweep_table}\n" if sweep_table else ""))
     (out / "results.json").write_text(json.dumps({"env": env, "rows": rows, "sweep": sweep_rows}, indent=1))
     print(table)
@@ -210,7 +221,12 @@ def write_doc(doc: Path, out: Path, env: dict, table: str, sweep_table: str | No
         f"- date: {env['date']}; hardware: {env['hardware']}; torch {env['torch']}"
         + (f"; torch threads used by the runs: {env['threads']} (--num-threads {env['num_threads']})" if env.get("threads") else ""),
         f"- protocol: data={p['data']}, epochs={p['epochs']}, batch {p['batch_size']}, {p['optimizer']} lr {p['lr']}, "
-        f"inputs {p['image_size']}x{p['image_size']} normalised (0.1307, 0.3081), no augmentation; seeds {env['seeds']}",
+        f"inputs {p['image_size']}x{p['image_size']} "
+        + ("normalised (0.1307, 0.3081)" if p.get("normalize", True) else "in [0, 1] (not normalised)")
+        + (f", training augmentation: perspective p {p['perspective_p']}, erasing p {p['erasing_p']}"
+           + (" (test set too)" if p.get("augment_test") else "") if p.get("erasing_p") or p.get("perspective_p")
+           else ", no augmentation")
+        + f"; seeds {env['seeds']} (protocol `{env.get('protocol_name', 'ours')}`, see the table below)",
         "- time per epoch is wall-clock on the machine named above; on a shared machine it also measures whatever "
         "else ran meanwhile, so compare accuracies, and read times as rough.",
         "",
@@ -219,6 +235,14 @@ def write_doc(doc: Path, out: Path, env: dict, table: str, sweep_table: str | No
         "![test accuracy per epoch](mnist/accuracy_vs_epoch.png)",
         "",
         "![final accuracy per model](mnist/final_accuracy.png)",
+        "",
+        "## Protocols (`seq2d mnist --protocol NAME`, `run.py --protocol NAME`)",
+        "",
+        "Each protocol is a set of config fields on top of the scale (`quick`: bundled subset, 4 epochs; `--full`: "
+        "full MNIST, 100 epochs); `--augment-test` (off by default) also applies the augmentation to the test set. "
+        "We have not read the MS-thesis scripts themselves; that row is our audit's description of them.",
+        "",
+        protocol_table(),
     ]
     if sweep_table:
         lines += ["", "## Accuracy vs number of iterations (randomized model, element granularity)", "",

@@ -43,7 +43,8 @@ from ..arguments import check_sizes
 from ..core import Sequential2D, core_of
 from .registry import register_model
 
-__all__ = ["randomize", "region_mask", "random_model", "random_mask", "random_tiles", "random_tile_engine"]
+__all__ = ["randomize", "region_mask", "random_model", "random_mask", "random_blocks_density", "random_tiles",
+           "random_tile_engine"]
 
 GRANULARITIES = ("element", "tile", "block")
 
@@ -132,6 +133,43 @@ def random_mask(sizes: Sequence[int] = (64, 32, 16, 10), density: float = 0.1, s
     mask[s0:] = torch.rand(N - s0, N, generator=g) < density
     return from_mask(sizes, mask, activations=activation, seed=seed, inputs=[0],
                      steps=len(sizes) - 1 if steps is None else steps, device=device, dtype=dtype)
+
+
+@register_model(name="random_blocks_density")
+def random_blocks_density(sizes: Sequence[int] = (2500, 500, 200, 100, 10), density: float = 0.5108, seed: int = 0,
+                          activation="relu", steps: int | None = None, output_activation: bool = True, *,
+                          device=None, dtype=None) -> Sequential2D:
+    """Our reading of the MS-thesis randomized model (the scripts as described in our audit,
+    not re-read): every block of rows 1..L (every non-input slot x every slot, slot 0 the
+    input) is a masked :class:`~seq2d.blocks.LinearBlock` keeping exactly
+    ``round(density * block size)`` entries, drawn uniformly, with its own bias
+    (``LinearBlock(bias=True)``; no slot biases); ``activation`` on every non-input slot,
+    the output too when ``output_activation`` (so between iterations and on the returned
+    logits; the held input slot keeps its value, which ReLU leaves alone for pixels in
+    [0, 1]). ``steps`` default ``len(sizes) - 1``. The parameter count is not matched to
+    the MLP's (masked weights plus one bias per block)."""
+    from ..blocks import LinearBlock
+
+    _check_density(density)
+    check_seed(seed, "random_blocks_density")
+    check_factory(device, dtype, "random_blocks_density")
+    sizes = list(check_sizes(sizes))
+    n = len(sizes)
+    g = torch.Generator().manual_seed(seed)
+    blocks = {}
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for i in range(1, n):
+            for j in range(n):
+                total = sizes[i] * sizes[j]
+                keep = max(1, round(density * total))
+                mask = torch.zeros(total, dtype=torch.bool)
+                mask[_choose(total, keep, g)] = True
+                blocks[(i, j)] = LinearBlock(sizes[j], sizes[i], mask=mask.view(sizes[i], sizes[j]), bias=True,
+                                             device=device, dtype=dtype)
+    acts = [None] + [activation] * (n - 2) + [activation if output_activation else None]
+    return Sequential2D(sizes, blocks, bias=False, activations=acts, inputs=[0], outputs=[n - 1],
+                        steps=n - 1 if steps is None else steps, device=device, dtype=dtype)
 
 
 @register_model(name="random_tiles")

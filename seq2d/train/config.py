@@ -79,6 +79,8 @@ class TrainConfig:
     data_root: str | None = _f(None, "MNIST folder (None = $SEQ2D_DATA, then the data module's default)")
     download: bool = _f(False, "download MNIST when absent from data_root")
     image_size: int = _f(50, "images are resized to image_size x image_size (so sizes[0] = image_size**2)")
+    normalize: bool = _f(True, "MNIST pixels normalised with mean 0.1307, std 0.3081 (False: x / 255 in [0, 1], ToTensor "
+                               "only); data 'synthetic' reads no pixels and refuses False")
     # ---- optimisation
     epochs: int = _f(10, "passes over the training set")
     batch_size: int = _f(64, "samples per optimizer step, summed over all processes (each of W processes takes 1/W)")
@@ -87,6 +89,8 @@ class TrainConfig:
     weight_decay: float = _f(0.0, "L2 penalty added to the gradient (torch.optim semantics)")
     erasing_p: float = _f(0.0, "probability of random erasing per image (0 = off)")
     perspective_p: float = _f(0.0, "probability of a random perspective warp per image (0 = off)")
+    augment_test: bool = _f(False, "also apply erasing_p / perspective_p to the test set: one draw per run, seeded by "
+                                   "seed, the same images every epoch (needs one of them > 0)")
     seed: int = _f(0, "seeds the data order, augmentation and (unless model_seed is set) the model")
     deterministic: bool = _f(False, "torch.use_deterministic_algorithms(True, warn_only=True) during the run (slower on GPU)")
     # ---- system
@@ -266,6 +270,12 @@ def _check_values(cfg: TrainConfig) -> None:
     for name in ("erasing_p", "perspective_p"):
         if getattr(cfg, name) > 1:
             raise InvalidValue(f"config field {name!r}: expected a probability in [0, 1], got {getattr(cfg, name)}")
+    if cfg.augment_test and cfg.erasing_p == 0 and cfg.perspective_p == 0:
+        raise InvalidValue("config field 'augment_test' is set, but erasing_p and perspective_p are 0: there is no "
+                           "augmentation to apply to the test set; set one of them (e.g. --protocol paper) or leave it off")
+    if not cfg.normalize and cfg.data == "synthetic":
+        raise InvalidValue("config field 'normalize' is False, but data = 'synthetic' reads no MNIST pixels to leave "
+                           "unnormalised; use --data subset or full, or leave normalize on")
     if cfg.divergence_factor is not None and not (math.isfinite(cfg.divergence_factor) and cfg.divergence_factor > 1):
         raise InvalidValue(f"config field 'divergence_factor': expected a finite number > 1 (or None to turn the rule off), "
                            f"got {cfg.divergence_factor}")

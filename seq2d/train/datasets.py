@@ -37,20 +37,37 @@ def load_data(cfg: TrainConfig, device=None, ctx: DistContext | None = None) -> 
     """The data set ``cfg.data`` names, on ``device``: "synthetic" here, "subset"/"full" from
     :func:`seq2d.data.get_data`. Under torchrun with ``download``, rank 0 fetches first."""
     if cfg.data == "synthetic":
-        return synthetic_data(cfg.sizes[0], cfg.sizes[-1], device=device)
+        return _augment_test(cfg, synthetic_data(cfg.sizes[0], cfg.sizes[-1], device=device))
     try:
         from ..data import get_data
     except ImportError as e:
         raise ModuleNotFoundError(f"data={cfg.data!r} needs seq2d.data (MNIST loading), which failed to import: {e}") from e
     ctx = ctx or DistContext()
-    kw = dict(source=cfg.data, root=cfg.data_root, download=cfg.download, size=cfg.image_size, device=device)
+    kw = dict(source=cfg.data, root=cfg.data_root, download=cfg.download, size=cfg.image_size, device=device,
+              normalize=cfg.normalize)
     if cfg.download and ctx.distributed and not ctx.is_main:
         barrier(ctx)  # wait for rank 0's download
-        return _get(cfg, get_data, kw)
+        return _augment_test(cfg, _get(cfg, get_data, kw))
     data = _get(cfg, get_data, kw)
     if cfg.download and ctx.distributed:
         barrier(ctx)
-    return data
+    return _augment_test(cfg, data)
+
+
+def _augment_test(cfg: TrainConfig, data):
+    """``data`` with its test images augmented as the training batches are (``augment_test``):
+    one draw, from a generator seeded with ``(seed, "augment-test")``, so every epoch (and
+    every rank) evaluates the same images. (torchvision would draw anew on every pass.)
+    A new dict: the cached data of :func:`seq2d.data.get_data` is left as it is."""
+    if not cfg.augment_test:
+        return data
+    from .seeds import derive_seed
+
+    aug = make_augment(cfg)
+    X, y = data["test"]
+    g = torch.Generator(device=X.device).manual_seed(derive_seed(cfg.seed, "augment-test"))
+    X = torch.cat([aug(X[k:k + 1000], g) for k in range(0, X.shape[0], 1000)])
+    return {**data, "test": (X, y)}
 
 
 def _get(cfg: TrainConfig, get_data, kw: dict) -> dict:
@@ -73,12 +90,17 @@ def _get(cfg: TrainConfig, get_data, kw: dict) -> dict:
 
 
 def make_augment(cfg: TrainConfig) -> Callable | None:
-    """:class:`seq2d.data.augment.Augment` when erasing or perspective is on, else None."""
+    """:class:`seq2d.data.augment.Augment` when erasing or perspective is on, else None;
+    torchvision's defaults (perspective distortion 0.5, erasing scale (0.02, 0.33), ratio
+    (0.3, 3.3), value 0). The perspective border is black: the normalised black pixel, or 0
+    when ``normalize`` is off (``ToTensor`` only); erasing writes 0 in either space, as
+    ``RandomErasing(value=0)`` after the same transforms does."""
     if cfg.erasing_p == 0 and cfg.perspective_p == 0:
         return None
-    from ..data.augment import Augment
+    from ..data.augment import BLACK, Augment
 
-    return Augment(erasing_p=cfg.erasing_p, perspective_p=cfg.perspective_p)
+    return Augment(erasing_p=cfg.erasing_p, perspective_p=cfg.perspective_p,
+                   perspective_fill=BLACK if cfg.normalize else 0.0)
 
 
 def split_data(data) -> tuple[Tensor, Tensor, Tensor, Tensor]:
