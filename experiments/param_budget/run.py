@@ -42,6 +42,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
+from seq2d.envinfo import cpu_name  # noqa: E402
 from seq2d.mnist_comparison import EQUIVALENCE_MARGIN, MODELS, compare, difference  # noqa: E402
 from seq2d.train.config import TrainConfig  # noqa: E402
 
@@ -51,16 +52,6 @@ DEFAULT_BUDGETS = "32,64,128,192,320"
 
 def sizes_for(h: int, image_size: int) -> list[int]:
     return [image_size * image_size, h, max(1, h // 2), 10]
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "?"
 
 
 def _round(load):
@@ -213,7 +204,7 @@ def main(argv=None) -> int:
     env = {"date": started.strftime("%Y-%m-%d %H:%M UTC"),
            "finished": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
            "command": "python " + " ".join(shlex.quote(a) for a in sys.argv),
-           "nproc": os.cpu_count(), "cpu": cpu_model(), "torch": torch.__version__,
+           "nproc": os.cpu_count(), "cpu": cpu_name(), "torch": torch.__version__,
            "loadavg_start": _round(load_start), "loadavg_end": _round(os.getloadavg() if hasattr(os, "getloadavg") else None),
            "seeds": seeds, "budgets": budgets, "models": models,
            "protocol": {k: v for k, v in protocol.items() if k != "quiet"}}
