@@ -29,7 +29,6 @@ import datetime
 import json
 import math
 import os
-import platform
 import shlex
 import statistics
 import sys
