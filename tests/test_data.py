@@ -435,3 +435,16 @@ def test_cuda_batches_and_augment():
     c = aug(X, gen(1))
     d = aug(X.cpu(), gen(1))
     assert (c.cpu() - d).abs().max() < 1e-4
+
+
+def test_perspective_on_tiny_images_never_gives_nan():
+    """On 4 x 4 images a strong warp can send pixel centres past the projective horizon
+    (denominator <= 0); those pixels are outside the source and get the fill, not NaN."""
+    from seq2d.data.augment import perspective, perspective_params
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(2000, 1, 4, 4)
+    end, apply = perspective_params(2000, 4, 4, p=1.0, distortion_scale=0.5, generator=g)
+    y = perspective(x, end, apply, fill=-0.5)
+    assert torch.isfinite(y).all()
+    assert bool((y == -0.5).any())  # some pixels were outside the source

@@ -200,6 +200,12 @@ def perspective(
     gx = (c[0] * xs + c[1] * ys + c[2]) / (0.5 * W) / den - 1.0
     gy = (c[3] * xs + c[4] * ys + c[5]) / (0.5 * H) / den - 1.0
     grid = torch.stack([gx, gy], -1)
+    # A pixel whose projective denominator is <= 0 maps to the far side of the horizon (on tiny
+    # images with strong distortion): outside the source, so it gets ``fill`` (NaN otherwise).
+    # For every warp with den > 0 everywhere (all the MNIST sizes tested) this changes nothing.
+    outside = ~((den > 0) & torch.isfinite(grid).all(-1))
+    if bool(outside.any()):
+        grid = grid.masked_fill(outside[..., None], 2.0)
     xin = x.to(work)
     out = F.grid_sample(xin - fill, grid, mode="bilinear", padding_mode="zeros", align_corners=False) + fill
     out = out.to(x.dtype)
