@@ -539,10 +539,13 @@ def test_unreachable_output_warns_at_the_tensor_call():
 
 
 def test_the_rnn_and_transformer_wrappers_do_not_warn():
-    _no_warn(lambda: seq2d.rnn(3, 4, num_layers=3)(X(5, 2, 3)))
-    _no_warn(lambda: seq2d.truncated_rnn(nn.RNN(3, 4, num_layers=2), 3)(X(5, 2, 3)))
-    _no_warn(lambda: _encoder()(X(2, 5, 8)))
-    _no_warn(lambda: seq2d.mlp([3, 4, 4, 4, 2])(X(2, 3)))
+    # _no_warn turns a UserWarning into an error; the outputs are checked too
+    out, h = _no_warn(lambda: seq2d.rnn(3, 4, num_layers=3)(X(5, 2, 3)))
+    assert out.shape == (5, 2, 4) and h.shape == (3, 2, 4)
+    t = _no_warn(lambda: seq2d.truncated_rnn(nn.RNN(3, 4, num_layers=2), 3)(X(5, 2, 3)))
+    assert t.shape[-1] == 4 and torch.isfinite(t).all()
+    assert _no_warn(lambda: _encoder()(X(2, 5, 8))).shape == (2, 5, 8)
+    assert _no_warn(lambda: seq2d.mlp([3, 4, 4, 4, 2])(X(2, 3))).shape == (2, 2)
 
 
 def test_malformed_case_count():
