@@ -62,3 +62,33 @@ def test_gradient_gaps_quick(tmp_path, capsys):
         assert math.isfinite(r["full_final_loss"]) and r["full_final_loss"] < doc["initial_loss"]
     # the constant step moves the weights further, and the two models apart more
     assert doc["rules"]["constant"]["weight_gap"][0] > doc["rules"]["alpha/t"]["weight_gap"][0]
+    # (c) --quick's default steps list: the weight gap after each N, for the sweep's k, both rules
+    sw = doc["steps_sweep"]
+    Ns = sw["steps_list"]
+    assert len(Ns) >= 2 and all(a < b for a, b in zip(Ns, Ns[1:])) and Ns[-1] == doc["config"]["steps"]
+    assert sw["ks"] == [2, 5, 10] and 2 in ks and set(sw["rules"]) == {"alpha/t", "constant"}
+    for rule, rr in sw["rules"].items():
+        assert len(rr["full_loss"]) == len(Ns) and all(math.isfinite(v) for v in rr["full_loss"])
+        for k in sw["ks"]:
+            r = rr["by_k"][str(k)]
+            assert len(r["weight_gap"]) == len(Ns) and len(r["local_loglog_slopes"]) == len(Ns) - 1
+            assert all(math.isfinite(v) and v > 0 for v in r["weight_gap"]) and math.isfinite(r["loglog_slope"])
+            # trained once to max N (= the k-table's N): the last gap is the k-table's gap, where k is in both
+            if k in ks:
+                assert r["weight_gap"][-1] == pytest.approx(doc["rules"][rule]["weight_gap"][ks.index(k)], rel=1e-9)
+
+
+def test_gradient_gaps_steps_list_and_doc(tmp_path):
+    mod = _load("gradient_gaps")
+    md = tmp_path / "doc.md"
+    md.write_text("# title\n\n<!-- gaps:begin -->\nold\n<!-- gaps:end -->\n\n<!-- other:begin -->\nkeep\n<!-- other:end -->\n")
+    argv = ["--quick", "--steps", "6", "--steps-list", "6,2,4", "--sweep-ks", "3", "--out", str(tmp_path / "o"), "--doc", str(md)]
+    assert mod.main(argv) == 0
+    doc = json.loads((tmp_path / "o" / "gradient_gaps.json").read_text())
+    assert doc["steps_sweep"]["steps_list"] == [2, 4, 6] and doc["steps_sweep"]["ks"] == [3]
+    text = md.read_text()
+    assert "old" not in text and "keep" in text and "### Weight gap against the number of steps N" in text
+    assert "Proposition 2" in text and (tmp_path / "stability" / "gradient_gaps.png").is_file()
+    # off: no sweep in the JSON
+    assert mod.main(["--quick", "--steps", "3", "--steps-list", "none", "--out", str(tmp_path / "p")]) == 0
+    assert json.loads((tmp_path / "p" / "gradient_gaps.json").read_text())["steps_sweep"] is None
