@@ -149,19 +149,12 @@ def flat(ts) -> torch.Tensor:
 
 def train(model, X, Y, cfg: dict, rule: str, project) -> float:
     """N steps of projected gradient descent; returns the final loss."""
-    for t in range(1, cfg["steps"] + 1):
-        a = cfg["alpha"] / t if rule == "alpha/t" else cfg["alpha"]
-        gs = grads(model, X, Y)
-        with torch.no_grad():
-            for p, g in zip(model.params, gs):
-                p.sub_(a * g)
-        project()
-    with torch.no_grad():
-        return float(loss_fn(model, X, Y))
+    return train_recording(model, X, Y, cfg, rule, project, [cfg["steps"]])[1][-1]
 
 
 def train_recording(model, X, Y, cfg: dict, rule: str, project, steps_list) -> tuple[list[torch.Tensor], list[float]]:
-    """Like train(), to max(steps_list); returns the flat weights and the loss after each N in steps_list."""
+    """Projected gradient descent (step alpha/t or constant alpha) to max(steps_list); returns the flat
+    weights and the loss after each N in steps_list."""
     want, ws, losses = set(steps_list), [], []
     for t in range(1, max(steps_list) + 1):
         a = cfg["alpha"] / t if rule == "alpha/t" else cfg["alpha"]
