@@ -106,10 +106,16 @@ class Corpus:
             from that slice; other words in valid/test map to ``<unk>``).
         limit_eval_tokens: keep only the first tokens of ``valid`` and ``test``.
         name: the data set's folder under the root.
+        order: ``"appearance"`` (default; ids in order of first appearance in ``train``, as the
+            classic example numbers them) or ``"frequency"`` (id 0 the most frequent training
+            word, ties by first appearance: the order an adaptive softmax needs).
     """
 
     def __init__(self, root: str | os.PathLike | None = None, *, limit_tokens: int | None = None,
-                 limit_eval_tokens: int | None = None, name: str = "wikitext-2") -> None:
+                 limit_eval_tokens: int | None = None, name: str = "wikitext-2", order: str = "appearance") -> None:
+        if order not in ("appearance", "frequency"):
+            raise InvalidValue(f"Corpus: order must be 'appearance' or 'frequency', got {order!r}")
+        self.order = order
         self.limit_tokens = _check_limit("limit_tokens", limit_tokens)
         self.limit_eval_tokens = _check_limit("limit_eval_tokens", limit_eval_tokens)
         self.path = wikitext_root(root, name)
@@ -120,6 +126,19 @@ class Corpus:
         self.train = self._ids(train)
         self.valid = self._ids(_read_tokens(self.path / "valid.txt", self.limit_eval_tokens))
         self.test = self._ids(_read_tokens(self.path / "test.txt", self.limit_eval_tokens))
+        if order == "frequency":
+            self._by_frequency()
+
+    def _by_frequency(self) -> None:
+        counts = torch.bincount(self.train, minlength=len(self.dictionary))
+        # a stable sort on -count keeps first-appearance order among equal counts
+        new_to_old = torch.sort(-counts, stable=True).indices
+        old_to_new = torch.empty_like(new_to_old)
+        old_to_new[new_to_old] = torch.arange(new_to_old.numel())
+        d = self.dictionary
+        d.idx2word = [d.idx2word[int(i)] for i in new_to_old]
+        d.word2idx = {w: i for i, w in enumerate(d.idx2word)}
+        self.train, self.valid, self.test = old_to_new[self.train], old_to_new[self.valid], old_to_new[self.test]
 
     def _ids(self, words: list[str]) -> Tensor:
         d = self.dictionary.word2idx

@@ -46,6 +46,8 @@ Layout (one job per module; each imports only the ones above it):
   :func:`spectral_norm_bound`) and a core's block matrix (:func:`recurrent_matrix`).
 - :mod:`~seq2d.stability.contraction`: contraction constants (:func:`certified_lambda`,
   :func:`data_lambda`, :func:`rnn_constants`).
+- :mod:`~seq2d.stability.lstm_jacobian`: the exact state Jacobian of an ``nn.LSTM`` step, the
+  LSTM branch of :func:`data_lambda`.
 - :mod:`~seq2d.stability.projection`: projections onto the stable set
   (:func:`project_spectral_`, :class:`SpectralClip` with its trainer hook ``on_step_end``).
 - :mod:`~seq2d.stability.truncation`: Lemma 1 bounds (:func:`lemma1_bound`,

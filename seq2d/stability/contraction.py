@@ -91,7 +91,18 @@ def data_lambda(model, xs: Tensor, *, iters: int = 20, generator: torch.Generato
     sequences, ``per_step`` (a float64 tensor ``(steps, B)``), ``steps`` (the sequence-mode
     step indices measured); ``max``: the max over cores (0.0 without cores); ``mean``: the mean
     over every measured value. A multi-layer RNN has one core per layer.
+
+    An ``nn.LSTM`` is measured by :func:`seq2d.stability.lstm_jacobian.lstm_data_lambda`
+    instead: the exact Jacobian of each layer's ``(h, c)`` step, with both its spectral norm
+    (``max``, ``mean``) and its l-infinity norm (``max_inf``, ``mean_inf``), the latter being
+    the norm :func:`seq2d.lstm.lstm_contraction_bound` certifies.
     """
+    if isinstance(model, nn.LSTM):  # the LSTM's (h, c) state, its exact Jacobian per step
+        from .lstm_jacobian import lstm_data_lambda
+
+        if not isinstance(xs, Tensor):
+            raise InvalidType(f"xs must be a tensor of shape (T, B, {model.input_size}), got {type(xs).__name__}")
+        return lstm_data_lambda(model, xs)
     m = core_of(model)
     if not isinstance(xs, Tensor):
         raise InvalidType(f"xs must be a tensor of shape (T, B, {m.in_features}), got {type(xs).__name__}")

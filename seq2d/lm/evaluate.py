@@ -1,0 +1,163 @@
+r"""Evaluation of the word-level LMs on a batchified token stream (``seq2d.data.wikitext``).
+
+* :func:`evaluate`: mean cross-entropy of an :class:`~seq2d.lm.RNNLM`, recurrent (hidden
+  state carried across BPTT segments) or k-truncated (``k=``; each prediction sees only the
+  last ``k`` tokens of its stream), or of a :class:`~seq2d.lm.TruncatedLM`.
+* :func:`grad_norm_vs_distance`: ``||d loss_{t+i} / d x_t||`` at a few positions, each from a
+  zero state ``burn_in`` tokens before ``t``.
+* :func:`grad_norm_carried`: the same curve averaged over a whole stream, the hidden state
+  carried from the stream's start (Miller & Hardt's Fig. 2 over a whole held-out set).
+* :func:`lm_data_lambda`: :func:`seq2d.stability.data_lambda` of the recurrent part along the
+  model's own trajectory on a stream.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from ..data.wikitext import get_batch
+from ..errors import InvalidValue
+from .model import RNNLM, TruncatedLM
+
+__all__ = ["evaluate", "evaluate_truncated", "grad_norm_carried", "grad_norm_vs_distance", "lm_data_lambda", "perplexity"]
+
+
+def _repackage(h):
+    return tuple(x.detach() for x in h) if isinstance(h, tuple) else h.detach()
+
+
+@torch.no_grad()
+def evaluate(model: RNNLM | TruncatedLM, source: Tensor, bptt: int = 35, *, k: int | None = None) -> float:
+    """Mean cross-entropy (nats per token) over a batchified ``source`` (``(N, B)``); ``exp`` of
+    it is the perplexity. An :class:`RNNLM` runs recurrently, the hidden state carried across
+    BPTT segments from a zero start, or k-truncated with ``k=`` (:meth:`RNNLM.window_features`);
+    a :class:`TruncatedLM` always runs truncated at its own ``k``. Eval mode."""
+    if isinstance(model, TruncatedLM):
+        if k is not None and k != model.k:
+            raise InvalidValue(f"evaluate: a TruncatedLM runs at its own k={model.k}, got k={k}")
+        k = model.k
+    was = model.training
+    model.eval()
+    hidden = model.init_hidden(source.shape[1]) if k is None else None
+    total, count = 0.0, 0
+    for i in range(0, source.shape[0] - 1, bptt):
+        x, y = get_batch(source, i, bptt)
+        if k is None:
+            feats, hidden = model.features(x, hidden)
+        else:
+            ctx = source[max(0, i - (k - 1)):i]
+            feats = model.features(x, ctx) if isinstance(model, TruncatedLM) else model.window_features(x, k, ctx)
+        total += float(model.nll(feats, y, "sum"))
+        count += y.numel()
+    model.train(was)
+    return total / max(count, 1)
+
+
+def evaluate_truncated(model: TruncatedLM, source: Tensor, bptt: int = 35) -> float:
+    """:func:`evaluate` of a :class:`TruncatedLM`: each segment is given the ``k - 1`` tokens
+    before it, so every prediction sees the last ``k`` tokens of its stream."""
+    return evaluate(model, source, bptt)
+
+
+def grad_norm_vs_distance(model: RNNLM, data: Tensor, max_distance: int = 50, n_seqs: int = 16,
+                          burn_in: int = 10) -> list[float]:
+    r"""``||d loss_{t+i} / d x_t||_2`` for ``i = 0 .. max_distance`` (the paper's Fig. 2),
+    averaged over ``n_seqs`` positions ``t`` spread evenly over the 1-D token tensor ``data``.
+
+    ``x_t`` is the embedding input at position ``t`` (after the lookup); ``loss_{t+i}`` the
+    cross-entropy of the prediction made at ``t + i``. Each sequence starts from a zero state
+    ``burn_in`` tokens before ``t``. Eval mode (no dropout). :func:`grad_norm_carried` averages
+    over a whole stream with the state carried instead."""
+    if max_distance < 0 or n_seqs <= 0 or burn_in < 0:
+        raise InvalidValue(f"need max_distance >= 0, n_seqs > 0, burn_in >= 0, got {max_distance}, {n_seqs}, {burn_in}")
+    length = burn_in + max_distance + 2  # inputs burn_in + max_distance + 1, targets shifted by one
+    if data.numel() < length:
+        raise InvalidValue(f"grad_norm_vs_distance: {data.numel()} tokens are fewer than the {length} one sequence needs")
+    was = model.training
+    model.eval()
+    starts = torch.linspace(0, data.numel() - length, n_seqs).long().tolist()
+    seqs = torch.stack([data[s:s + length] for s in starts], dim=1)  # (length, n_seqs)
+    inputs, targets = seqs[:-1], seqs[1:]
+    with torch.enable_grad():
+        x = model.encoder(inputs).detach().requires_grad_(True)  # (L, n, emb)
+        out, _ = model.rnn(x, model.init_hidden(n_seqs))
+        losses = model.nll(model.drop(out), targets, "none")  # (L, n)
+        curve = []
+        for i in range(max_distance + 1):
+            (g,) = torch.autograd.grad(losses[burn_in + i].sum(), x, retain_graph=i < max_distance)
+            curve.append(float(g[burn_in].norm(dim=-1).mean()))  # sequences are independent
+    model.train(was)
+    return curve
+
+
+def grad_norm_carried(model: RNNLM, source: Tensor, max_distance: int = 50, *,
+                      max_segments: int | None = None) -> dict:
+    r"""``||d loss_{t+i} / d x_t||_2`` for ``i = 0 .. max_distance``, averaged over a whole
+    batchified stream ``source (N, B)`` with the hidden state carried.
+
+    The stream is cut into consecutive segments of ``max_distance + 1`` positions; ``t`` is the
+    first position of each segment in each column, and the hidden state entering it is the
+    model's state after everything before it in its column (carried, detached, from a zero
+    state at the column's start), so every segment sees its real history. A segment too short
+    for a distance contributes to the shorter distances only. ``max_segments`` keeps the first
+    segments (quick runs). Eval mode.
+
+    Returns ``{"curve": [mean over (segment, column) per i], "count": [terms per i],
+    "segments": n, "columns": B}``."""
+    if isinstance(max_distance, bool) or not isinstance(max_distance, int) or max_distance < 0:
+        raise InvalidValue(f"grad_norm_carried: max_distance must be an int >= 0, got {max_distance!r}")
+    was = model.training
+    model.eval()
+    D = max_distance + 1
+    B = source.shape[1]
+    sums = torch.zeros(D, dtype=torch.float64)
+    counts = [0] * D
+    hidden = model.init_hidden(B)
+    n = 0
+    for i in range(0, source.shape[0] - 1, D):
+        if max_segments is not None and n >= max_segments:
+            break
+        inputs, targets = get_batch(source, i, D)
+        L = inputs.shape[0]
+        with torch.enable_grad():
+            x = model.encoder(inputs).detach().requires_grad_(True)  # (L, B, emb)
+            out, new_hidden = model.rnn(x, hidden)
+            losses = model.nll(model.drop(out), targets, "none")  # (L, B)
+            for d in range(L):
+                (g,) = torch.autograd.grad(losses[d].sum(), x, retain_graph=d < L - 1)
+                sums[d] += float(g[0].norm(dim=-1).double().sum())
+                counts[d] += B
+        hidden = _repackage(new_hidden)
+        n += 1
+    model.train(was)
+    curve = [float(sums[d] / counts[d]) if counts[d] else math.nan for d in range(D)]
+    return {"curve": curve, "count": counts, "segments": n, "columns": B}
+
+
+@torch.no_grad()
+def lm_data_lambda(model: RNNLM, tokens: Tensor, *, iters: int = 20) -> dict:
+    r""":func:`seq2d.stability.data_lambda` of the model's recurrent part (the tanh RNN's
+    layers, or the LSTM's ``(h, c)`` per layer) along its own trajectory on ``tokens (T, B)``
+    (time first; a zero state at the start), the inputs being the embeddings. Eval mode.
+    Returns its dict (``max``, ``mean`` and per-core details)."""
+    from ..stability import data_lambda  # the stability floor: imported when used
+
+    was = model.training
+    model.eval()
+    try:
+        xs = model.encoder(tokens)
+        with torch.enable_grad():
+            return data_lambda(model.rnn, xs, iters=iters)
+    finally:
+        model.train(was)
+
+
+def perplexity(loss: float) -> float:
+    """``exp(loss)`` (inf when it overflows)."""
+    try:
+        return math.exp(loss)
+    except OverflowError:
+        return math.inf
