@@ -10,6 +10,9 @@
   constructor against torch.nn.
 - :func:`threads_line`, :func:`train_result_line`: the one-line reports of ``seq2d mnist`` /
   ``seq2d train``.
+- :func:`write_section`: a generated section of a results page (between ``<!-- NAME:begin -->``
+  and ``<!-- NAME:end -->``), the rest of the page left as it is; every experiment script's
+  ``--doc`` uses it, so hand-written text next to generated numbers survives a rerun.
 
 The reports only format numbers that the library computes; the parameter counts come from
 the model's own ``num_parameters()`` / ``num_trainable()``.
@@ -17,11 +20,33 @@ the model's own ``num_parameters()`` / ``num_trainable()``.
 
 from __future__ import annotations
 
+import os
+import re
+from pathlib import Path
 from typing import Iterator
 
 from .core import core_of
 
-__all__ = ["equivalence_table", "param_breakdown", "show_text", "stability_lines", "threads_line", "train_result_line"]
+__all__ = ["equivalence_table", "param_breakdown", "show_text", "stability_lines", "threads_line", "train_result_line",
+           "write_section"]
+
+
+def write_section(doc: str | os.PathLike, name: str, body: str, *, title: str = "# Results") -> Path:
+    """Put ``body`` between ``<!-- name:begin -->`` and ``<!-- name:end -->`` in the page ``doc``:
+    replace the text between the markers when they are there, else append the block (creating
+    the page, headed by ``title``, when it does not exist). Everything outside the markers is
+    kept byte for byte. Returns the path."""
+    doc = Path(doc)
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+    text = doc.read_text() if doc.is_file() else title.rstrip("\n") + "\n"
+    block = f"{begin}\n{body.strip(chr(10))}\n{end}"
+    if begin in text and end in text and text.index(begin) < text.index(end):
+        text = re.sub(re.escape(begin) + r".*?" + re.escape(end), lambda _: block, text, count=1, flags=re.S)
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    doc.write_text(text)
+    return doc
 
 
 def _yes(b: bool) -> str:

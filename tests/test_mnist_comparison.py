@@ -186,3 +186,26 @@ def test_the_readme_train_command_works(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert "--data-root ROOT (config field 'data_root')" in err and "--data ROOT" not in err
     assert "--data subset trains on the bundled MNIST subset" in err
+
+
+def test_run_py_doc_rewrites_only_its_sections(tmp_path):
+    """experiments/mnist_sparsity/run.py --doc writes its generated sections between markers and
+    leaves hand-written text (deviation table, corrections, ablations) as it is."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mnist_run", ROOT / "experiments" / "mnist_sparsity" / "run.py")
+    run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run)
+    doc = tmp_path / "mnist.md"
+    doc.write_text("# MNIST\n\nhand-written deviations\n\n<!-- mnist-run:begin -->\nold numbers\n<!-- mnist-run:end -->\n\n"
+                   "a correction by hand\n")
+    assert run.main(["--quick", "--models", "mlp", "--sweep-iterations", "1", "--num-threads", "1",
+                     "--out", str(tmp_path / "out"), "--doc", str(doc)]) == 0
+    text = doc.read_text()
+    assert text.startswith("# MNIST\n\nhand-written deviations\n\n<!-- mnist-run:begin -->\n")
+    assert "old numbers" not in text and "a correction by hand\n" in text
+    run_part = text.split("<!-- mnist-run:begin -->")[1].split("<!-- mnist-run:end -->")[0]
+    assert "protocol `ours`" in run_part and "| mlp |" in run_part and "command: `" in run_part
+    for name in ("mnist-protocols", "mnist-sweep"):  # appended once, then replaced in place
+        assert text.count(f"<!-- {name}:begin -->") == 1 and text.count(f"<!-- {name}:end -->") == 1
+    assert (tmp_path / "mnist" / "accuracy_vs_epoch.png").is_file()

@@ -15,21 +15,16 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import shutil
 from pathlib import Path
 
+from seq2d.report import write_section as _write_section
+
 
 def write_section(doc: Path, name: str, body: str, title: str = "# Stable recurrent models: results") -> None:
-    """Replace (or append) the text between the markers ``<!-- name:begin/end -->``."""
-    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
-    text = doc.read_text() if doc.is_file() else title + "\n"
-    block = f"{begin}\n{body.rstrip()}\n{end}"
-    if begin in text and end in text:
-        text = re.sub(re.escape(begin) + r".*?" + re.escape(end), lambda _: block, text, flags=re.S)
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    doc.write_text(text)
+    """Replace (or append) the text between the markers ``<!-- name:begin/end -->``
+    (:func:`seq2d.report.write_section`)."""
+    _write_section(doc, name, body, title=title)
 
 
 def truncation_section(d: dict, rel: str) -> str:
@@ -45,7 +40,7 @@ def truncation_section(d: dict, rel: str) -> str:
         "log gap vs k is fitted where the gap is above float64 noise. `W = lambda Q` (Q orthogonal) has "
         "spectral norm and radius lambda; a Gaussian W scaled to norm lambda has a smaller spectral radius rho.",
         "",
-        "| family | lambda = L ||W||_2 | log lambda | log rho | fitted slope | data lambda (max) | max gap / Lemma 1 bound |",
+        "| family | lambda = L ‖W‖₂ | log lambda | log rho | fitted slope | data lambda (max) | max gap / Lemma 1 bound |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in d["rows"]:
