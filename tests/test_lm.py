@@ -204,6 +204,14 @@ def test_quick_experiment_runs_and_writes_results(tmp_path):
     for name, r in saved["models"].items():
         assert set(r["truncated"]) == {"2", "5"} and r["test_ppl"] > 1, name
         assert len(saved["grad_curve"][name]) == 6
+        carried = saved["grad_curve_carried"][name]
+        assert len(carried["curve"]) == 6 and carried["segments"] >= 1 and carried["curve"][0] > 0
+        lam = r["data_lambda"]
+        assert 0 < lam["mean"] <= lam["max"]
+        if name.startswith("lstm"):
+            assert lam["max_inf"] > 0
+        elif name == "tanh-stable":  # data lambda never exceeds the certificate
+            assert lam["max"] <= r["certified_lambda"] + 1e-6
     assert saved["models"]["tanh-stable"]["certified_lambda"] <= 0.99 * (1 + 1e-6)
     assert saved["models"]["lstm-stable"]["certified_lambda"] < 1
     assert (out / "results.md").read_text().count("|") > 20
@@ -249,3 +257,48 @@ def test_quick_experiment_author_lstm_projection_flag(tmp_path):
     exp.make_stabilizer(model, args)[0]()
     cols = model.rnn.weight_hh_l1.detach()[:8].abs().sum(0)
     assert torch.allclose(cols, torch.full_like(cols, 0.395), atol=1e-6, rtol=0)
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"stable_rnn_{name}", ROOT / "experiments" / "stable_rnn" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_truncated_training_quick_runs_and_writes_results(tmp_path):
+    exp = _load("truncated_training")
+    root = write_corpus(tmp_path / "data", n_lines=(400, 60, 60))
+    out = tmp_path / "out"
+    doc = tmp_path / "docs" / "stability.md"
+    doc.parent.mkdir()
+    doc.write_text("# Results\n\nother section\n")
+    res = exp.main(["--quick", "--out", str(out), "--data-root", str(root), "--tokens", "2000", "--eval-tokens", "400",
+                    "--emb", "8", "--hidden", "16", "--cutoffs", "10,20", "--ks", "2,3", "--grad-distance", "4",
+                    "--max-batches", "4", "--lambda-rows", "5", "--threads", "1", "--doc", str(doc)])
+    saved = json.loads((out / "results.json").read_text())
+    assert set(saved["runs"]) == {"unstable", "stable"}
+    for tag, run in saved["runs"].items():
+        models = run["models"]
+        assert list(models) == ["recurrent", "recurrent, init perturbed", "k=2", "k=3"]
+        rec = models["recurrent"]
+        assert set(rec["test_ppl_truncated_at"]) == {"2", "3"} and len(rec["grad_carried"]["curve"]) == 5
+        assert rec["distance"]["recurrent"] == 0 and rec["distance"]["recurrent_moved"] > 0
+        for name in ("recurrent, init perturbed", "k=2", "k=3"):
+            m = models[name]
+            assert m["steps"] == rec["steps"] == 3 and m["distance"]["recurrent"] > 0 and m["test_ppl_recurrent"] > 1
+            assert m["data_lambda"]["max"] > 0
+        assert models["k=2"]["test_ppl_truncated"] > 1
+        if tag == "stable":
+            assert all(m["certified_lambda"] <= 0.99 * (1 + 1e-6) for m in models.values())
+    assert saved["config"]["cutoffs"] == [10, 20]
+    assert res["runs"]["stable"]["stable"] is True
+    for f in ("truncated_ppl.png", "weight_distance.png", "grad_carried.png", "results.md"):
+        assert (out / f).stat().st_size > 0, f
+    text = doc.read_text()
+    assert text.startswith("# Results\n\nother section\n") and "<!-- truncated-training:begin -->" in text
+    assert "Quick mode" in text and (doc.parent / "stability" / "truncated_training_weight_distance.png").is_file()
+    # --from-json writes the same section again from the JSON alone (nothing retrained)
+    doc2 = tmp_path / "docs2" / "stability.md"
+    exp.main(["--from-json", str(out / "results.json"), "--out", str(tmp_path / "out2"), "--doc", str(doc2)])
+    assert doc2.read_text().split("<!-- truncated-training:begin -->")[1] == text.split("<!-- truncated-training:begin -->")[1]

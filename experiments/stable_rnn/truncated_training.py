@@ -1,0 +1,378 @@
+"""Training truncated (feed-forward) language models against the recurrent one on WikiText-2.
+
+Miller & Hardt (arXiv 1805.10369) prove that for a stable recurrent model, gradient descent on
+the k-truncated feed-forward model and on the recurrent model end at nearby weights, the distance
+shrinking as k grows (as summarised in the project brief; their step rule is alpha/t with
+projection, see gradient_gaps.py); for unstable models nothing is promised. This script trains,
+from one initialisation, on the same batches in the same order with the same optimizer:
+
+    recurrent   the RNN LM, hidden state carried across BPTT segments (seq2d.lm.train_lm, k=None)
+    k = 2, 5, ...   the same LM trained as its k-truncated version: each position sees only its
+                last k tokens, from a zero state (RNNLM.window_features, the same parameters)
+
+for a stable model (||W_hh||_2 <= --rnn-lambda after every step, seq2d.stability.SpectralClip)
+and an unstable one (free). It reports, per model: test perplexity in its own mode and in the
+other one (a truncated model run recurrently, the recurrent model truncated at its k), the
+distance of its weights to the recurrent model's (recurrent part and all parameters, absolute and
+relative, next to how far the recurrent model moved from the common initialisation), the
+certified and data contraction constants (seq2d.stability), and for the two recurrent models
+||d loss_{t+i} / d x_t|| over the whole test stream with the hidden state carried
+(seq2d.lm.grad_norm_carried; the paper's Fig. 2).
+
+Our variant (CPU scale), not the paper's protocol: a one-layer tanh RNN (the contraction is then
+certified in the plain 2-norm), embedding/hidden 64, dropout 0 (so the distance reflects the
+truncation, not dropout noise), an adaptive softmax (cutoffs 2000, 10000; ids by frequency), the
+whole token stream, a few epochs.
+
+    # the run in docs/results/stability.md (CPU, about 45 minutes with --jobs 2)
+    python experiments/stable_rnn/truncated_training.py --jobs 2 --out runs/stable_rnn/truncated_training \\
+        --doc docs/results/stability.md
+    # quick mode (CI): a slice of the corpus, a few batches
+    python experiments/stable_rnn/truncated_training.py --quick --out /tmp/tt
+    # tables, plots and the doc section again from a run's results.json (nothing retrained)
+    python experiments/stable_rnn/truncated_training.py --from-json runs/stable_rnn/truncated_training/results.json \
+        --out runs/stable_rnn/truncated_training --doc docs/results/stability.md
+
+Outputs in --out: results.json, results.md, truncated_ppl.png, weight_distance.png,
+grad_carried.png, per model <stability>/<model>/metrics.{jsonl,csv}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import json
+import math
+import multiprocessing as mp
+import platform
+import shlex
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from seq2d.data.wikitext import Corpus, batchify
+from seq2d.envinfo import cpu_name
+from seq2d.lm import RNNLM, evaluate, grad_norm_carried, lm_data_lambda, perplexity, train_lm, weight_distance
+from seq2d.stability import SpectralClip, certified_lambda
+from seq2d.train.trainer import write_metrics
+
+FULL = dict(tokens=None, eval_tokens=None, epochs=2, max_batches=None, ks="2,5,10,20", carried_segments=None,
+            lambda_rows=200)
+QUICK = dict(tokens=30_000, eval_tokens=6_000, epochs=1, max_batches=12, ks="2,5", carried_segments=4, lambda_rows=20)
+
+
+def _report():
+    spec = importlib.util.spec_from_file_location("stable_rnn_report", Path(__file__).with_name("report.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _finite(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    return v
+
+
+def make_model(args, vocab: int) -> RNNLM:
+    torch.manual_seed(args.seed)
+    return RNNLM(vocab, args.emb, args.hidden, args.layers, args.dropout, cell="tanh",
+                 adaptive_cutoffs=[c for c in args.cutoffs if c < vocab] or None)
+
+
+def run_stability(stable: bool, args, out: Path) -> dict:
+    """Every model (recurrent, then each k) of one stability setting; one process."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    tag = "stable" if stable else "unstable"
+    corpus = Corpus(args.data_root, limit_tokens=args.tokens, limit_eval_tokens=args.eval_tokens, order="frequency")
+    train, valid = batchify(corpus.train, args.batch_size), batchify(corpus.valid, args.eval_batch_size)
+    test = batchify(corpus.test, args.eval_batch_size)
+    V = corpus.vocab_size
+    init = make_model(args, V)
+    models, rows = {}, {}
+    plan = [("recurrent", None)] + ([("recurrent, init perturbed", None)] if args.control_eps > 0 else [])
+    for name, k in plan + [(f"k={k}", k) for k in args.ks]:
+        lm = make_model(args, V)
+        if name == "recurrent, init perturbed":  # the control: how far SGD alone carries a tiny difference
+            g = torch.Generator().manual_seed(args.seed + 1)
+            with torch.no_grad():
+                for prm in lm.parameters():
+                    prm.add_(torch.randn(prm.shape, generator=g) * (args.control_eps * prm.norm() / prm.numel() ** 0.5))
+        clip = SpectralClip(lm.rnn, args.rnn_lambda) if stable else None
+        if clip is not None:
+            clip.project()  # start feasible (the same projected start for every model)
+        info = train_lm(lm, train, valid, epochs=args.epochs, lr=args.lr, clip=args.clip, bptt=args.bptt, k=k,
+                        stabilize=clip.project if clip else None, max_batches=args.max_batches, name=f"{tag} {name}",
+                        log=lambda m: print(m, flush=True))
+        if info["history"]:
+            (out / tag / name).mkdir(parents=True, exist_ok=True)
+            write_metrics(out / tag / name, info["history"])
+        lm.eval()
+        t0 = time.perf_counter()
+        row = {"k": k, "steps": info["steps"], "diverged": info["diverged"], "train_time_s": info["train_time_s"],
+               "epochs": len(info["history"]), "valid_ppl": perplexity(info["best_valid_loss"]),
+               "test_ppl_recurrent": perplexity(evaluate(lm, test, args.bptt)),
+               "certified_lambda": certified_lambda(lm.rnn)["lambda"]}
+        if k is not None:
+            row["test_ppl_truncated"] = perplexity(evaluate(lm, test, args.bptt, k=k))
+        elif name == "recurrent":
+            row["test_ppl_truncated_at"] = {str(kk): perplexity(evaluate(lm, test, args.bptt, k=kk)) for kk in args.ks}
+            row["grad_carried"] = grad_norm_carried(lm, test, max_distance=args.grad_distance,
+                                                    max_segments=args.carried_segments)
+        dl = lm_data_lambda(lm, test[:args.lambda_rows])
+        row["data_lambda"] = {"max": dl["max"], "mean": dl["mean"]}
+        row["eval_time_s"] = round(time.perf_counter() - t0, 2)
+        models[name], rows[name] = lm, row
+        print(f"[{tag} {name}] test ppl (own mode) "
+              f"{row.get('test_ppl_truncated', row['test_ppl_recurrent']):.2f}  certified lambda "
+              f"{row['certified_lambda']:.3f}  data lambda {dl['max']:.3f}", flush=True)
+    rec = models["recurrent"]
+    for name, lm in models.items():
+        rows[name]["distance"] = weight_distance(lm, rec, reference=init)
+    return {"stable": stable, "models": rows, "corpus": {"vocab": V, "train_tokens": corpus.train.numel(),
+                                                         "valid_tokens": corpus.valid.numel(),
+                                                         "test_tokens": corpus.test.numel()}}
+
+
+def _run(args_out):
+    stable, args, out = args_out
+    return run_stability(stable, args, out)
+
+
+# ---------------------------------------------------------------------- outputs
+def _f(v, nd=1):
+    return "--" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.{nd}f}"
+
+
+def tables(res: dict) -> str:
+    lines = []
+    for tag, r in res["runs"].items():
+        rec = r["models"]["recurrent"]
+        lam = res["config"]["rnn_lambda"]
+        lines += [f"**{tag}** ({'||W_hh||_2 <= ' + str(lam) + ' after every step' if r['stable'] else 'free'}); "
+                  f"the recurrent model moved {_f(rec['distance']['recurrent_moved'], 2)} (recurrent weights) / "
+                  f"{_f(rec['distance']['all_moved'], 2)} (all) from the common initialisation:", "",
+                  "| trained as | test ppl, own mode | test ppl, run recurrently | recurrent model truncated at k | "
+                  "distance to recurrent: W_rnn (rel.) | all params (rel.) | certified lambda | data lambda max / mean |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for name, m in r["models"].items():
+            d = m["distance"]
+            own = m.get("test_ppl_truncated", m["test_ppl_recurrent"])
+            at = "--" if m["k"] is None else _f(rec["test_ppl_truncated_at"].get(str(m["k"])))
+            dist = ("0 (itself)", "0 (itself)") if name == "recurrent" else (
+                f"{_f(d['recurrent'], 3)} ({_f(100 * d['recurrent_rel'], 1)} %)",
+                f"{_f(d['all'], 3)} ({_f(100 * d['all_rel'], 1)} %)")
+            lines.append(f"| {name} | {_f(own)} | {_f(m['test_ppl_recurrent'])} | {at} | {dist[0]} | {dist[1]} | "
+                         f"{_f(m['certified_lambda'], 3)} | {_f(m['data_lambda']['max'], 3)} / "
+                         f"{_f(m['data_lambda']['mean'], 3)} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plots(res: dict, out: Path) -> dict[str, str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ks = res["config"]["ks"]
+    files = {}
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for i, (tag, r) in enumerate(res["runs"].items()):
+        ys = [r["models"][f"k={k}"].get("test_ppl_truncated") for k in ks]
+        ax.plot(ks, [y if y is not None else math.nan for y in ys], "o-", color=f"C{i}", label=f"{tag}: trained truncated")
+        at = r["models"]["recurrent"]["test_ppl_truncated_at"]
+        ax.plot(ks, [at.get(str(k)) or math.nan for k in ks], "s--", color=f"C{i}", alpha=0.6,
+                label=f"{tag}: recurrent model, truncated at k")
+        ax.axhline(r["models"]["recurrent"]["test_ppl_recurrent"], color=f"C{i}", ls=":", lw=1)
+    ax.set_xscale("log")
+    ax.set_xticks(ks, [str(k) for k in ks])
+    ax.set_xlabel("k (dotted: the recurrent model)")
+    ax.set_ylabel("test perplexity")
+    ax.set_title(f"WikiText-2: truncated training ({res['mode']} mode)", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "truncated_ppl.png", dpi=110)
+    plt.close(fig)
+    files["test perplexity vs k"] = "truncated_ppl.png"
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for i, (tag, r) in enumerate(res["runs"].items()):
+        for what, ls in (("recurrent_rel", "o-"), ("all_rel", "s--")):
+            ys = [r["models"][f"k={k}"]["distance"][what] for k in ks]
+            ax.plot(ks, ys, ls, color=f"C{i}", label=f"{tag}: {'W_rnn' if what == 'recurrent_rel' else 'all parameters'}")
+        ctl = r["models"].get("recurrent, init perturbed")
+        if ctl is not None:
+            ax.axhline(ctl["distance"]["recurrent_rel"], color=f"C{i}", ls=":", lw=1)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xticks(ks, [str(k) for k in ks])
+    ax.set_xlabel("k (dotted: the recurrent model from a perturbed initialisation, W_rnn)")
+    ax.set_ylabel(r"$\|\theta_k - \theta_{rec}\|_F / \|\theta_{rec}\|_F$")
+    ax.set_title("distance between truncated-trained and recurrent weights", fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "weight_distance.png", dpi=110)
+    plt.close(fig)
+    files["weight distance vs k"] = "weight_distance.png"
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for i, (tag, r) in enumerate(res["runs"].items()):
+        c = r["models"]["recurrent"]["grad_carried"]["curve"]
+        ax.semilogy(range(len(c)), [v if v > 0 else math.nan for v in c], color=f"C{i}", label=f"{tag} recurrent")
+    ax.set_xlabel("distance i (tokens)")
+    ax.set_ylabel(r"$\|\partial\, \mathrm{loss}_{t+i} / \partial x_t\|_2$")
+    ax.set_title("whole test stream, hidden state carried", fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "grad_carried.png", dpi=110)
+    plt.close(fig)
+    files["gradient norm vs distance (carried state)"] = "grad_carried.png"
+    return files
+
+
+def doc_section(res: dict, table: str, images: dict[str, str]) -> str:
+    a, env, c = res["config"], res["env"], res["corpus"]
+    lines = ["## Truncated (feed-forward) LMs trained against the recurrent one", "",
+             "<!-- Written by experiments/stable_rnn/truncated_training.py --doc; rerun it rather than editing numbers. -->", ""]
+    if res["mode"] == "quick":
+        lines += ["**Quick mode**: a slice of the corpus and a few batches; the numbers only show the pipeline runs.", ""]
+    lines += [f"Command: `{res['command']}`", "",
+              f"Mode `{res['mode']}`; seed {a['seed']} (one initialisation shared by every model of the page); "
+              f"{env['hardware']}; torch {env['torch']}; {env['date']}; wall time {res['total_time_s'] / 60:.1f} min.", "",
+              "Our variant (not the paper's protocol, which we have not read; it tests Miller & Hardt's result that "
+              "gradient descent on a stable model and on its truncation ends at nearby weights): one-layer tanh "
+              f"RNN in Sequential2D form, embedding {a['emb']}, hidden {a['hidden']}, dropout {a['dropout']}, adaptive "
+              f"softmax (cutoffs {a['cutoffs']}, ids ordered by training frequency), SGD lr {a['lr']} divided by 4 "
+              f"when validation stops improving, gradient clip {a['clip']}, batch {a['batch_size']}, BPTT {a['bptt']}, "
+              f"{a['epochs']} epoch(s) over {c['train_tokens']:,} training tokens (vocabulary {c['vocab']:,}); test "
+              f"{c['test_tokens']:,} tokens. Every model starts from the same weights and sees the same batches in the "
+              "same order; a truncated model's batch positions each see their last k tokens (the k - 1 before a "
+              "segment come from the stream), the recurrent model carries its hidden state. Stable: "
+              f"`SpectralClip(lam={a['rnn_lambda']})` after every step, for every model of that run.", "",
+              table,
+              "Columns: \"own mode\" is how the model was trained (truncated at its k, or recurrent); \"run "
+              "recurrently\" runs the same weights with the hidden state carried through the test stream; \"recurrent "
+              "model truncated at k\" is the recurrent model's weights evaluated as a k-truncation. Distances are "
+              "Frobenius norms of the parameter difference to the recurrent model of the same run (`seq2d.lm.weight_distance`), "
+              "relative to the recurrent model's norm; \"recurrent, init perturbed\" is the recurrent model trained "
+              f"from the common initialisation plus Gaussian noise of relative size {a['control_eps']:g} per tensor: "
+              "the distance that SGD's own sensitivity makes of a tiny difference, the floor a truncation "
+              "distance is read against. Data lambda: `seq2d.stability.data_lambda` over the first "
+              f"{a['lambda_rows']} rows of the batchified test stream ({a['eval_batch_size']} columns).", ""]
+    for title, rel in images.items():
+        lines += [f"![{title}]({rel})", ""]
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="a corpus slice and a few batches (CI)")
+    ap.add_argument("--out", default=None, help="output folder (default runs/stable_rnn/truncated_training[_quick])")
+    ap.add_argument("--data-root", default=None, help="folder holding wikitext-2/ (default $SEQ2D_DATA)")
+    ap.add_argument("--runs", default="unstable,stable", help="which of unstable, stable")
+    ap.add_argument("--ks", default=None, help="truncation lengths (full: 2,5,10,20; quick: 2,5)")
+    ap.add_argument("--epochs", type=int, default=None, help="full: 3; quick: 1")
+    ap.add_argument("--tokens", type=int, default=None, help="training tokens to keep (full: all)")
+    ap.add_argument("--eval-tokens", type=int, default=None, help="validation/test tokens to keep (full: all)")
+    ap.add_argument("--max-batches", type=int, default=None, help="batches per epoch (full: all; quick: 12)")
+    ap.add_argument("--emb", type=int, default=64)
+    ap.add_argument("--hidden", type=int, default=64)
+    ap.add_argument("--layers", type=int, default=1)
+    ap.add_argument("--dropout", type=float, default=0.0)
+    ap.add_argument("--cutoffs", default="2000,10000", help="adaptive softmax cutoffs ('' for a full softmax)")
+    ap.add_argument("--lr", type=float, default=5.0,
+                    help="initial SGD lr (5: the best of 1, 2, 5 for both runs in a 600-batch pilot; 20 diverges unstable)")
+    ap.add_argument("--clip", type=float, default=0.25)
+    ap.add_argument("--batch-size", type=int, default=20)
+    ap.add_argument("--eval-batch-size", type=int, default=10)
+    ap.add_argument("--bptt", type=int, default=35)
+    ap.add_argument("--rnn-lambda", type=float, default=0.99, help="stable run: ||W_hh||_2 bound")
+    ap.add_argument("--grad-distance", type=int, default=50)
+    ap.add_argument("--control-eps", type=float, default=1e-4,
+                    help="also train the recurrent model from the initialisation perturbed by this relative amount "
+                         "per tensor (the distance SGD alone makes of it; 0: no control)")
+    ap.add_argument("--carried-segments", type=int, default=None, help="full: the whole test stream")
+    ap.add_argument("--lambda-rows", type=int, default=None, help="test rows for data lambda (full 200)")
+    ap.add_argument("--seed", type=int, default=1111)
+    ap.add_argument("--threads", type=int, default=None, help="torch threads per process (default: 1 with --jobs 2)")
+    ap.add_argument("--jobs", type=int, default=1, choices=(1, 2), help="run the two stability settings in parallel")
+    ap.add_argument("--doc", default=None, help="write the section of this results page (images next to it)")
+    ap.add_argument("--from-json", default=None, help="write tables, plots and --doc from this results.json (no training)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> dict:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    if args.from_json:
+        res = json.loads(Path(args.from_json).read_text())
+        out = Path(args.out or Path(args.from_json).parent)
+        out.mkdir(parents=True, exist_ok=True)
+        return write_outputs(res, out, args.doc)
+    mode = "quick" if args.quick else "full"
+    for k, v in (QUICK if args.quick else FULL).items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
+    args.ks = sorted({int(k) for k in str(args.ks).split(",") if k.strip()})
+    args.cutoffs = [int(c) for c in str(args.cutoffs).split(",") if c.strip()]
+    runs = [r.strip() for r in args.runs.split(",") if r.strip()]
+    if not runs or any(r not in ("stable", "unstable") for r in runs) or not args.ks or min(args.ks) < 1:
+        raise SystemExit("--runs must list stable/unstable and --ks positive ints")
+    if args.jobs == 2 and args.threads is None:
+        args.threads = 1
+    out = Path(args.out or f"runs/stable_rnn/truncated_training{'_quick' if args.quick else ''}")
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    jobs = [(r == "stable", args, out) for r in runs]
+    if args.jobs == 2 and len(jobs) == 2:
+        with mp.get_context("spawn").Pool(2) as pool:
+            done = pool.map(_run, jobs)
+    else:
+        done = [_run(j) for j in jobs]
+    res = {"mode": mode, "command": "python experiments/stable_rnn/truncated_training.py " + " ".join(shlex.quote(a) for a in argv),
+           "config": {k: v for k, v in vars(args).items()}, "corpus": done[0]["corpus"],
+           "env": {"hardware": f"{cpu_name()}, {args.jobs} process(es) x {args.threads or torch.get_num_threads()} thread(s)",
+                   "torch": torch.__version__, "python": platform.python_version(),
+                   "date": datetime.date.today().isoformat()},
+           "runs": {r: d for r, d in zip(runs, done)}, "total_time_s": round(time.perf_counter() - t0, 1)}
+    (out / "results.json").write_text(json.dumps(_finite(res), indent=2) + "\n")
+    return write_outputs(res, out, args.doc)
+
+
+def write_outputs(res: dict, out: Path, doc: str | None) -> dict:
+    """results.md, the plots and (with ``doc``) the page section, all from ``res``."""
+    res = json.loads(json.dumps(_finite(res)))  # the same numbers as results.json holds (None for inf/nan)
+    table = tables(res)
+    files = plots(res, out)
+    (out / "results.md").write_text(f"# Truncated training ({res['mode']} mode)\n\n`{res['command']}`\n\n{table}\n")
+    print(table)
+    print(f"wrote {out}/results.json, results.md and plots ({res['total_time_s']:.0f}s)")
+    if doc:
+        doc = Path(doc)
+        img = doc.parent / "stability"
+        img.mkdir(parents=True, exist_ok=True)
+        images = {}
+        for title, f in files.items():
+            shutil.copyfile(out / f, img / f"truncated_training_{f}")
+            images[title] = f"stability/truncated_training_{f}"
+        (img / "truncated_training.json").write_text(json.dumps(res, indent=2) + "\n")
+        _report().write_section(doc, "truncated-training", doc_section(res, table, images))
+        print(f"wrote {doc}")
+    return res
+
+
+if __name__ == "__main__":
+    main()
