@@ -247,3 +247,28 @@ def test_train_lm_recurrent_and_truncated():
         weight_distance(models[3], RNNLM(7, emb=6, hidden=9, layers=1))
     with pytest.raises(ValueError, match="k must"):
         train_lm(models[3], train, valid, epochs=1, k=0)
+
+
+def test_train_lm_stops_on_a_non_finite_loss_and_keeps_the_best_weights():
+    torch.manual_seed(0)
+    data = torch.randint(0, 7, (800,), generator=torch.Generator().manual_seed(6))
+    train, valid = batchify(data[:640], 8), batchify(data[640:], 4)
+    lm = RNNLM(7, emb=6, hidden=8, layers=1, dropout=0.0)
+    r1 = train_lm(lm, train, valid, epochs=1, lr=1.0, bptt=10, log=None)
+    good = {n: p.detach().clone() for n, p in lm.named_parameters()}
+    calls = {"n": 0}
+    nll = lm.nll
+
+    def poisoned(*a, **kw):
+        calls["n"] += 1
+        out = nll(*a, **kw)
+        return out * float("nan") if calls["n"] == 3 and lm.training else out
+
+    lm.nll = poisoned
+    r2 = train_lm(lm, train, valid, epochs=2, lr=1.0, bptt=10, log=None)
+    assert r1["diverged"] is None and r1["history"]
+    assert r2["diverged"] == "non-finite training loss at epoch 1, by batch 3" and r2["history"] == []
+    assert r2["steps"] == 2  # the poisoned step is never applied
+    # no epoch finished, so no best state: the weights are those of the two good steps, all finite
+    assert all(torch.isfinite(p).all() for p in lm.parameters())
+    assert any(not torch.equal(p, good[n]) for n, p in lm.named_parameters())

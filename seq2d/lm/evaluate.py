@@ -42,7 +42,7 @@ def evaluate(model: RNNLM | TruncatedLM, source: Tensor, bptt: int = 35, *, k: i
     was = model.training
     model.eval()
     hidden = model.init_hidden(source.shape[1]) if k is None else None
-    total, count = 0.0, 0
+    total, count = torch.zeros((), dtype=torch.float64, device=source.device), 0
     for i in range(0, source.shape[0] - 1, bptt):
         x, y = get_batch(source, i, bptt)
         if k is None:
@@ -50,10 +50,10 @@ def evaluate(model: RNNLM | TruncatedLM, source: Tensor, bptt: int = 35, *, k: i
         else:
             ctx = source[max(0, i - (k - 1)):i]
             feats = model.features(x, ctx) if isinstance(model, TruncatedLM) else model.window_features(x, k, ctx)
-        total += float(model.nll(feats, y, "sum"))
+        total += model.nll(feats, y, "sum").double()  # on the device: one sync at the end
         count += y.numel()
     model.train(was)
-    return total / max(count, 1)
+    return float(total) / max(count, 1)
 
 
 def evaluate_truncated(model: TruncatedLM, source: Tensor, bptt: int = 35) -> float:

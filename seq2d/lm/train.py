@@ -36,7 +36,9 @@ def train_lm(model: RNNLM, train: Tensor, valid: Tensor, *, epochs: int, lr: flo
     ``train_loss``, ``valid_loss``, ``lr``, ``epoch_time_s``, perplexities), ``best_valid_loss``,
     ``steps``, ``diverged`` (a reason or None) and ``train_time_s``; ``model`` ends with its
     best-validation weights. ``stabilize()`` runs after every optimizer step (a projection).
-    A non-finite training loss stops training (the best weights so far are kept)."""
+    A non-finite training loss stops training (the best weights so far are kept); on a GPU the
+    loss is checked every 50 steps and at the end of each epoch rather than every step, so the
+    loop does not wait for the device at every step (on the CPU: every step)."""
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0:
         raise InvalidValue(f"train_lm: epochs must be an int >= 0, got {epochs!r}")
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k <= 0):
@@ -44,11 +46,13 @@ def train_lm(model: RNNLM, train: Tensor, valid: Tensor, *, epochs: int, lr: flo
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     best, best_state, history, step, diverged = math.inf, None, [], 0, None
     bsz = train.shape[1]
+    check_every = 1 if train.device.type == "cpu" else 50
     t_start = time.perf_counter()
     for epoch in range(1, epochs + 1):
         model.train()
         hidden = model.init_hidden(bsz) if k is None else None
-        total, count, t0 = 0.0, 0, time.perf_counter()
+        total, count, t0 = torch.zeros((), dtype=torch.float64, device=train.device), 0, time.perf_counter()
+        nonfinite = torch.zeros((), dtype=torch.bool, device=train.device)
         for b, i in enumerate(range(0, train.shape[0] - 1, bptt)):
             if max_batches is not None and b >= max_batches:
                 break
@@ -60,8 +64,9 @@ def train_lm(model: RNNLM, train: Tensor, valid: Tensor, *, epochs: int, lr: flo
             else:
                 feats = model.window_features(x, k, train[max(0, i - (k - 1)):i])
             loss = model.nll(feats, y, "mean")
-            if not torch.isfinite(loss):
-                diverged = f"non-finite training loss at epoch {epoch}, batch {b + 1}"
+            nonfinite |= ~torch.isfinite(loss.detach())
+            if (b + 1) % check_every == 0 and bool(nonfinite):
+                diverged = f"non-finite training loss at epoch {epoch}, by batch {b + 1}"
                 break
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
@@ -69,10 +74,11 @@ def train_lm(model: RNNLM, train: Tensor, valid: Tensor, *, epochs: int, lr: flo
             step += 1
             if stabilize is not None:
                 stabilize()
-            total += float(loss.detach()) * y.numel()
+            total += loss.detach().double() * y.numel()
             count += y.numel()
-        if train.device.type == "cuda":
-            torch.cuda.synchronize(train.device)
+        if not diverged and bool(nonfinite):  # (also the device sync that ends the epoch's timing)
+            diverged = f"non-finite training loss in epoch {epoch}"
+        total = float(total)
         epoch_time = time.perf_counter() - t0
         if diverged:
             if log:

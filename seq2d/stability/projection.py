@@ -176,13 +176,15 @@ class SpectralClip:
         reports = []
         for plan in self._plans:
             slots, bound = plan["slots"], self.lam / plan["L"]
-            W = recurrent_matrix(m, slots)
+            # float64 SVDs on the host: on a GPU they would be slow and sync anyway (one copy
+            # of the core's matrix down, and the projected blocks up only when they change)
+            W = recurrent_matrix(m, slots).cpu()
             dtype = plan["blocks"][0][2].weight.dtype if plan["blocks"] else _F64
             shrink = _shrink(dtype, W.shape[0])
             before = float(torch.linalg.matrix_norm(W, ord=2)) if W.numel() else 0.0
             projected = False
             if self.mode == "svd":
-                new = _clip(W, bound, shrink)
+                new = _clip(W, bound, shrink) if before > bound else None
                 if new is not None:
                     off = {}
                     total = 0
@@ -197,7 +199,7 @@ class SpectralClip:
                 for blk in {id(b): b for _, _, b in plan["blocks"]}.values():
                     blk.weight.mul_(factor)
                 projected = True
-            after = float(torch.linalg.matrix_norm(recurrent_matrix(m, slots), ord=2)) if projected else before
+            after = float(torch.linalg.matrix_norm(recurrent_matrix(m, slots).cpu(), ord=2)) if projected else before
             reports.append({"slots": slots, "bound": bound, "norm_before": before, "norm_after": after, "projected": projected})
         self.last = reports
         return reports
