@@ -236,7 +236,7 @@ def write_doc(doc: Path, out: Path, env: dict, table: str, sweep_table: str | No
         "![final accuracy per model](mnist/final_accuracy.png)",
     ]
     protocols = [
-        "## Protocols (`seq2d mnist --protocol NAME`, `run.py --protocol NAME`)",
+        "## Protocols (`seq2d mnist --protocol NAME`)",
         "",
         "Each protocol is a set of config fields (`seq2d.mnist_comparison.PROTOCOLS`, `protocol_config(name, scale)`) "
         "on top of the scale (`quick`: bundled subset, 4 epochs; `--full`: full MNIST, 100 epochs). `--augment-test` "
