@@ -34,8 +34,11 @@ from seq2d.train import (
     save_config,
     synthetic_data,
 )
+from seq2d.train.distributed import resolve_device
 
 DATA = synthetic_data(16, 4, n_train=256, n_test=128)
+# the device TrainConfig's default device="auto" resolves to: cuda (this process's GPU) when available
+AUTO_DEVICE = str(resolve_device("auto"))
 
 
 def cfg_for(tmp_path, name="run", **kw):
@@ -83,7 +86,7 @@ def test_run_trains_and_writes_config_metrics_checkpoint(tmp_path):
         table = list(csv.DictReader(f))
     assert tuple(table[0]) == METRIC_COLUMNS and len(table) == 2
     assert float(table[1]["test_acc"]) == rows[1]["test_acc"]
-    assert rows[0]["device"] == "cpu" and rows[0]["world_size"] == 1 and rows[0]["lr"] == 1e-2
+    assert rows[0]["device"] == AUTO_DEVICE and rows[0]["world_size"] == 1 and rows[0]["lr"] == 1e-2
     # it learned something: 4 classes, chance is 0.25
     assert rows[1]["test_acc"] > 0.5 and rows[1]["train_loss"] < rows[0]["train_loss"]
     assert load_config(out / "config.toml") == cfg
@@ -91,7 +94,7 @@ def test_run_trains_and_writes_config_metrics_checkpoint(tmp_path):
     assert ck["epoch"] == 2 and ck["step"] == 16 and config_from_dict(ck["config"]) == cfg
     assert same_state(ck["model"], trainer.model.state_dict())
     assert s["final_test_acc"] == rows[1]["test_acc"] and s["params"] == seq2d.mlp([16, 8, 4]).num_parameters()
-    assert s["best_test_acc"] == max(r["test_acc"] for r in rows) and s["epochs"] == 2 and s["device"] == "cpu"
+    assert s["best_test_acc"] == max(r["test_acc"] for r in rows) and s["epochs"] == 2 and s["device"] == AUTO_DEVICE
 
 
 def test_callbacks_see_every_step_and_add_metrics(tmp_path):

@@ -32,6 +32,7 @@ same generator state gives the same output; a CPU and a CUDA generator give diff
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import torch
 import torch.nn.functional as F
@@ -151,6 +152,19 @@ def _startpoints(height: int, width: int, **kw) -> torch.Tensor:
     return torch.tensor([[0, 0], [width - 1, 0], [width - 1, height - 1], [0, height - 1]], **kw)
 
 
+# Constant tensors built from Python lists (``torch.tensor(...)``) are made on the host; on a GPU
+# each would be a host-to-device copy per batch, so they are made once per (size, device) and
+# reused. They are read only (never written in place), so sharing them is safe.
+@lru_cache(maxsize=64)
+def _cached_startpoints(height: int, width: int, device: torch.device) -> torch.Tensor:
+    return _startpoints(height, width, dtype=torch.float64, device=device)
+
+
+@lru_cache(maxsize=16)
+def _identity_coeffs(device: torch.device) -> torch.Tensor:
+    return torch.tensor([1, 0, 0, 0, 1, 0, 0, 0], dtype=torch.float64, device=device)
+
+
 def perspective_coeffs(startpoints: torch.Tensor, endpoints: torch.Tensor) -> torch.Tensor:
     """Batched coefficients ``(a, b, c, d, e, f, g, h)`` mapping output to input pixels.
 
@@ -172,7 +186,7 @@ def perspective_coeffs(startpoints: torch.Tensor, endpoints: torch.Tensor) -> to
     A = torch.stack([rows_x, rows_y], 2).reshape(e.shape[0], 8, 8)
     b = torch.stack([sx, sy], -1).reshape(e.shape[0], 8)
     sol, info = torch.linalg.solve_ex(A, b)
-    ident = torch.tensor([1, 0, 0, 0, 1, 0, 0, 0], dtype=dt, device=e.device)
+    ident = _identity_coeffs(e.device)
     bad = (info != 0) | ~torch.isfinite(sol).all(-1)
     return torch.where(bad[:, None], ident, sol)
 
@@ -192,7 +206,8 @@ def perspective(
     """
     B, C, H, W = x.shape
     work = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
-    coeffs = perspective_coeffs(_startpoints(H, W), endpoints).to(device=x.device, dtype=work)
+    start = _cached_startpoints(H, W, endpoints.device)  # built once per size and device
+    coeffs = perspective_coeffs(start, endpoints).to(device=x.device, dtype=work)
     c = [coeffs[:, k, None, None] for k in range(8)]
     xs = (torch.arange(W, device=x.device, dtype=work) + 0.5)[None, None, :]
     ys = (torch.arange(H, device=x.device, dtype=work) + 0.5)[None, :, None]
@@ -203,9 +218,9 @@ def perspective(
     # A pixel whose projective denominator is <= 0 maps to the far side of the horizon (on tiny
     # images with strong distortion): outside the source, so it gets ``fill`` (NaN otherwise).
     # For every warp with den > 0 everywhere (all the MNIST sizes tested) this changes nothing.
+    # Applied unconditionally: testing ``outside.any()`` first would be a host sync per batch.
     outside = ~((den > 0) & torch.isfinite(grid).all(-1))
-    if bool(outside.any()):
-        grid = grid.masked_fill(outside[..., None], 2.0)
+    grid = grid.masked_fill(outside[..., None], 2.0)
     xin = x.to(work)
     out = F.grid_sample(xin - fill, grid, mode="bilinear", padding_mode="zeros", align_corners=False) + fill
     out = out.to(x.dtype)

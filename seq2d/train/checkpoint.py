@@ -140,7 +140,11 @@ def check_rng_state(state, where: str = "the checkpoint") -> None:
 def restore_rng_state(state: Mapping, generators: Mapping[str, torch.Generator] | None = None, *,
                       where: str = "the checkpoint") -> None:
     """Restore what :func:`capture_rng_state` captured (generators by name; a generator the
-    state does not hold, or an incomplete state, raises CheckpointError naming ``where``)."""
+    state does not hold, or an incomplete state, raises CheckpointError naming ``where``).
+
+    The state may come from ``load_checkpoint(map_location="cuda")``, which puts every tensor
+    on the GPU; torch and numpy want host memory (CPU ByteTensors, arrays), so every tensor is
+    moved to the CPU before use (a no-op for CPU tensors)."""
     check_rng_state(state, where)
     torch.set_rng_state(state["torch"].cpu())
     if "cuda" in state and torch.cuda.is_available():
@@ -156,7 +160,7 @@ def restore_rng_state(state: Mapping, generators: Mapping[str, torch.Generator] 
         n = state["numpy"]
         np.random.set_state({
             "bit_generator": n["bit_generator"],
-            "state": {"key": n["key"].numpy().astype("uint32"), "pos": n["pos"]},
+            "state": {"key": n["key"].cpu().numpy().astype("uint32"), "pos": n["pos"]},
             "has_gauss": n["has_gauss"],
             "gauss": n["gauss"],
         })

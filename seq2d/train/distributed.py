@@ -22,6 +22,7 @@ How the trainer uses it (:mod:`seq2d.train.trainer`):
 
 from __future__ import annotations
 
+import inspect
 import os
 import warnings
 from dataclasses import dataclass
@@ -167,7 +168,9 @@ def wrap_model(model: nn.Module, ctx: DistContext, example: torch.Tensor | None 
 
     Parameters tied across grid positions appear once in ``model.parameters()``, so DDP
     reduces each once. Buffers (masks, frozen values) are constant, so they are not
-    re-broadcast every forward (``forward_sync_buffers=False``; DDP still syncs them once at wrap time). When ``example`` shows
+    re-broadcast every forward (``forward_sync_buffers=False``; DDP still syncs them once at wrap time;
+    a torch whose DDP lacks that keyword, before 2.13, gets ``broadcast_buffers=False``, which
+    skips the wrap-time sync too, so rank 0's buffers are broadcast here first). When ``example`` shows
     parameters that get no gradient (see :func:`unused_parameters`), DDP is told to expect
     them (``find_unused_parameters=True``) and a warning names them."""
     if not ctx.distributed:
@@ -183,7 +186,35 @@ def wrap_model(model: nn.Module, ctx: DistContext, example: torch.Tensor | None 
             stacklevel=2,
         )
     device_ids = [ctx.device] if ctx.device.type == "cuda" else None
-    return DDP(model, device_ids=device_ids, forward_sync_buffers=False, find_unused_parameters=bool(unused))
+    if _accepts_keyword(DDP, "forward_sync_buffers"):
+        buffers = {"forward_sync_buffers": False}
+    else:  # torch < 2.13: broadcast_buffers=False also drops the sync at wrap time; do it here
+        _broadcast_buffers(model)
+        buffers = {"broadcast_buffers": False}
+    return DDP(model, device_ids=device_ids, find_unused_parameters=bool(unused), **buffers)
+
+
+def _accepts_keyword(cls, name: str) -> bool:
+    """Whether ``cls.__init__`` names the keyword ``name`` (a ``**kwargs`` does not count: it may
+    pass the keyword on to something that rejects it)."""
+    try:
+        params = inspect.signature(cls.__init__).parameters
+    except (TypeError, ValueError):  # pragma: no cover - no introspectable signature
+        return False
+    return name in params
+
+
+def _broadcast_buffers(model: nn.Module, src: int = 0) -> None:
+    """Copy rank ``src``'s buffers to every rank (what DDP's wrap-time sync does)."""
+    import torch.distributed as dist
+
+    for buf in model.buffers():
+        if buf.is_contiguous():
+            dist.broadcast(buf.data, src=src)
+        else:
+            tmp = buf.data.contiguous()
+            dist.broadcast(tmp, src=src)
+            buf.data.copy_(tmp)
 
 
 # ---------------------------------------------------------------------- command line

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 
 __all__ = ["EpochBar", "epoch_line", "HEARTBEAT_S"]
 
@@ -29,13 +30,17 @@ class EpochBar:
 
             self.bar = tqdm(total=total, initial=initial, desc=desc, leave=False, dynamic_ncols=True)
 
-    def update(self, step: int, done: int, sums: dict) -> None:
+    def update(self, step: int, done: int, sums: dict | Callable[[], dict]) -> None:
         """One batch done (``done`` of ``total``, optimizer step ``step``); the postfix shows
-        ``sums``' mean loss and accuracy every ``log_every`` steps and at the last batch."""
+        ``sums``' mean loss and accuracy every ``log_every`` steps and at the last batch.
+
+        ``sums`` may be a function returning the dict: it is called only when the values are
+        shown (so a trainer can keep them on the GPU until then)."""
         if self.lines:
             now = time.perf_counter()
             if now - self.last >= self.heartbeat_s and done < self.total:
                 self.last = now
+                sums = sums() if callable(sums) else sums
                 print(f"  {self.desc}: batch {done}/{self.total}, step {step}, loss "
                       f"{sums['loss'] / max(sums['count'], 1):.4f} acc {sums['correct'] / max(sums['count'], 1):.4f}, "
                       f"{now - self.t0:.0f}s", file=sys.stdout, flush=True)
@@ -44,6 +49,7 @@ class EpochBar:
             return
         self.bar.update(1)
         if step % self.log_every == 0 or done == self.total:
+            sums = sums() if callable(sums) else sums
             self.bar.set_postfix(loss=f"{sums['loss'] / sums['count']:.4f}", acc=f"{sums['correct'] / sums['count']:.4f}")
 
     def close(self) -> None:

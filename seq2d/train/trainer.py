@@ -34,11 +34,14 @@ it bitwise exactly.
 False, ``stopped_by = "max_steps"``), as does ``run.json`` in the run folder; resuming with a
 larger (or no) max_steps continues it exactly.
 
-**Divergence.** Every step's loss (summed over ranks) is checked before the backward
-pass; a NaN/inf raises :class:`NonFiniteLossError`, and a smoothed loss that exploded (the
-rule of :mod:`seq2d.train.divergence`, config field ``divergence_factor``) raises
+**Divergence.** Every step's loss (summed over ranks) is checked; a NaN/inf raises
+:class:`NonFiniteLossError`, and a smoothed loss that exploded (the rule of
+:mod:`seq2d.train.divergence`, config field ``divergence_factor``) raises
 :class:`DivergenceError`, both naming the epoch, the step and the last good checkpoint,
-which is left as it was. A non-finite test loss (weights gone bad within an epoch) raises
+which is left as it was. On the CPU each step is checked before its backward pass; on a GPU
+the step statistics are read in one transfer every :attr:`Trainer.host_sync_every` steps
+(default ``log_every``; :mod:`seq2d.train.stepstats`), the error still naming the first bad
+step, and no checkpoint follows an unchecked step. A non-finite test loss (weights gone bad within an epoch) raises
 the same way, before that epoch's checkpoint is written.
 
 **The run folder** is locked for the length of the run (:mod:`seq2d.train.rundir`: a second
@@ -86,6 +89,7 @@ from .progress import EpochBar, epoch_line
 from .rundir import RunDir, describe_record
 from .runtime import run_settings
 from .seeds import derive_seed, epoch_permutation, seed_everything
+from .stepstats import StepStats, sync_interval
 
 __all__ = [
     "Trainer",
@@ -140,7 +144,12 @@ class Trainer:
 
     Attributes used by callbacks: ``model``, ``optimizer``, ``config``, ``epoch``
     (completed epochs), ``step`` (optimizer steps), ``device``, ``dist``, ``history``.
+
+    ``host_sync_every``: steps between host reads of the step losses (a GPU sync); None: 1 on
+    the CPU, ``config.log_every`` elsewhere (:mod:`seq2d.train.stepstats`; metrics unchanged).
     """
+
+    host_sync_every: int | None = None
 
     def __init__(self, config: TrainConfig, model: nn.Module, data, *, augment: Callable | None = None,
                  callbacks: Sequence = (), dist: DistContext | None = None,
@@ -220,7 +229,11 @@ class Trainer:
         cfg = self.config
         path = Path(path) if path is not None else self.checkpoint_path
         where = repr(str(path))
-        ckpt = load_checkpoint(path, map_location=self.device)
+        # Read onto the CPU: load_state_dict copies the model's and the optimizer's tensors to
+        # their parameters' device, while the RNG states must be CPU ByteTensors and Adam's
+        # ``step`` counters stay where they are loaded (on a GPU each would be read back with
+        # .item() at every step: a host sync per parameter; a fresh run keeps them on the CPU).
+        ckpt = load_checkpoint(path, map_location="cpu")
         allow = parse_allow_changed(allow_changed, where="allow_changed")
         old = check_resume_config(ckpt["config"], cfg, path, allow_changed=allow)
         changes = [{"field": k, "old": getattr(old, k), "new": getattr(cfg, k), "step": ckpt["step"]}
@@ -249,7 +262,10 @@ class Trainer:
         self._resume_batch = int(extra.get("batch", 0))
         self._partial = dict(extra["partial"]) if self._resume_batch else None
         restore_rng_state(ckpt["rng"], where=where)
-        self._aug_state = ckpt["rng"].get("generators", {}).get("augment") if self._resume_batch else None
+        aug_state = ckpt["rng"].get("generators", {}).get("augment") if self._resume_batch else None
+        # Generator.set_state takes a CPU ByteTensor (a no-op here, as the checkpoint is read onto
+        # the CPU; kept so that a state loaded onto a GPU never reaches set_state)
+        self._aug_state = aug_state.cpu() if aug_state is not None else None
         self._monitor.load_state_dict(extra.get("divergence"))
         earlier = extra.get("changes")
         self._changes = (list(earlier) if isinstance(earlier, list) else []) + changes
@@ -367,7 +383,7 @@ class Trainer:
         gens = {"augment": aug_gen} if aug_gen is not None else None
         start = self._resume_batch
         if self._aug_state is not None and aug_gen is not None:
-            aug_gen.set_state(self._aug_state)
+            aug_gen.set_state(self._aug_state.cpu())  # a CPU ByteTensor, whatever the generator's device
         sums = dict(self._partial) if self._partial else {"loss": 0.0, "correct": 0, "count": 0, "time": 0.0}
         self._resume_batch, self._partial, self._aug_state = 0, None, None
 
@@ -377,6 +393,12 @@ class Trainer:
         self.train_model.train()
         done = start
         stopped = False
+        sync_every = sync_interval(self.host_sync_every, self.device, cfg.log_every)
+        steps = StepStats(sums, self._monitor,
+                          lambda cls, what, step: self._diverged(cls, what, epoch, bar, nb, step=step),
+                          lambda step, kb: f"at epoch {epoch + 1}, step {step} (batch {kb + 1} of {nb})")
+        flush = steps.flush
+
         for k in range(start, nb):
             idx = perm[k * B:(k + 1) * B]
             b = idx.numel()
@@ -388,14 +410,10 @@ class Trainer:
             loss_sum, correct = self.criterion(out, yb)
             stats = torch.stack([loss_sum.detach().double(), correct.detach().double()])
             all_reduce_sum(stats, self.dist)
-            loss_total, correct_total = stats.tolist()
             count = b * self.targets_per_sample
-            at = f"at epoch {epoch + 1}, step {self.step + 1} (batch {k + 1} of {nb})"
-            if not math.isfinite(loss_total):
-                self._diverged(NonFiniteLossError, f"the training loss is {loss_total} {at}", epoch, bar, nb)
-            why = self._monitor.update(loss_total / count)
-            if why is not None:
-                self._diverged(DivergenceError, f"{why} {at}", epoch, bar, nb)
+            steps.add(stats, self.step + 1, k, count)
+            if (self.step + 1) % sync_every == 0 or k + 1 == nb:  # the same steps on every rank
+                flush()  # with sync_every 1 (CPU): this step is checked before its backward pass
             self.optimizer.zero_grad(set_to_none=True)
             # DDP averages gradients over W ranks: scaling by W / count makes that average the
             # mean over the global batch, whatever the slice sizes.
@@ -403,17 +421,18 @@ class Trainer:
             self.optimizer.step()
             self.step += 1
             done = k + 1
-            sums["loss"] += loss_total
-            sums["correct"] += int(correct_total)
-            sums["count"] += count
             _call(self.callbacks, "on_step_end", self, self.step)
-            bar.update(self.step, done, sums)
+            # one process: the bar reads the pending stats when it shows them (its heartbeat is
+            # timed); under DDP every rank must check the same steps, so it shows what was read
+            bar.update(self.step, done, sums if self.dist.distributed else flush)
             if cfg.max_steps is not None and self.step >= cfg.max_steps and done < nb:
                 stopped = True
                 break
             if cfg.checkpoint_every is not None and self.step % cfg.checkpoint_every == 0 and done < nb:
+                flush()  # no checkpoint after an unchecked step; it stores the sums and the monitor
                 partial = dict(sums, time=sums["time"] + time.perf_counter() - t0)
                 self._save(epoch, rows=self.history, extra=self._extra(done, partial), generators=gens)
+        flush()
         bar.close()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -472,7 +491,7 @@ class Trainer:
         self._last_good, self._last_good_at = self.checkpoint_path, (epoch, self.step, extra.get("batch", 0))
         barrier(self.dist)
 
-    def _diverged(self, cls, what: str, epoch: int, bar, nb: int) -> None:
+    def _diverged(self, cls, what: str, epoch: int, bar, nb: int, step: int | None = None) -> None:
         if bar is not None:
             bar.close()
         good = self._last_good if self._last_good is not None and self._last_good.exists() else None
@@ -483,7 +502,7 @@ class Trainer:
         else:
             where = "No checkpoint was written yet (the run stopped before its first checkpoint)"
         raise cls(f"stopping: {what}. {where}. Try a smaller lr (now {self.config.lr}) or check the data.",
-                  epoch=epoch + 1, step=self.step + 1, checkpoint=good)
+                  epoch=epoch + 1, step=self.step + 1 if step is None else step, checkpoint=good)
 
     @torch.no_grad()
     def evaluate(self, X: Tensor | None = None, y: Tensor | None = None) -> dict:
