@@ -86,6 +86,16 @@ def check_dtype(dtype, what: str):
     return dtype
 
 
+def draw_device(t: Tensor, generator: torch.Generator | None) -> torch.device:
+    """Where to draw random values for ``t``: its own device, or the generator's when that
+    differs (torch samples only with a generator on the tensor's device; draw there, then copy)."""
+    if generator is None:
+        return t.device
+    g = torch.device(generator.device)
+    same = g.type == t.device.type and (g.index is None or g.index == t.device.index)
+    return t.device if same else g
+
+
 def check_device(device, what: str):
     """``device`` (None, a ``torch.device``, a device string or a CUDA index) or a typed error
     naming ``what``: an unknown device string, or a device this machine does not have."""
@@ -278,12 +288,15 @@ class LinearBlock(LinearLike):
         return store.region(self._key, "grad")
 
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
-        """``nn.Linear``'s default init (U(-1/sqrt(in), 1/sqrt(in))), then masked entries zeroed."""
-        if self.store is None:
+        """``nn.Linear``'s default init (U(-1/sqrt(in), 1/sqrt(in))), then masked entries zeroed.
+        A ``generator`` on another device than the weights (a CPU generator for a CUDA model)
+        draws on its own device: the model gets the values a model there would get."""
+        w = self.weight
+        dev = draw_device(w, generator)
+        if self.store is None and dev == w.device:
             nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5), generator=generator)
         else:  # same numbers as an unbound block: draw into a contiguous tensor, copy into the region
-            w = self.weight
-            fresh = torch.empty(w.shape, dtype=w.dtype, device=w.device)
+            fresh = torch.empty(w.shape, dtype=w.dtype, device=dev)
             nn.init.kaiming_uniform_(fresh, a=math.sqrt(5), generator=generator)
             with torch.no_grad():
                 w.copy_(fresh)
@@ -292,7 +305,8 @@ class LinearBlock(LinearLike):
         if b is not None:  # nn.Linear's bias rule, after the weight (the same draws as nn.Linear)
             bound = 1 / math.sqrt(self.in_features)
             with torch.no_grad():
-                b.copy_(torch.empty(b.shape, dtype=b.dtype, device=b.device).uniform_(-bound, bound, generator=generator))
+                b.copy_(torch.empty(b.shape, dtype=b.dtype, device=draw_device(b, generator))
+                        .uniform_(-bound, bound, generator=generator))
 
     @torch.no_grad()
     def apply_mask_(self) -> None:

@@ -18,7 +18,7 @@ from .errors import InvalidType, InvalidValue
 from .activations import activation_name
 from .arguments import (build_activations, check_block_fits, check_degenerate, check_factory, check_sizes, check_slot_list,
                         check_steps, depth_and_levels, far_output, normalize_grid, slot_biases, warn_steps)
-from .blocks import ContextModule, Identity, LinearBlock, LinearLike, block_kind  # noqa: F401 (re-exported)
+from .blocks import ContextModule, Identity, LinearBlock, LinearLike, block_kind, draw_device  # noqa: F401 (re-exported)
 from .engines import STORES, DenseStore, TiledStore, choose_store
 from .engines.migrate import migrate_state_dict
 from .flat import Segments, SlotBias, build_plan, run_plan
@@ -245,7 +245,10 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         for i in sorted(self._fresh_bias):
             fan_in = sum(self.sizes[j] for j in self._rows.get(i, []))
             bound = 1.0 / math.sqrt(max(fan_in, 1))
-            self.slot_bias.view(i).uniform_(-bound, bound, generator=generator)
+            b = self.slot_bias.view(i)  # a CPU generator for a CUDA model: draw on the CPU, copy
+            dev = draw_device(b, generator)
+            fresh = b if dev == b.device else torch.empty(b.shape, dtype=b.dtype, device=dev)
+            b.copy_(fresh.uniform_(-bound, bound, generator=generator))
 
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
         """The one entry point for (re)initialisation: every LinearBlock (``nn.Linear``'s

@@ -218,3 +218,61 @@ def test_shape_and_dtype_errors():
         k.dds_t(x, wp.half(), layout)
     with pytest.raises(RuntimeError, match="batch size"):
         k.sdd_t(dy[:3], x, layout)
+
+
+# ---------------------------------------------------------------------------- many batch blocks, T = 64 / 128, 16-bit
+def _gpu_block_b(monkeypatch):
+    """Under the interpreter, launch with the GPU table's BLOCK_B (64 or 128) instead of 16."""
+    if _CUDA:
+        return
+    orig = tb._config
+
+    def config(T, dtype, device):
+        cfg = orig(T, dtype, device)
+        cfg["BLOCK_B"] = tb._GPU_CONFIGS[(T, dtype == torch.float32)][0]
+        return cfg
+
+    monkeypatch.setattr(tb, "_config", config)
+
+
+def _close16(got, ref, what):
+    err = (got.float() - ref).norm().item()
+    norm = ref.norm().item()
+    assert got.dtype in LOW and torch.isfinite(got).all(), what
+    assert err <= 1e-2 * norm, f"{what}: relative error {err / max(norm, 1e-30):.3e}"
+
+
+@pytest.mark.parametrize("blocks", ["interp", "gpu"], ids=["block_b_16", "block_b_gpu"])
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+@pytest.mark.parametrize("T", [64, 128])
+@pytest.mark.parametrize("B", [130, 1000])
+def test_many_batch_blocks_16bit(B, T, dtype, blocks, monkeypatch):
+    """y, dX and dW through autograd (``bsmm``) with the batch over several blocks (B > BLOCK_B,
+    a ragged last block), T = 64 and 128, in fp16 and bf16, against the fp32 reference from the
+    same inputs; dW also with the batch split over 3 programs per tile (fp32 workspace + sum)."""
+    from seq2d.sparse import bsmm
+
+    if blocks == "gpu":
+        _gpu_block_b(monkeypatch)
+    elif _CUDA:
+        pytest.skip("the GPU runs its own blocking")
+    g = torch.Generator().manual_seed(B + T)
+    layout = layout_from_tile_mask(T, torch.tensor([[1, 1], [0, 1]], dtype=torch.bool)).to(DEVICE)  # 2x2 tiles, 3 stored
+    x = torch.randn(B, 2 * T, generator=g).to(DEVICE, dtype)
+    dy = torch.randn(B, 2 * T, generator=g).to(DEVICE, dtype)
+    wp = (torch.randn(layout.nnz, T, T, generator=g) / T**0.5).to(DEVICE, dtype)
+    ref = get_kernel("reference")
+    y_ref = ref.dds_t(x.float(), wp.float(), layout)
+    dx_ref = ref.dds(dy.float(), wp.float(), layout)
+    dw_ref = ref.sdd_t(dy.float(), x.float(), layout)
+
+    xl, wl = x.clone().requires_grad_(), wp.clone().requires_grad_()
+    y = bsmm(xl, wl, layout, _triton())
+    y.backward(dy)
+    _close16(y, y_ref, "y")
+    _close16(xl.grad, dx_ref, "dX")
+    _close16(wl.grad, dw_ref, "dW")
+    for splits in (1, 3):
+        out = torch.full((layout.nnz, T, T), float("nan"), device=DEVICE, dtype=dtype)
+        tb.sdd_t(dy, x, layout, out, splits=splits)
+        _close16(out, dw_ref, f"dW, {splits} splits")

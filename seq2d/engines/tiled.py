@@ -43,6 +43,7 @@ class TiledStore(Engine):
         self.box_of_row = {i: b for b, r in enumerate(self.boxes) for i in r}
         self._sub: dict[tuple[int, ...], tuple[BlockSparseLayout, Tensor | None]] = {}
         self._rowmap: dict[tuple[int, ...], tuple[Tensor, dict[int, int]]] = {}
+        self._sub_idx: dict[tuple[tuple[int, ...], torch.device], Tensor] = {}  # kept positions, per device
 
     @property
     def device(self) -> torch.device:
@@ -104,9 +105,11 @@ class TiledStore(Engine):
         if sub is self.matrix._layout:  # the full layout: the matrix keeps it on its device
             return self.matrix.layout, None
         dev = self.device
-        if idx is not None and idx.device != dev:
-            idx = idx.to(dev)
-            self._sub[key] = (sub, idx)
+        if idx is not None and idx.device != dev:  # one copy per device, kept (CPU original stays)
+            memo = self.__dict__.setdefault("_sub_idx", {})
+            idx = memo.get((key, dev))
+            if idx is None:
+                idx = memo[(key, dev)] = self._sub[key][1].to(dev)
         return sub.to(dev), idx
 
     def product(self, x, boxes, cache: dict | None = None, bias: Tensor | None = None) -> dict:
@@ -182,7 +185,7 @@ class TiledBlock(LinearLike):
         return self._engine.group_dense(self.group, "frozen")
 
     def _tile_sum(self, t) -> int:
-        idx = torch.tensor(self._engine.groups[self.group].data_index, dtype=torch.long, device=t.device)
+        idx = self._engine._group_index(self.group, t.device)[0]
         return int(t.index_select(0, idx).sum()) if idx.numel() else 0
 
     def num_trainable(self) -> int:

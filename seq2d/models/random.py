@@ -423,9 +423,9 @@ def _tile_model(core: Sequential2D, reg: Tensor, W: int, T: int, gen: torch.Gene
 
 def _engine_fan_in(eng) -> Tensor:
     """Trainable fan-in of every padded output unit of the engine (length Mt*T)."""
-    L = eng._layout
+    L = eng._layout  # the CPU copy of the layout: counted on the CPU whatever the engine's device
     T = eng.tile
-    per = eng.tmask.sum(dim=1) if eng.tmask is not None else torch.full((L.n_data, T), T)
+    per = eng.tmask.sum(dim=1).cpu() if eng.tmask is not None else torch.full((L.n_data, T), T)
     fan = torch.zeros(L.Mt, T, dtype=torch.long)
-    fan.index_add_(0, eng.pos_row.cpu(), per.index_select(0, eng.pos_data).cpu().long())
+    fan.index_add_(0, L.row, per.index_select(0, L.data_index).long())
     return fan.view(-1).to(torch.float64)

@@ -106,18 +106,26 @@ class BlockSparseLinear(nn.Module):
             grp.data_index = [first.get((g, t)) for t in range(grp.n_tiles)]
         n_data = nxt
         layout = BlockSparseLayout(T, (toff[-1], toff[-1]), rows, cols, data_index, n_data)
-        self._set_layout(layout)
+        self._set_layout(layout, device)
         self.data = nn.Parameter(torch.zeros(n_data, T, T, device=device, dtype=dtype))
         self.register_buffer("tmask", None)
         self.register_buffer("frozen", None)
         self._padding_mask(device)
 
     # ------------------------------------------------------------------ layout buffers
-    def _set_layout(self, layout: BlockSparseLayout) -> None:
+    def _set_layout(self, layout: BlockSparseLayout, device=None) -> None:
+        """Install ``layout`` (kept on the CPU as built, copied per device on demand by
+        :attr:`layout`) and its index buffers on ``device`` (the parameters' device: a CUDA
+        engine indexes its tiles with CUDA indices)."""
         self._layout = layout
-        self.register_buffer("pos_row", layout.row, persistent=True)
-        self.register_buffer("pos_col", layout.col, persistent=True)
-        self.register_buffer("pos_data", layout.data_index, persistent=True)
+        on = layout.to(device) if device is not None else layout
+        self.register_buffer("pos_row", on.row, persistent=True)
+        self.register_buffer("pos_col", on.col, persistent=True)
+        self.register_buffer("pos_data", on.data_index, persistent=True)
+        # position p uses data tile p (nothing tied): position_tiles is then the data itself.
+        # A Python bool computed once here, so a forward never compares tensors (a host sync on CUDA).
+        P = layout.nnz
+        self._identity = layout.n_data == P and bool(torch.equal(layout.data_index, torch.arange(P)))
 
     @property
     def layout(self) -> BlockSparseLayout:
@@ -174,8 +182,11 @@ class BlockSparseLinear(nn.Module):
     def position_tiles(self) -> Tensor:
         """Per-position tiles ``wp`` (P, T, T); a copy only when weights are tied."""
         d = self.effective_data()
-        L = self._layout
-        if L.n_data == L.nnz and torch.equal(self.pos_data, torch.arange(L.nnz, device=self.pos_data.device)):
+        ident = self.__dict__.get("_identity")
+        if ident is None:  # an engine pickled before the flag existed: compute it once
+            L = self._layout
+            ident = self._identity = L.n_data == L.nnz and bool(torch.equal(L.data_index, torch.arange(L.nnz)))
+        if ident:
             return d
         return d.index_select(0, self.pos_data)
 
@@ -193,13 +204,24 @@ class BlockSparseLinear(nn.Module):
             src = self.frozen if self.frozen is not None else torch.zeros_like(self.data)
         out = src.new_zeros(rt * T, ct * T)
         if grp.tiles:
-            idx = torch.tensor(grp.data_index, device=src.device)
+            idx, a, b = self._group_index(g, src.device)
             tiles = src.index_select(0, idx).transpose(1, 2)  # (k, out, in)
-            a = torch.tensor([t[0] for t in grp.tiles], device=src.device)
-            b = torch.tensor([t[1] for t in grp.tiles], device=src.device)
             full = src.new_zeros(rt, ct, T, T).index_put((a, b), tiles)
             out = full.permute(0, 2, 1, 3).reshape(rt * T, ct * T)
         return out[:so, :si]
+
+    def _group_index(self, g: int, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
+        """Group ``g``'s data tiles and their tile coordinates (a, b) as index tensors on
+        ``device``, built once per device (not copied to the GPU at every call)."""
+        memo = self.__dict__.setdefault("_group_idx", {})
+        key = (g, torch.device(device))
+        hit = memo.get(key)
+        if hit is None:
+            grp = self.groups[g]
+            hit = memo[key] = (torch.tensor(grp.data_index, dtype=torch.long, device=device),
+                               torch.tensor([t[0] for t in grp.tiles], dtype=torch.long, device=device),
+                               torch.tensor([t[1] for t in grp.tiles], dtype=torch.long, device=device))
+        return hit
 
     # ------------------------------------------------------------------ builders
     @classmethod
@@ -273,7 +295,11 @@ class BlockSparseLinear(nn.Module):
         fan = torch.zeros(L.Mt, T, device=self.data.device)
         fan.index_add_(0, self.pos_row, per_pos.index_select(0, self.pos_data).to(fan.dtype))
         bound = fan.clamp(min=1).rsqrt()  # (Mt, T): per output unit
-        u = torch.rand(self.data.shape, generator=generator, dtype=torch.float64).to(self.data.device) * 2 - 1
+        # drawn where the generator lives (the CPU for None or a CPU generator), then copied: a
+        # CUDA engine gets exactly the values a CPU engine gets from the same generator
+        draw_on = generator.device if generator is not None else "cpu"
+        u = torch.rand(self.data.shape, generator=generator, dtype=torch.float64, device=draw_on)
+        u = u.to(self.data.device) * 2 - 1
         # data tile d's output units: take the row of (one of) its positions
         row_of = torch.empty(L.n_data, dtype=torch.long, device=self.data.device)
         row_of[self.pos_data] = self.pos_row

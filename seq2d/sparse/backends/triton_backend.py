@@ -61,16 +61,17 @@ def _dds_t_kernel(
     T: tl.constexpr, BLOCK_B: tl.constexpr, INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
     pid = tl.program_id(0)
-    r = pid // n_bblocks  # consecutive programs share a tile-row: its weights stay in L2
+    r = (pid // n_bblocks).to(tl.int64)  # consecutive programs share a tile-row: its weights stay in L2
     offs_b = (pid % n_bblocks) * BLOCK_B + tl.arange(0, BLOCK_B)
     offs_t = tl.arange(0, T)
     mask_b = offs_b < B
     rows = offs_b.to(tl.int64)
-    start = tl.load(row_ptr_ptr + r)
-    end = tl.load(row_ptr_ptr + r + 1)
+    # int64 bounds (row_ptr is int64 already): p * stride_wp reaches P*T*T, past 2^31 on large layouts
+    start = tl.load(row_ptr_ptr + r).to(tl.int64)
+    end = tl.load(row_ptr_ptr + r + 1).to(tl.int64)
     acc = tl.full((BLOCK_B, T), 0.0, tl.float32)  # not tl.zeros: see the module docstring
     for p in range(start, end):
-        c = tl.load(col_ptr + p)
+        c = tl.load(col_ptr + p).to(tl.int64)
         xt = tl.load(x_ptr + rows[:, None] * stride_xb + (c * T + offs_t[None, :]) * stride_xk,
                      mask=mask_b[:, None], other=0.0)  # (BLOCK_B, T)
         w = tl.load(wp_ptr + p * stride_wp + offs_t[:, None] * stride_wa + offs_t[None, :] * stride_wb)  # (in, out)
@@ -90,7 +91,7 @@ def _dds_kernel(
     T: tl.constexpr, BLOCK_B: tl.constexpr, INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
     pid = tl.program_id(0)
-    c = pid // n_bblocks
+    c = (pid // n_bblocks).to(tl.int64)
     offs_b = (pid % n_bblocks) * BLOCK_B + tl.arange(0, BLOCK_B)
     offs_t = tl.arange(0, T)
     mask_b = offs_b < B
@@ -99,8 +100,8 @@ def _dds_kernel(
     end = tl.load(col_ptr_ptr + c + 1)
     acc = tl.full((BLOCK_B, T), 0.0, tl.float32)
     for q in range(start, end):
-        p = tl.load(t_pos_ptr + q)
-        r = tl.load(row_ptr + p)
+        p = tl.load(t_pos_ptr + q).to(tl.int64)
+        r = tl.load(row_ptr + p).to(tl.int64)
         g = tl.load(dy_ptr + rows[:, None] * stride_db + (r * T + offs_t[None, :]) * stride_dm,
                     mask=mask_b[:, None], other=0.0)  # (BLOCK_B, T)
         # the tile as (out, in) = wp[p].T, loaded through swapped strides
@@ -123,8 +124,8 @@ def _sdd_t_kernel(
     pid = tl.program_id(0)
     p = pid % n_pos
     s = pid // n_pos
-    r = tl.load(row_ptr + p)
-    c = tl.load(col_ptr + p)
+    r = tl.load(row_ptr + p).to(tl.int64)  # int64 already (the layout's indices are), said for safety
+    c = tl.load(col_ptr + p).to(tl.int64)
     offs_t = tl.arange(0, T)
     x_cols = (c * T + offs_t).to(tl.int64) * stride_xk
     dy_cols = (r * T + offs_t).to(tl.int64) * stride_dm
@@ -143,7 +144,9 @@ def _sdd_t_kernel(
             xt = xt.to(tl.float32)
             g = g.to(tl.float32)
         acc = tl.dot(xt, g, acc, input_precision=INPUT_PRECISION)
-    o = out_ptr + s * stride_os + p * stride_op + offs_t[:, None] * stride_oa + offs_t[None, :] * stride_ob
+    # int64 offsets: p * stride_op reaches P*T*T, past 2^31 at density >= 12.5% for N = 131072
+    o = (out_ptr + s.to(tl.int64) * stride_os + p.to(tl.int64) * stride_op
+         + offs_t[:, None] * stride_oa + offs_t[None, :] * stride_ob)
     tl.store(o, acc.to(out_ptr.dtype.element_ty))
 
 
