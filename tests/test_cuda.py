@@ -1,0 +1,362 @@
+"""CUDA-only checks: they run where ``torch.cuda.is_available()``, and are skipped elsewhere
+(CI has no GPU and never needs them). benchmarks/gpu/README.md says how a session with a
+lent GPU runs them (``benchmarks/gpu/suite.sh install-and-test``).
+
+(a) the Triton backend of the block-sparse product against the masked-dense reference in
+    float64, at real sizes, for every tile size and every dtype it supports (fp32 with
+    IEEE dots, fp32 with tf32 dots, fp16, bf16): forward, dX and dW, through the kernel
+    entry points (outputs poisoned with NaN first, so an unwritten element fails) and
+    through ``bsmm``'s autograd;
+(b) every registered model, after ``.cuda()`` and ``to_blocksparse(backend="triton")``
+    where it has linear blocks, against its float64 CPU output and input gradient;
+(c) one trainer epoch on CUDA on the bundled MNIST subset (a dense MLP, and a tile-sparse
+    randomized model on the Triton backend), against the same run on the CPU;
+(d) DistributedDataParallel: nccl in a one-rank process group, and the gloo path
+    (``torchrun --nproc_per_node=2``, both ranks on one GPU) against one process.
+
+Tolerances are relative Frobenius errors ``||out - ref|| / ||ref||`` against a float64
+reference computed from the *same* (already rounded) inputs, so only accumulation and the
+rounding of the output count: fp32 (IEEE) 1e-5, tf32 2e-3, fp16 2e-3, bf16 1e-2.
+Every test is meant to take seconds on an H100. None of this has run on a GPU yet.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import seq2d
+from seq2d import Sequential2D
+from seq2d.sparse import bsmm, get_kernel, layout_from_tile_mask
+from seq2d.sparse.layout import TILE_SIZES
+
+CUDA = torch.cuda.is_available()
+pytestmark = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
+
+DEVICE = torch.device("cuda") if CUDA else torch.device("cpu")
+
+# (a) sizes: N x N matrix, batch B (not a multiple of any BLOCK_B, so the batch masks run),
+# tile density 0.3 (some tile-rows and -columns forced empty below).
+N, B, DENSITY = 2048, 777, 0.3
+DTYPES = {  # name -> (storage dtype, allow tf32 for fp32 dots, max relative error)
+    "fp32": (torch.float32, False, 1e-5),
+    "tf32": (torch.float32, True, 2e-3),
+    "fp16": (torch.float16, False, 2e-3),
+    "bf16": (torch.bfloat16, False, 1e-2),
+}
+
+
+@pytest.fixture
+def precision():
+    """Set torch's tf32 switches for the test and put them back after (the Triton backend
+    reads ``torch.backends.cuda.matmul.allow_tf32`` to pick tf32 or IEEE fp32 dots)."""
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+
+    def set_tf32(on: bool) -> None:
+        torch.backends.cuda.matmul.allow_tf32 = on
+        torch.backends.cudnn.allow_tf32 = on
+
+    set_tf32(False)
+    yield set_tf32
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out, ref = out.double(), ref.double()
+    if not torch.isfinite(out).all():
+        return float("inf")  # NaN never passes (also: an element the kernel never wrote)
+    norm = ref.norm().item()
+    err = (out - ref).norm().item()
+    return err / norm if norm > 0 else err
+
+
+def random_layout(tile: int, n: int, density: float, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.rand(n // tile, n // tile, generator=g) < density
+    mask[1, :] = False  # an empty tile-row: y there must be exactly 0
+    mask[:, 2] = False  # an empty tile-column: dX there must be exactly 0
+    return layout_from_tile_mask(tile, mask).to(DEVICE)
+
+
+def operands(layout, batch: int, dtype: torch.dtype, seed: int):
+    """x, dy, wp drawn fresh on the device (never zeros), rounded to ``dtype``."""
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
+    T = layout.tile
+    x = torch.randn(batch, layout.Kt * T, device=DEVICE, generator=g).to(dtype)
+    dy = torch.randn(batch, layout.Mt * T, device=DEVICE, generator=g).to(dtype)
+    wp = (torch.randn(layout.nnz, T, T, device=DEVICE, generator=g) / (T * layout.nnz / layout.Mt) ** 0.5).to(dtype)
+    return x, dy, wp
+
+
+def reference(x, dy, wp, layout):
+    """y, dX, dW (stored tiles) in float64 from the same rounded inputs."""
+    ref = get_kernel("reference")
+    x64, dy64, wp64 = x.double(), dy.double(), wp.double()
+    return ref.dds_t(x64, wp64, layout), ref.dds(dy64, wp64, layout), ref.sdd_t(dy64, x64, layout)
+
+
+# ---------------------------------------------------------------------------- (a) kernels
+@pytest.mark.parametrize("dtype_name", list(DTYPES))
+@pytest.mark.parametrize("tile", TILE_SIZES)
+def test_triton_ops_match_reference_at_real_size(tile, dtype_name, precision):
+    from seq2d.sparse.backends import triton_backend as tb
+
+    dtype, tf32, tol = DTYPES[dtype_name]
+    precision(tf32)
+    layout = random_layout(tile, N, DENSITY, seed=tile)
+    x, dy, wp = operands(layout, B, dtype, seed=tile + 1)
+    y_ref, dx_ref, dw_ref = reference(x, dy, wp, layout)
+    T = tile
+
+    # kernel entry points, writing into NaN-poisoned outputs
+    y = tb.dds_t(x, wp, layout, torch.full((B, layout.Mt * T), float("nan"), device=DEVICE, dtype=dtype))
+    dx = tb.dds(dy, wp, layout, torch.full((B, layout.Kt * T), float("nan"), device=DEVICE, dtype=dtype))
+    dw = tb.sdd_t(dy, x, layout, torch.full((layout.nnz, T, T), float("nan"), device=DEVICE, dtype=dtype))
+    torch.cuda.synchronize()
+    errs = {"y": rel_err(y, y_ref), "dX": rel_err(dx, dx_ref), "dW": rel_err(dw, dw_ref)}
+    assert max(errs.values()) <= tol, f"T={tile} {dtype_name}: relative errors {errs} (tolerance {tol})"
+    assert (y[:, T:2 * T] == 0).all(), "the empty tile-row of W must give exact zeros in y"
+    assert (dx[:, 2 * T:3 * T] == 0).all(), "the empty tile-column of W must give exact zeros in dX"
+
+    # the same through bsmm's autograd (what models use)
+    xg = x.clone().requires_grad_(True)
+    wg = wp.clone().requires_grad_(True)
+    out = bsmm(xg, wg, layout, "triton")
+    out.backward(dy)
+    errs = {"y": rel_err(out.detach(), y_ref), "dX": rel_err(xg.grad, dx_ref), "dW": rel_err(wg.grad, dw_ref)}
+    assert max(errs.values()) <= tol, f"T={tile} {dtype_name} (bsmm autograd): relative errors {errs}"
+    assert out.dtype == xg.grad.dtype == wg.grad.dtype == dtype
+
+
+@pytest.mark.parametrize("dtype_name", list(DTYPES))
+@pytest.mark.parametrize("tile", TILE_SIZES)
+def test_triton_dw_with_batch_splits(tile, dtype_name, precision):
+    """Few stored tiles and a long batch: dW splits the batch over many programs per tile
+    (fp32 workspace, then a sum), the path the big-N benchmark case takes."""
+    from seq2d.sparse.backends import triton_backend as tb
+
+    dtype, tf32, tol = DTYPES[dtype_name]
+    precision(tf32)
+    layout = random_layout(tile, 4 * tile, 0.7, seed=7)  # 4 x 4 tiles, rows 1 and column 2 empty
+    x, dy, wp = operands(layout, 8192 + 5, dtype, seed=8)
+    _, _, dw_ref = reference(x, dy, wp, layout)
+    splits = tb._n_splits(x.shape[0], layout.nnz, tb._config(tile, dtype, x.device)["BLOCK_B"], x.device)
+    assert splits > 1, "this case is meant to exercise the split path"
+    dw = tb.sdd_t(dy, x, layout, torch.full((layout.nnz, tile, tile), float("nan"), device=DEVICE, dtype=dtype))
+    assert rel_err(dw, dw_ref) <= tol
+
+
+def test_triton_is_what_auto_picks_on_cuda():
+    from seq2d.sparse import DENSE_CROSSOVER, resolve_backend
+
+    assert resolve_backend("auto", DEVICE, torch.bfloat16, 0.1).name == "triton"
+    assert resolve_backend("auto", DEVICE, torch.bfloat16, DENSE_CROSSOVER["cuda"]).name == "dense"
+    assert get_kernel("triton").supports(DEVICE, torch.float32)
+
+
+# ---------------------------------------------------------------------------- (b) every registered model
+# Moderate sizes (several tiles per slot at tile 16) for constructors whose defaults are tiny
+# or need arguments; the others use their defaults.
+MODEL_KW = {
+    "mlp": dict(sizes=(300, 128, 64, 10)),
+    "from_mask": dict(sizes=(64, 48, 40, 10)),
+    "rnn": dict(input_size=16, hidden_size=64, num_layers=2),
+    "truncated_rnn": dict(input_size=16, hidden_size=64, num_layers=2, k=3),
+    "transformer_layer": dict(d_model=64, nhead=4, dim_feedforward=128),
+    "transformer_encoder": dict(d_model=64, nhead=4, dim_feedforward=128, num_layers=2),
+    "random_tiles": dict(sizes=(128, 64, 64, 10), density=0.5, tile=16),
+}
+
+
+def _core(model):
+    return model if isinstance(model, Sequential2D) else model.core
+
+
+def _first(out):
+    return out[0] if isinstance(out, tuple) else out
+
+
+@pytest.mark.parametrize("tile", [16, 64])
+@pytest.mark.parametrize("name", seq2d.list_models())
+def test_registered_model_on_cuda_matches_cpu(name, tile, precision):
+    from seq2d.sparse.linear import BlockSparseLinear
+    from seq2d.testing import example_input
+
+    torch.manual_seed(0)
+    cpu = seq2d.create_model(name, **MODEL_KW.get(name, {}), dtype=torch.float64)
+    gpu = copy.deepcopy(cpu).to(torch.float32).to(DEVICE)
+    x = example_input(cpu, batch=4, dtype=torch.float64)[0]
+    xc = x.clone().requires_grad_(True)
+    y_ref = _first(cpu(xc))
+    g = torch.randn_like(y_ref)
+    y_ref.backward(g)
+
+    core = _core(gpu)
+    if isinstance(getattr(core, "engine", None), BlockSparseLinear):
+        core.engine.backend = "triton"  # already block-sparse (random_tiles): pin the kernel under test
+    elif any(kind == "linear" for _, _, kind, _ in core.positions()):
+        core.to_blocksparse(tile, backend="triton")
+    else:  # pragma: no cover - every registered model has linear blocks today
+        pytest.skip(f"{name}: no linear blocks to convert")
+    assert core.engine is not None and core.engine.data.device.type == DEVICE.type
+    xg = x.to(DEVICE, torch.float32).requires_grad_(True)
+    y = _first(gpu(xg))
+    y.backward(g.to(DEVICE, torch.float32))
+    torch.cuda.synchronize()
+    assert rel_err(y.detach().cpu(), y_ref.detach()) <= 1e-5, f"{name}: output"
+    assert rel_err(xg.grad.cpu(), xc.grad) <= 1e-5, f"{name}: input gradient"
+    for pname, p in gpu.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), f"{name}: {pname} has no finite gradient on CUDA"
+
+
+@pytest.mark.parametrize("name", seq2d.list_models())
+def test_registered_model_dense_engine_on_cuda_matches_cpu(name, precision):
+    """Without to_blocksparse: the dense store on CUDA, parameter gradients compared by name."""
+    from seq2d.testing import example_input
+
+    torch.manual_seed(0)
+    cpu = seq2d.create_model(name, **MODEL_KW.get(name, {}), dtype=torch.float64)
+    gpu = copy.deepcopy(cpu).to(torch.float32).to(DEVICE)
+    x = example_input(cpu, batch=4, dtype=torch.float64)[0]
+    y_ref = _first(cpu(x))
+    g = torch.randn_like(y_ref)
+    y_ref.backward(g)
+    y = _first(gpu(x.to(DEVICE, torch.float32)))
+    y.backward(g.to(DEVICE, torch.float32))
+    assert rel_err(y.detach().cpu(), y_ref.detach()) <= 1e-5
+    grads = dict(cpu.named_parameters())
+    for pname, p in gpu.named_parameters():
+        ref = grads[pname].grad
+        if ref is None:
+            assert p.grad is None or not p.grad.any(), f"{name}: {pname}"
+            continue
+        assert rel_err(p.grad.cpu(), ref) <= 1e-4, f"{name}: gradient of {pname}"
+
+
+# ---------------------------------------------------------------------------- (c) a trainer epoch
+def _train_cfg(tmp_path, label, device, **kw):
+    from seq2d.train import TrainConfig
+
+    base = dict(model="mlp", sizes=[2500, 64, 10], data="subset", epochs=1, batch_size=64, lr=1e-3,
+                device=device, num_threads=1, quiet=True, out_dir=str(tmp_path / label))
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def test_one_epoch_on_cuda_matches_cpu(tmp_path, precision):
+    from seq2d.train import load_checkpoint, read_metrics, run
+
+    gpu = run(_train_cfg(tmp_path, "cuda", "cuda"))
+    cpu = run(_train_cfg(tmp_path, "cpu", "cpu"))
+    assert gpu["device"].startswith("cuda") and cpu["device"] == "cpu"
+    rows = read_metrics(tmp_path / "cuda")
+    assert len(rows) == 1 and str(rows[0]["device"]).startswith("cuda")
+    assert gpu["steps"] == cpu["steps"]
+    # same seed, same batches: only float rounding differs (cuBLAS vs MKL sums, ~1e-7 per step)
+    a = load_checkpoint(tmp_path / "cuda" / "checkpoint.pt")["model"]
+    b = load_checkpoint(tmp_path / "cpu" / "checkpoint.pt")["model"]
+    worst = max((a[k].cpu() - b[k]).abs().max().item() for k in b)
+    assert worst <= 1e-3, f"CUDA weights differ from the CPU run by {worst:.3g} after one epoch"
+    assert abs(gpu["final_test_acc"] - cpu["final_test_acc"]) <= 0.01
+    assert gpu["final_test_acc"] > 0.5
+
+
+def test_one_epoch_of_a_tile_sparse_model_on_cuda(tmp_path, precision):
+    from seq2d.train import read_metrics, run
+
+    kw = dict(model="random", granularity="tile", tile=64, iterations=2, sizes=[2500, 128, 10])
+    gpu = run(_train_cfg(tmp_path, "cuda", "cuda", backend="triton", **kw))
+    cpu = run(_train_cfg(tmp_path, "cpu", "cpu", backend="cpu", **kw))
+    rows = read_metrics(tmp_path / "cuda")
+    assert len(rows) == 1 and torch.isfinite(torch.tensor(rows[0]["train_loss"]))
+    assert abs(gpu["final_test_acc"] - cpu["final_test_acc"]) <= 0.02
+    assert gpu["final_test_acc"] > 0.3
+
+
+# ---------------------------------------------------------------------------- (d) DDP
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _clean_env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env.update(OMP_NUM_THREADS="1", **extra)
+    return env
+
+
+NCCL_ONE_RANK = textwrap.dedent("""
+    import copy, dataclasses, torch, torch.distributed as dist, seq2d
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from seq2d.train.distributed import DistContext, wrap_model
+    torch.backends.cuda.matmul.allow_tf32 = False
+    dev = torch.device("cuda", 0)
+    dist.init_process_group("nccl", device_id=dev)        # one rank: WORLD_SIZE=1 from the env
+    ctx = DistContext.current("cuda")
+    assert ctx.backend == "nccl" and ctx.world_size == 1 and ctx.device == dev, ctx
+    t = torch.arange(4.0, device=dev)
+    dist.all_reduce(t)
+    assert t.tolist() == [0.0, 1.0, 2.0, 3.0]
+    torch.manual_seed(0)
+    model = seq2d.mlp([64, 32, 10]).to(dev)
+    plain = copy.deepcopy(model)
+    x = torch.randn(16, 64, device=dev)
+    # world_size=2 in the context only makes wrap_model wrap; the group has one rank, so
+    # DDP's gradient average is over one rank and must equal the plain model's gradient
+    ddp = wrap_model(model, dataclasses.replace(ctx, world_size=2), example=x)
+    assert isinstance(ddp, DDP), type(ddp)
+    for m in (ddp, plain):
+        m(x).square().sum().backward()
+    for (n, p), q in zip(model.named_parameters(), plain.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-6, atol=1e-6, msg=n)
+    dist.destroy_process_group()
+    print("nccl one-rank ok")
+""")
+
+
+def test_ddp_nccl_one_rank():
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_nccl_available():
+        pytest.skip("torch.distributed with nccl is not available")
+    env = _clean_env(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    proc = subprocess.run([sys.executable, "-c", NCCL_ONE_RANK], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"rc {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    assert "nccl one-rank ok" in proc.stdout
+
+
+@pytest.mark.parametrize("backend,nproc", [("gloo", 2), ("nccl", 2)])
+def test_ddp_torchrun_on_cuda_matches_one_process(tmp_path, backend, nproc, precision):
+    """The test_ddp.py comparison on CUDA. gloo: both ranks share GPU 0 (gloo reduces CUDA
+    tensors). nccl refuses two ranks on one GPU, so it needs two GPUs."""
+    import torch.distributed as dist
+
+    from seq2d.train import load_checkpoint, read_metrics, run, save_config
+
+    if backend == "nccl" and torch.cuda.device_count() < nproc:
+        pytest.skip(f"nccl with {nproc} ranks needs {nproc} GPUs, this machine has {torch.cuda.device_count()}")
+    if not (dist.is_available() and (dist.is_gloo_available() if backend == "gloo" else dist.is_nccl_available())):
+        pytest.skip(f"torch.distributed with {backend} is not available")
+    cfg = _train_cfg(tmp_path, "ddp", "cuda", dist_backend=backend)
+    save_config(cfg, tmp_path / "ddp.toml")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+           "-m", "seq2d.train", "--config", str(tmp_path / "ddp.toml")]
+    proc = subprocess.run(cmd, env=_clean_env(), cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"torchrun failed (rc {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    single = run(_train_cfg(tmp_path, "single", "cuda"))
+    rows = read_metrics(tmp_path / "ddp")
+    assert len(rows) == 1 and rows[0]["world_size"] == nproc and rows[0]["step"] == single["steps"]
+    ck = load_checkpoint(tmp_path / "ddp" / "checkpoint.pt")["model"]
+    ref = load_checkpoint(tmp_path / "single" / "checkpoint.pt")["model"]
+    worst = max((ck[k].cpu() - ref[k].cpu()).abs().max().item() for k in ref)
+    assert worst <= 1e-4, f"DDP ({backend}) weights differ from the single-process run by {worst:.3g}"
+    assert abs(rows[0]["test_acc"] - single["final_test_acc"]) <= 0.005
