@@ -219,6 +219,21 @@ def test_quick_experiment_runs_and_writes_results(tmp_path):
     text = doc.read_text()
     assert text.startswith("# Results\n\nother section\n") and "<!-- wikitext:begin -->" in text
     assert "Quick mode, CPU" in text
+    # --from-json: the same section from the JSON alone; several files (one per model) merge
+    doc2 = tmp_path / "docs2" / "stability.md"
+    exp.main(["--from-json", str(out / "results.json"), "--out", str(tmp_path / "out2"), "--doc", str(doc2)])
+    assert doc2.read_text().split("<!-- wikitext:begin -->")[1] == text.split("<!-- wikitext:begin -->")[1]
+    parts = []
+    for i, names in enumerate((["tanh-unstable", "tanh-stable"], ["lstm-unstable", "lstm-stable"])):
+        part = dict(saved, models={n: saved["models"][n] for n in names},
+                    grad_curve={n: saved["grad_curve"][n] for n in names},
+                    grad_curve_carried={n: saved["grad_curve_carried"][n] for n in names})
+        parts.append(tmp_path / f"part{i}.json")
+        parts[-1].write_text(json.dumps(part))
+    merged = exp.main(["--from-json", *map(str, parts), "--out", str(tmp_path / "out3")])
+    assert set(merged["models"]) == set(saved["models"]) and len(merged["commands"]) == 2
+    with pytest.raises(SystemExit, match="more than one file"):
+        exp.main(["--from-json", str(parts[0]), str(parts[0]), "--out", str(tmp_path / "out4")])
     # rewriting replaces the section, leaving the rest alone
     exp.write_doc(doc, "<!-- wikitext:begin -->\nnew\n<!-- wikitext:end -->")
     assert doc.read_text() == "# Results\n\nother section\n\n<!-- wikitext:begin -->\nnew\n<!-- wikitext:end -->\n"

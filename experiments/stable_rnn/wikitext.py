@@ -320,12 +320,18 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--save-checkpoints", action=argparse.BooleanOptionalAction, default=None,
                     help="write <model>/checkpoint.pt (default: on in full mode, off in quick mode)")
     ap.add_argument("--doc", default=None, help="write the WikiText section of this results page (images next to it)")
+    ap.add_argument("--from-json", nargs="+", default=None, metavar="RESULTS_JSON",
+                    help="write tables, plots and --doc from these results.json (merged: e.g. one per model; no training)")
     return ap
 
 
 def main(argv: list[str] | None = None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    if args.from_json:
+        out = Path(args.out or Path(args.from_json[0]).parent)
+        out.mkdir(parents=True, exist_ok=True)
+        return write_outputs(merge_results(args.from_json), out, args.doc)
     mode = "quick" if args.quick else "full"
     for k, v in (QUICK if args.quick else FULL).items():
         if getattr(args, k) is None:
@@ -402,15 +408,43 @@ def main(argv: list[str] | None = None) -> dict:
               + f"  certified lambda {results['models'][name]['certified_lambda']:.4f}", flush=True)
     results["total_time_s"] = round(time.perf_counter() - t0, 2)
 
+    (out / "results.json").write_text(json.dumps(_finite(results), indent=2) + "\n")
+    return write_outputs(results, out, args.doc)
+
+
+def merge_results(paths: list[str]) -> dict:
+    """One results dict from several ``results.json`` (e.g. one per model, run side by side):
+    the first file's settings, every file's models, stabilizers and curves (a model named twice
+    is an error); ``commands`` lists every run's command."""
+    merged = None
+    for path in paths:
+        r = json.loads(Path(path).read_text())
+        if merged is None:
+            merged = dict(r, commands=[r["command"]])
+            continue
+        for key in ("models", "stabilizers", "grad_curve", "grad_curve_carried"):
+            twice = set(merged.get(key, {})) & set(r.get(key, {}))
+            if key == "models" and twice:
+                raise SystemExit(f"--from-json: model(s) {sorted(twice)} appear in more than one file")
+            merged.setdefault(key, {}).update(r.get(key, {}))
+        merged["commands"].append(r["command"])
+        merged["total_time_s"] = merged.get("total_time_s", 0) + r.get("total_time_s", 0)
+    if merged is not None and len(merged["commands"]) > 1:
+        merged["command"] = " ; ".join(merged["commands"])
+    return merged
+
+
+def write_outputs(results: dict, out: Path, doc: str | None) -> dict:
+    """results.md, the plots and (with ``doc``) the page section, all from ``results``."""
+    results = json.loads(json.dumps(_finite(results)))  # what results.json holds (None for inf/nan)
     table = tables(results)
-    (out / "results.md").write_text(f"# WikiText-2 ({mode} mode)\n\n`{results['command']}`\n\n{table}\n")
+    (out / "results.md").write_text(f"# WikiText-2 ({results['mode']} mode)\n\n`{results['command']}`\n\n{table}\n")
     plot_grad(results, out / "grad_norm_vs_distance.png")
     plot_truncation(results, out / "truncation.png")
-    (out / "results.json").write_text(json.dumps(_finite(results), indent=2) + "\n")
     print(table)
     print(f"wrote {out}/results.json, results.md and plots ({results['total_time_s']:.1f}s)")
-    if args.doc:
-        doc = Path(args.doc)
+    if doc:
+        doc = Path(doc)
         img_dir = doc.parent / "stability"
         img_dir.mkdir(parents=True, exist_ok=True)
         images = {}
