@@ -16,6 +16,7 @@ Biases are not part of a block: they belong to the output slot (one per slot).
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import torch
@@ -94,6 +95,12 @@ def draw_device(t: Tensor, generator: torch.Generator | None) -> torch.device:
     g = torch.device(generator.device)
     same = g.type == t.device.type and (g.index is None or g.index == t.device.index)
     return t.device if same else g
+
+
+def takes_generator(m: nn.Module) -> bool:
+    """Whether ``m.reset_parameters`` accepts a ``generator`` (seq2d's blocks and tile engines do)."""
+    f = getattr(m, "reset_parameters", None)
+    return f is not None and "generator" in inspect.signature(f).parameters
 
 
 def check_device(device, what: str):

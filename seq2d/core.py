@@ -18,7 +18,8 @@ from .errors import InvalidType, InvalidValue
 from .activations import activation_name
 from .arguments import (build_activations, check_block_fits, check_degenerate, check_factory, check_sizes, check_slot_list,
                         check_steps, depth_and_levels, far_output, normalize_grid, slot_biases, warn_steps)
-from .blocks import ContextModule, Identity, LinearBlock, LinearLike, block_kind, draw_device  # noqa: F401 (re-exported)
+from .blocks import (ContextModule, Identity, LinearBlock, LinearLike, block_kind, draw_device,  # noqa: F401 (re-exported)
+                     takes_generator)
 from .engines import STORES, DenseStore, TiledStore, choose_store
 from .engines.migrate import migrate_state_dict
 from .flat import Segments, SlotBias, build_plan, run_plan
@@ -259,9 +260,7 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
             if m is self or id(m) in seen:
                 continue
             seen.add(id(m))
-            if isinstance(m, LinearBlock):
-                m.reset_parameters(generator=generator)
-            elif isinstance(m, Sequential2D):
+            if isinstance(m, (LinearBlock, Sequential2D)) or takes_generator(m):  # e.g. a tile engine
                 m.reset_parameters(generator=generator)
             elif hasattr(m, "reset_parameters"):
                 m.reset_parameters()
