@@ -183,6 +183,7 @@ def plots(res: dict, out: Path) -> dict[str, str]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     ks = res["config"]["ks"]
     files = {}
@@ -196,6 +197,7 @@ def plots(res: dict, out: Path) -> dict[str, str]:
         ax.axhline(r["models"]["recurrent"]["test_ppl_recurrent"], color=f"C{i}", ls=":", lw=1)
     ax.set_xscale("log")
     ax.set_xticks(ks, [str(k) for k in ks])
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlabel("k (dotted: the recurrent model)")
     ax.set_ylabel("test perplexity")
     ax.set_title(f"WikiText-2: truncated training ({res['mode']} mode)", fontsize=10)
@@ -217,6 +219,7 @@ def plots(res: dict, out: Path) -> dict[str, str]:
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xticks(ks, [str(k) for k in ks])
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlabel("k (dotted: the recurrent model from a perturbed initialisation, W_rnn)")
     ax.set_ylabel(r"$\|\theta_k - \theta_{rec}\|_F / \|\theta_{rec}\|_F$")
     ax.set_title("distance between truncated-trained and recurrent weights", fontsize=10)
@@ -243,6 +246,50 @@ def plots(res: dict, out: Path) -> dict[str, str]:
     return files
 
 
+def _decay_rate(curve: list, start: int = 5) -> float | None:
+    """Least-squares slope of log(curve[i]) against i for i >= start (positive values only)."""
+    pts = [(i, math.log(v)) for i, v in enumerate(curve) if i >= start and v is not None and v > 0]
+    if len(pts) < 2:
+        return None
+    mx = sum(i for i, _ in pts) / len(pts)
+    my = sum(y for _, y in pts) / len(pts)
+    return sum((i - mx) * (y - my) for i, y in pts) / sum((i - mx) ** 2 for i, _ in pts)
+
+
+def summary(res: dict) -> str:
+    """The measured facts a reader wants from the tables, computed (never typed in)."""
+    lines = []
+    for tag, r in res["runs"].items():
+        ms = r["models"]
+        rec = ms["recurrent"]
+        ks = [m for n, m in ms.items() if n.startswith("k=")]
+        ctl = ms.get("recurrent, init perturbed")
+        own = [m.get("test_ppl_truncated") for m in ks]
+        diffs = [o - rec["test_ppl_recurrent"] for o in own if o is not None and rec["test_ppl_recurrent"] is not None]
+        dist = [m["distance"]["recurrent_rel"] for m in ks]
+        lam_max = [m["data_lambda"]["max"] for m in ms.values()]
+        lam_mean = [m["data_lambda"]["mean"] for m in ms.values()]
+        g = rec.get("grad_carried") or {}
+        curve = g.get("curve") or []
+        rate = _decay_rate(curve)
+        parts = [f"**{tag}**: truncated models minus the recurrent model, test perplexity "
+                 + ", ".join(f"k={m['k']}: {o - rec['test_ppl_recurrent']:+.1f}" for m, o in zip(ks, own) if o is not None)
+                 + f" (recurrent {_f(rec['test_ppl_recurrent'])})" if diffs else f"**{tag}**"]
+        if dist:
+            parts.append(f"relative W_rnn distance to the recurrent model {min(dist) * 100:.1f} to {max(dist) * 100:.1f} %"
+                         + (f", against {ctl['distance']['recurrent_rel'] * 100:.1f} % for the perturbed-initialisation "
+                            f"control (ratio {min(dist) / ctl['distance']['recurrent_rel']:.2f} to "
+                            f"{max(dist) / ctl['distance']['recurrent_rel']:.2f})" if ctl else ""))
+        parts.append(f"data lambda of its models: max {min(lam_max):.3f} to {max(lam_max):.3f}, mean "
+                     f"{min(lam_mean):.3f} to {max(lam_mean):.3f}")
+        if curve:
+            parts.append(f"carried-state gradient norm {curve[0]:.2e} at distance 0, {curve[-1]:.2e} at {len(curve) - 1}"
+                         + (f" (fitted decay {rate:+.3f} per token in log over distances 5 to {len(curve) - 1}, a factor "
+                            f"{math.exp(rate):.3f} per token)" if rate is not None else ""))
+        lines.append("- " + "; ".join(parts) + ".")
+    return "\n".join(lines)
+
+
 def doc_section(res: dict, table: str, images: dict[str, str]) -> str:
     a, env, c = res["config"], res["env"], res["corpus"]
     lines = ["## Truncated (feed-forward) LMs trained against the recurrent one", "",
@@ -263,6 +310,7 @@ def doc_section(res: dict, table: str, images: dict[str, str]) -> str:
               "segment come from the stream), the recurrent model carries its hidden state. Stable: "
               f"`SpectralClip(lam={a['rnn_lambda']})` after every step, for every model of that run.", "",
               table,
+              "Measured (computed from the JSON by the script):", "", summary(res), "",
               "Columns: \"own mode\" is how the model was trained (truncated at its k, or recurrent); \"run "
               "recurrently\" runs the same weights with the hidden state carried through the test stream; \"recurrent "
               "model truncated at k\" is the recurrent model's weights evaluated as a k-truncation. Distances are "
@@ -359,7 +407,7 @@ def write_outputs(res: dict, out: Path, doc: str | None) -> dict:
     files = plots(res, out)
     (out / "results.md").write_text(f"# Truncated training ({res['mode']} mode)\n\n`{res['command']}`\n\n{table}\n")
     print(table)
-    print(f"wrote {out}/results.json, results.md and plots ({res['total_time_s']:.0f}s)")
+    print(f"wrote results.md and plots in {out} (run time {res['total_time_s']:.0f}s)")
     if doc:
         doc = Path(doc)
         img = doc.parent / "stability"
