@@ -20,6 +20,7 @@ the model's own ``num_parameters()`` / ``num_trainable()``.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from pathlib import Path
@@ -27,8 +28,20 @@ from typing import Iterator
 
 from .core import core_of
 
-__all__ = ["equivalence_table", "param_breakdown", "show_text", "stability_lines", "threads_line", "train_result_line",
+__all__ = ["equivalence_table", "json_safe", "param_breakdown", "show_text", "stability_lines", "threads_line", "train_result_line",
            "write_section"]
+
+
+def json_safe(v):
+    """``v`` with every non-finite float (inf, nan) replaced by None, through dicts, lists and
+    tuples: strict JSON has neither, and a results file must load anywhere."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: json_safe(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [json_safe(x) for x in v]
+    return v
 
 
 def write_section(doc: str | os.PathLike, name: str, body: str, *, title: str = "# Results") -> Path:

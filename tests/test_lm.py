@@ -179,11 +179,7 @@ def test_errors():
 
 
 def _load_experiment():
-    path = ROOT / "experiments" / "stable_rnn" / "wikitext.py"
-    spec = importlib.util.spec_from_file_location("wikitext_experiment", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return _load("wikitext")
 
 
 def test_quick_experiment_runs_and_writes_results(tmp_path):

@@ -57,6 +57,7 @@ import torch
 from seq2d.data.wikitext import Corpus, batchify
 from seq2d.envinfo import cpu_name
 from seq2d.lm import RNNLM, evaluate, grad_norm_carried, lm_data_lambda, perplexity, train_lm, weight_distance
+from seq2d.report import json_safe as _finite
 from seq2d.stability import SpectralClip, certified_lambda
 from seq2d.train.trainer import write_metrics
 
@@ -70,16 +71,6 @@ def _report():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
-
-
-def _finite(v):
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if isinstance(v, dict):
-        return {k: _finite(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_finite(x) for x in v]
-    return v
 
 
 def make_model(args, vocab: int) -> RNNLM:

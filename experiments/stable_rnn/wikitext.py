@@ -53,10 +53,10 @@ matplotlib.use("Agg")
 import matplotlib.ticker  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 
-from seq2d.data.wikitext import Corpus, batchify, get_batch  # noqa: E402
+from seq2d.data.wikitext import Corpus, batchify  # noqa: E402
 from seq2d.envinfo import cpu_name  # noqa: E402
+from seq2d.report import json_safe as _finite  # noqa: E402
 from seq2d.report import write_section  # noqa: E402
 from seq2d.lm import (RNNLM, evaluate, grad_norm_carried, grad_norm_vs_distance, lm_data_lambda, perplexity,  # noqa: E402
                       train_lm)
@@ -131,17 +131,6 @@ def train(name: str, model: RNNLM, data: dict, args, device, out: Path, stabiliz
 
 
 # ---------------------------------------------------------------------- outputs
-def _finite(v):
-    """JSON-safe: inf/nan become None (strict JSON has neither)."""
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if isinstance(v, dict):
-        return {k: _finite(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_finite(x) for x in v]
-    return v
-
-
 def _fmt(v, nd=1):
     return "--" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.{nd}f}"
 
