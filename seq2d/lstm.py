@@ -116,12 +116,14 @@ def _tol(t: Tensor) -> float:
 
 
 @torch.no_grad()
-def _clip_rows_(w: Tensor, bound: float) -> int:
-    """Scale the rows of ``w`` whose l1 norm exceeds ``bound`` onto it; return how many."""
+def _clip_rows_(w: Tensor, bound: float, count: bool = True) -> int:
+    """Scale the rows of ``w`` whose l1 norm exceeds ``bound`` onto it; return how many
+    (``count=False``: always multiply, by exactly 1 where nothing changes, and return 0
+    without reading anything on the host)."""
     norms = _row_l1(w)
     over = norms > bound * (1 + _tol(w))
-    n = int(over.sum())
-    if n:
+    n = int(over.sum()) if count else 0
+    if n or not count:
         scale = torch.where(over, bound / norms.clamp_min(torch.finfo(w.dtype).tiny), torch.ones_like(norms))
         w.mul_(scale.unsqueeze(1))
     return n
@@ -205,10 +207,11 @@ class LSTMProjection:
 
     # ------------------------------------------------------------------ projection
     @torch.no_grad()
-    def project(self, model=None) -> dict:
+    def project(self, model=None, *, counts: bool = True) -> dict | None:
         """Project in place; returns counts ``{"rows": rows rescaled, "biases": biases
         lowered, "embedding": entries clipped}``. ``model`` is accepted (and ignored) so the
-        call matches ``SpectralClip.project(model)``."""
+        call matches ``SpectralClip.project(model)``. ``counts=False``: the same result with
+        no host read (no GPU synchronisation; what :meth:`on_step_end` uses); returns None."""
         rows = biases = 0
         for lstm in self.lstms:
             H = lstm.hidden_size
@@ -216,17 +219,17 @@ class LSTMProjection:
                 whh = getattr(lstm, f"weight_hh_l{l}")
                 for k, b in self.gate_bounds.items():
                     if b is not None:
-                        rows += _clip_rows_(_gate(whh, k, H), b)
+                        rows += _clip_rows_(_gate(whh, k, H), b, counts)
                 if self.forget_input_bound is not None:
-                    rows += _clip_rows_(_gate(getattr(lstm, f"weight_ih_l{l}"), "f", H), self.forget_input_bound)
+                    rows += _clip_rows_(_gate(getattr(lstm, f"weight_ih_l{l}"), "f", H), self.forget_input_bound, counts)
                 if self.forget_bias_bound is not None and lstm.bias:
                     bi = _gate(getattr(lstm, f"bias_ih_l{l}"), "f", H)
                     bh = _gate(getattr(lstm, f"bias_hh_l{l}"), "f", H)
                     beta = self.forget_bias_bound
                     excess = bi + bh - beta
                     over = excess > _tol(bi) * max(1.0, abs(beta))
-                    n = int(over.sum())
-                    if n:
+                    n = int(over.sum()) if counts else 0
+                    if n or not counts:
                         half = torch.where(over, excess / 2, torch.zeros_like(excess))
                         bi.sub_(half)
                         bh.sub_(half)
@@ -235,14 +238,14 @@ class LSTMProjection:
         if self.embedding is not None and self.embedding_clip is not None:
             from .lm import clip_embedding_
 
-            clipped = clip_embedding_(self.embedding, self.embedding_clip)
-        return {"rows": rows, "biases": biases, "embedding": clipped}
+            clipped = clip_embedding_(self.embedding, self.embedding_clip, count=counts)
+        return {"rows": rows, "biases": biases, "embedding": clipped} if counts else None
 
     __call__ = project
 
     def on_step_end(self, trainer, step: int) -> None:
-        """Trainer callback: project after every optimizer step."""
-        self.project()
+        """Trainer callback: project after every optimizer step (no host read)."""
+        self.project(counts=False)
 
     @property
     def input_bound(self) -> float | None:
@@ -324,16 +327,17 @@ class AuthorLSTMNormalization:
 
     @staticmethod
     @torch.no_grad()
-    def _normalize_columns_(w: Tensor, scale: float) -> int:
+    def _normalize_columns_(w: Tensor, scale: float, count: bool = True) -> int:
         norms = w.abs().sum(dim=0)
         nz = norms > 0
         w.mul_(torch.where(nz, scale / norms.clamp_min(torch.finfo(w.dtype).tiny), torch.ones_like(norms)))
-        return int(nz.sum())
+        return int(nz.sum()) if count else 0
 
     @torch.no_grad()
-    def project(self, model=None) -> dict:
+    def project(self, model=None, *, counts: bool = True) -> dict | None:
         """Normalise in place; returns ``{"columns": columns rescaled, "embedding": entries
-        clipped}`` (``model`` is ignored, as in :meth:`LSTMProjection.project`)."""
+        clipped}`` (``model`` is ignored, as in :meth:`LSTMProjection.project`; ``counts=False``:
+        no host read, returns None)."""
         cols = 0
         for lstm in self.lstms:
             H = lstm.hidden_size
@@ -341,22 +345,22 @@ class AuthorLSTMNormalization:
                 whh = getattr(lstm, f"weight_hh_l{l}")
                 for k, c in self.gate_scales.items():
                     if c is not None:
-                        cols += self._normalize_columns_(_gate(whh, k, H), c)
+                        cols += self._normalize_columns_(_gate(whh, k, H), c, counts)
                 if self.forget_input_scale is not None:
                     cols += self._normalize_columns_(_gate(getattr(lstm, f"weight_ih_l{l}"), "f", H),
-                                                     self.forget_input_scale)
+                                                     self.forget_input_scale, counts)
         clipped = 0
         if self.embedding is not None and self.embedding_clip is not None:
             from .lm import clip_embedding_
 
-            clipped = clip_embedding_(self.embedding, self.embedding_clip)
-        return {"columns": cols, "embedding": clipped}
+            clipped = clip_embedding_(self.embedding, self.embedding_clip, count=counts)
+        return {"columns": cols, "embedding": clipped} if counts else None
 
     __call__ = project
 
     def on_step_end(self, trainer, step: int) -> None:
-        """Trainer callback: normalise after every optimizer step."""
-        self.project()
+        """Trainer callback: normalise after every optimizer step (no host read)."""
+        self.project(counts=False)
 
     @property
     def input_bound(self) -> float | None:

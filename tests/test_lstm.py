@@ -1,5 +1,6 @@
 """The LSTM projection (seq2d.lstm): a true projection, and the certified contraction holds."""
 
+import copy
 import math
 
 import pytest
@@ -320,3 +321,25 @@ def test_contraction_sup_between_sampling_and_certificate():
     assert one["layer"] == 1 and len(one["per_layer"]) == 1
     with pytest.raises(ValueError, match="restarts"):
         lstm_contraction_sup(m, 1.0, restarts=0)
+
+
+@pytest.mark.parametrize("cls", ["LSTMProjection", "AuthorLSTMNormalization"])
+def test_projection_without_counts_is_identical_and_reads_nothing_on_the_host(cls):
+    """project(counts=False) (what on_step_end and the WikiText loop use) gives bit-identical
+    weights and never reads a value on the host: it runs on the meta device, where any read
+    (int(), .item(), bool()) raises, as a GPU sync would cost."""
+    import seq2d.lstm as L
+
+    torch.manual_seed(0)
+    a = nn.LSTM(6, 8, 2)
+    emb_a = nn.Embedding(20, 6)
+    with torch.no_grad():
+        for p in list(a.parameters()) + [emb_a.weight]:
+            p.mul_(4)  # well outside every bound
+    b, emb_b = copy.deepcopy(a), copy.deepcopy(emb_a)
+    getattr(L, cls)(a, embedding=emb_a).project()
+    assert getattr(L, cls)(b, embedding=emb_b).project(counts=False) is None
+    for p, q in zip(list(a.parameters()) + [emb_a.weight], list(b.parameters()) + [emb_b.weight]):
+        assert torch.equal(p, q)
+    meta = nn.LSTM(6, 8, 2, device="meta")
+    getattr(L, cls)(meta, embedding=nn.Embedding(20, 6, device="meta")).on_step_end(None, 1)

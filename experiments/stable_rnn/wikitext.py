@@ -92,7 +92,7 @@ def make_stabilizer(model: RNNLM, args):
         method = getattr(args, "lstm_projection", "ours")
         kw = {"layers": tuple(range(model.layers)) if getattr(args, "author_all_layers", False) else (0,)} if method == "author" else {}
         proj = make_lstm_stabilizer(model.rnn, method, embedding=model.encoder, embedding_clip=args.embedding_clip, **kw)
-        return proj.project, proj.describe()
+        return (lambda: proj.project(counts=False)), proj.describe()  # no host read per step
     from seq2d.stability import SpectralClip  # lazily: the tanh models' projection
 
     # Every layer's hidden slot is its own recurrent core (its W_hh; W_ih and the dropout

@@ -22,11 +22,12 @@ CELLS = ("tanh", "lstm")
 
 
 @torch.no_grad()
-def clip_embedding_(embedding, bound: float = 1.0) -> int:
+def clip_embedding_(embedding, bound: float = 1.0, *, count: bool = True) -> int | None:
     """Clip an embedding's entries to ``[-bound, bound]`` in place; return how many moved.
 
     ``embedding``: an :class:`RNNLM` (its ``encoder``), an ``nn.Embedding`` or a weight tensor.
-    This is the input bound the LSTM certificate assumes for the first layer
+    ``count=False`` clamps unconditionally (the same values) and returns None: no host read,
+    so no GPU synchronisation. This is the input bound the LSTM certificate assumes for the first layer
     (``seq2d.lstm``); both ``LSTMProjection`` and ``AuthorLSTMNormalization`` call it.
     """
     if isinstance(bound, bool) or not isinstance(bound, (int, float)) or not math.isfinite(bound) or bound < 0:
@@ -39,6 +40,9 @@ def clip_embedding_(embedding, bound: float = 1.0) -> int:
         w = embedding
     else:
         raise InvalidType(f"clip_embedding_: expected an RNNLM, nn.Embedding or tensor, got {type(embedding).__name__}")
+    if not count:
+        w.clamp_(-bound, bound)
+        return None
     n = int((w.abs() > bound).sum())
     if n:
         w.clamp_(-bound, bound)
