@@ -272,3 +272,29 @@ def test_train_lm_stops_on_a_non_finite_loss_and_keeps_the_best_weights():
     # no epoch finished, so no best state: the weights are those of the two good steps, all finite
     assert all(torch.isfinite(p).all() for p in lm.parameters())
     assert any(not torch.equal(p, good[n]) for n, p in lm.named_parameters())
+
+
+def test_train_lm_lr_decay_is_the_inverse_t_rule():
+    data = torch.randint(0, 7, (800,), generator=torch.Generator().manual_seed(7))
+    train, valid = batchify(data[:640], 8), batchify(data[640:], 4)
+
+    def fresh():
+        torch.manual_seed(0)
+        return RNNLM(7, emb=6, hidden=8, layers=1, dropout=0.0)
+
+    one = fresh()
+    train_lm(one, train, valid, epochs=1, lr=1.0, bptt=10, max_batches=1, log=None)
+    # T tiny: step 0 runs at lr, every later step at lr / (1 + t / T) ~ 0
+    decayed = fresh()
+    r = train_lm(decayed, train, valid, epochs=1, lr=1.0, bptt=10, max_batches=4, lr_decay=1e-12, log=None)
+    assert r["steps"] == 4
+    for p, q in zip(one.parameters(), decayed.parameters()):
+        assert torch.allclose(p, q, atol=1e-9, rtol=0)
+    # T large: the same as a constant rate
+    a, b = fresh(), fresh()
+    train_lm(a, train, valid, epochs=1, lr=1.0, bptt=10, max_batches=4, log=None)
+    train_lm(b, train, valid, epochs=1, lr=1.0, bptt=10, max_batches=4, lr_decay=1e30, log=None)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    for bad in (0, -1.0, float("nan"), True):
+        with pytest.raises(ValueError, match="lr_decay"):
+            train_lm(a, train, valid, epochs=1, lr_decay=bad, log=None)

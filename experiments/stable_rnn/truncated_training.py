@@ -103,6 +103,7 @@ def run_stability(stable: bool, args, out: Path) -> dict:
             clip.project()  # start feasible (the same projected start for every model)
         info = train_lm(lm, train, valid, epochs=args.epochs, lr=args.lr, clip=args.clip, bptt=args.bptt, k=k,
                         stabilize=clip.project if clip else None, max_batches=args.max_batches, name=f"{tag} {name}",
+                        lr_decay=args.lr_decay,
                         log=lambda m: print(m, flush=True))
         if info["history"]:
             (out / tag / name).mkdir(parents=True, exist_ok=True)
@@ -283,7 +284,9 @@ def summary(res: dict) -> str:
 
 def doc_section(res: dict, table: str, images: dict[str, str]) -> str:
     a, env, c = res["config"], res["env"], res["corpus"]
-    lines = ["## Truncated (feed-forward) LMs trained against the recurrent one", "",
+    decay = a.get("lr_decay")
+    rule = f", step lr / (1 + t / {decay:g})" if decay else ""
+    lines = [f"## Truncated (feed-forward) LMs trained against the recurrent one{rule}", "",
              "<!-- Written by experiments/stable_rnn/truncated_training.py --doc; rerun it rather than editing numbers. -->", ""]
     if res["mode"] == "quick":
         lines += ["**Quick mode**: a slice of the corpus and a few batches; the numbers only show the pipeline runs.", ""]
@@ -293,7 +296,9 @@ def doc_section(res: dict, table: str, images: dict[str, str]) -> str:
               "Our variant (not the paper's protocol, which we have not read; it tests Miller & Hardt's result that "
               "gradient descent on a stable model and on its truncation ends at nearby weights): one-layer tanh "
               f"RNN in Sequential2D form, embedding {a['emb']}, hidden {a['hidden']}, dropout {a['dropout']}, adaptive "
-              f"softmax (cutoffs {a['cutoffs']}, ids ordered by training frequency), SGD lr {a['lr']} divided by 4 "
+              f"softmax (cutoffs {a['cutoffs']}, ids ordered by training frequency), SGD lr {a['lr']}"
+              + (f" scaled by 1 / (1 + t / {decay:g}) at step t (the alpha/t rule asymptotically, alpha = "
+                 f"{a['lr'] * decay:g})" if decay else "") + " divided by 4 "
               f"when validation stops improving, gradient clip {a['clip']}, batch {a['batch_size']}, BPTT {a['bptt']}, "
               f"{a['epochs']} epoch(s) over {c['train_tokens']:,} training tokens (vocabulary {c['vocab']:,}); test "
               f"{c['test_tokens']:,} tokens. Every model starts from the same weights and sees the same batches in the "
@@ -335,6 +340,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--lr", type=float, default=5.0,
                     help="initial SGD lr (5: the best of 1, 2, 5 for both runs in a 600-batch pilot; 20 diverges unstable)")
     ap.add_argument("--clip", type=float, default=0.25)
+    ap.add_argument("--lr-decay", type=float, default=None, metavar="T",
+                    help="step t uses lr / (1 + t / T): the alpha/t rule asymptotically (default: constant lr)")
+    ap.add_argument("--section", default="truncated-training",
+                    help="name of the page section --doc writes (a second run can have its own)")
     ap.add_argument("--batch-size", type=int, default=20)
     ap.add_argument("--eval-batch-size", type=int, default=10)
     ap.add_argument("--bptt", type=int, default=35)
@@ -405,10 +414,12 @@ def write_outputs(res: dict, out: Path, doc: str | None) -> dict:
         img.mkdir(parents=True, exist_ok=True)
         images = {}
         for title, f in files.items():
-            shutil.copyfile(out / f, img / f"truncated_training_{f}")
-            images[title] = f"stability/truncated_training_{f}"
-        (img / "truncated_training.json").write_text(json.dumps(res, indent=2) + "\n")
-        _report().write_section(doc, "truncated-training", doc_section(res, table, images))
+            prefix = res["config"].get("section", "truncated-training").replace("-", "_")
+            shutil.copyfile(out / f, img / f"{prefix}_{f}")
+            images[title] = f"stability/{prefix}_{f}"
+        (img / f"{res['config'].get('section', 'truncated-training').replace('-', '_')}.json").write_text(
+            json.dumps(res, indent=2) + "\n")
+        _report().write_section(doc, res["config"].get("section", "truncated-training"), doc_section(res, table, images))
         print(f"wrote {doc}")
     return res
 

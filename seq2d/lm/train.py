@@ -31,11 +31,14 @@ __all__ = ["recurrent_weights", "train_lm", "weight_distance"]
 
 def train_lm(model: RNNLM, train: Tensor, valid: Tensor, *, epochs: int, lr: float = 20.0, clip: float = 0.25,
              bptt: int = 35, k: int | None = None, stabilize: Callable[[], object] | None = None,
-             max_batches: int | None = None, name: str = "model", log: Callable[[str], None] | None = print) -> dict:
+             max_batches: int | None = None, lr_decay: float | None = None, name: str = "model",
+             log: Callable[[str], None] | None = print) -> dict:
     """Train ``model`` on the batchified ``train`` stream; returns ``history`` (a row per epoch:
     ``train_loss``, ``valid_loss``, ``lr``, ``epoch_time_s``, perplexities), ``best_valid_loss``,
     ``steps``, ``diverged`` (a reason or None) and ``train_time_s``; ``model`` ends with its
     best-validation weights. ``stabilize()`` runs after every optimizer step (a projection).
+    ``lr_decay = T``: step ``t`` (from 0) uses ``lr / (1 + t / T)``, the alpha/t rule of Miller &
+    Hardt's weight-closeness result asymptotically (alpha = lr T), on top of the plateau rule.
     A non-finite training loss stops training (the best weights so far are kept); on a GPU the
     loss is checked every 50 steps and at the end of each epoch rather than every step, so the
     loop does not wait for the device at every step (on the CPU: every step)."""
@@ -43,6 +46,9 @@ def train_lm(model: RNNLM, train: Tensor, valid: Tensor, *, epochs: int, lr: flo
         raise InvalidValue(f"train_lm: epochs must be an int >= 0, got {epochs!r}")
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k <= 0):
         raise InvalidValue(f"train_lm: k must be a positive int or None, got {k!r}")
+    if lr_decay is not None and (isinstance(lr_decay, bool) or not isinstance(lr_decay, (int, float))
+                                 or not math.isfinite(lr_decay) or lr_decay <= 0):
+        raise InvalidValue(f"train_lm: lr_decay must be a positive number of steps or None, got {lr_decay!r}")
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     best, best_state, history, step, diverged = math.inf, None, [], 0, None
     bsz = train.shape[1]
@@ -70,6 +76,9 @@ def train_lm(model: RNNLM, train: Tensor, valid: Tensor, *, epochs: int, lr: flo
                 break
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            if lr_decay is not None:
+                for g in opt.param_groups:
+                    g["lr"] = lr / (1 + step / lr_decay)
             opt.step()
             step += 1
             if stabilize is not None:
