@@ -26,17 +26,16 @@ from seq2d.sparse.linear import BlockSparseLinear, Group
 META = torch.device("meta")
 
 
-def _buffers_on(eng, device):
-    for name in ("pos_row", "pos_col", "pos_data"):
-        assert getattr(eng, name).device == device, name
-    assert eng.data.device == device
-    assert eng.layout.device == device
+def _devices(eng) -> dict:
+    """Where the engine's index buffers, tiles and layout live, by name."""
+    out = {name: getattr(eng, name).device for name in ("pos_row", "pos_col", "pos_data")}
+    return {**out, "data": eng.data.device, "layout": eng.layout.device}
 
 
 # ---------------------------------------------------------------------------- 1. index buffers on the requested device
 def test_random_tile_engine_puts_index_buffers_on_the_device():
     eng = random_tile_engine((40, 30, 20), 16, 0.5, generator=torch.Generator().manual_seed(0), device=META)
-    _buffers_on(eng, META)
+    assert set(_devices(eng).values()) == {META}, _devices(eng)
     assert eng.tmask.device == META  # 40, 30, 20 are not multiples of 16: padding masks
     assert eng.position_tiles().device == META
 
@@ -48,7 +47,7 @@ def test_tied_engine_on_the_device_gathers_with_device_indices():
     eng = BlockSparseLinear([32, 32, 32], 16, [Group((32, 32), pattern)], [(1, 0, 0), (2, 1, 0)],
                             device=META)
     assert eng._layout.tied and not eng._identity
-    _buffers_on(eng, META)
+    assert set(_devices(eng).values()) == {META}, _devices(eng)
     wp = eng.position_tiles()  # index_select with pos_data: fails with a CPU index
     assert wp.device == META and wp.shape == (6, 16, 16)
     eng.reset_parameters(torch.Generator().manual_seed(0))
@@ -64,7 +63,7 @@ def test_engine_fan_in_counts_on_the_cpu_for_a_device_engine():
 def test_moved_model_keeps_its_buffers_with_the_tiles():
     m = seq2d.mlp([32, 32, 16]).to_blocksparse(16)
     m.to(META)
-    _buffers_on(m.engine, META)
+    assert set(_devices(m.engine).values()) == {META}, _devices(m.engine)
 
 
 # ---------------------------------------------------------------------------- 3. the identity flag, no tensor compare per forward

@@ -235,11 +235,12 @@ def _gpu_block_b(monkeypatch):
     monkeypatch.setattr(tb, "_config", config)
 
 
-def _close16(got, ref, what):
-    err = (got.float() - ref).norm().item()
-    norm = ref.norm().item()
-    assert got.dtype in LOW and torch.isfinite(got).all(), what
-    assert err <= 1e-2 * norm, f"{what}: relative error {err / max(norm, 1e-30):.3e}"
+def _rel16(got, ref) -> float:
+    """Relative error of a 16-bit result against the fp32 reference (inf when the result is
+    not 16-bit or not finite)."""
+    if got.dtype not in LOW or not bool(torch.isfinite(got).all()):
+        return float("inf")
+    return (got.float() - ref).norm().item() / max(ref.norm().item(), 1e-30)
 
 
 @pytest.mark.parametrize("blocks", ["interp", "gpu"], ids=["block_b_16", "block_b_gpu"])
@@ -269,10 +270,10 @@ def test_many_batch_blocks_16bit(B, T, dtype, blocks, monkeypatch):
     xl, wl = x.clone().requires_grad_(), wp.clone().requires_grad_()
     y = bsmm(xl, wl, layout, _triton())
     y.backward(dy)
-    _close16(y, y_ref, "y")
-    _close16(xl.grad, dx_ref, "dX")
-    _close16(wl.grad, dw_ref, "dW")
+    assert _rel16(y, y_ref) <= 1e-2, ("y", _rel16(y, y_ref))
+    assert _rel16(xl.grad, dx_ref) <= 1e-2, ("dX", _rel16(xl.grad, dx_ref))
+    assert _rel16(wl.grad, dw_ref) <= 1e-2, ("dW", _rel16(wl.grad, dw_ref))
     for splits in (1, 3):
         out = torch.full((layout.nnz, T, T), float("nan"), device=DEVICE, dtype=dtype)
         tb.sdd_t(dy, x, layout, out, splits=splits)
-        _close16(out, dw_ref, f"dW, {splits} splits")
+        assert _rel16(out, dw_ref) <= 1e-2, (f"dW, {splits} splits", _rel16(out, dw_ref))
