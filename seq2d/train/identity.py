@@ -14,19 +14,30 @@ __all__ = ["config_hash", "config_diff", "format_diff", "parse_allow_changed"]
 
 
 def _comparable(cfg: TrainConfig | Mapping) -> dict:
+    """The fields that define what a run computes: every field outside :data:`OUTPUT_FIELDS`
+    whose value differs from the :class:`TrainConfig` default. Fields at their default are left
+    out, so adding a new field (with a default that keeps the old behaviour) does not change the
+    hash of existing runs: a finished run stays reusable across seq2d versions. Changing an
+    existing field's default changes what old configs compute: bump :data:`HASH_VERSION` then."""
     d = config_to_dict(cfg) if isinstance(cfg, TrainConfig) else dict(cfg)
-    return {k: v for k, v in d.items() if k not in OUTPUT_FIELDS}
+    defaults = config_to_dict(TrainConfig())
+    return {k: v for k, v in d.items() if k not in OUTPUT_FIELDS and (k not in defaults or defaults[k] != v)}
+
+
+# Bumped whenever the default of an existing TrainConfig field changes (see _comparable).
+HASH_VERSION = 2
 
 
 def config_hash(cfg: TrainConfig | Mapping) -> str:
     """The effective config's identity: sha256 (16 hex digits) of every field except
-    :data:`OUTPUT_FIELDS` (where outputs go, how much is printed), as canonical JSON.
+    :data:`OUTPUT_FIELDS` (where outputs go, how much is printed) and the fields at their
+    default value, as canonical JSON.
     Two runs with the same hash compute the same thing; written to ``run.json`` in the run
     folder, and a finished result is reused only when it matches."""
     import hashlib
     import json
 
-    text = json.dumps(_comparable(cfg), sort_keys=True, separators=(",", ":"), default=repr)
+    text = json.dumps({"v": HASH_VERSION, **_comparable(cfg)}, sort_keys=True, separators=(",", ":"), default=repr)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
