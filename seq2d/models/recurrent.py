@@ -5,6 +5,8 @@
 from __future__ import annotations
 
 import math
+import numbers
+import warnings
 
 import torch
 from torch import Tensor, nn
@@ -81,6 +83,12 @@ class RNN(nn.Module):
                     f"RNN: expected hx of shape {(L, self.hidden_size) if unbatched else (L, B, self.hidden_size)}, "
                     f"got {tuple(hx.shape)}"
                 )
+            if h.dtype != x.dtype:
+                raise InvalidType(f"RNN: hx must have the input's dtype {x.dtype} (shape {tuple(hx.shape)}), got hx of "
+                                  f"dtype {hx.dtype}; convert it with hx.to(input.dtype)")
+            if h.device != x.device:
+                raise InvalidInput(f"RNN: hx must be on the input's device {x.device}, got hx on {hx.device}; move it "
+                                   "with hx.to(input.device)")
             for l in range(L):
                 state[l + 1] = h[l]
         ys, state = self.core.sequence(x, state)  # ys: (T, B, H)
@@ -223,6 +231,41 @@ def truncated_rnn(rnn, k: int) -> TruncatedRNN:
     return TruncatedRNN(blocks_ih, blocks_hh, biases, input_size, H, k, nonlinearity, batch_first)
 
 
+def check_rnn_arguments(what, input_size, hidden_size, num_layers, nonlinearity, bias, batch_first, dropout=0.0,
+                        bidirectional=False, proj_size=0) -> None:
+    """``nn.RNN``'s constructor arguments: typed errors naming the argument, and an
+    :class:`InvalidValue` for the values seq2d does not model (see :func:`rnn`)."""
+    for name, v in (("input_size", input_size), ("hidden_size", hidden_size), ("num_layers", num_layers)):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise InvalidType(f"{what}: {name} must be a positive int, got {type(v).__name__} {v!r}")
+        if v <= 0:
+            raise InvalidValue(f"{what}: {name} must be a positive int, got {v!r}")
+    if nonlinearity not in ("tanh", "relu"):
+        raise InvalidValue(f"{what}: Unknown nonlinearity {nonlinearity!r}. Select from 'tanh' or 'relu'.")
+    for name, v in (("bias", bias), ("batch_first", batch_first), ("bidirectional", bidirectional)):
+        if not isinstance(v, bool):
+            raise InvalidType(f"{what}: {name} must be a bool, got {type(v).__name__} {v!r}")
+    if isinstance(dropout, bool) or not isinstance(dropout, numbers.Real):
+        raise InvalidType(f"{what}: dropout must be a number in [0, 1], got {type(dropout).__name__} {dropout!r}")
+    if not 0 <= dropout <= 1:
+        raise InvalidValue(f"{what}: dropout must be a number in [0, 1] (the probability of zeroing an element), "
+                           f"got {dropout!r}")
+    if isinstance(proj_size, bool) or not isinstance(proj_size, int):
+        raise InvalidType(f"{what}: proj_size must be an int, got {type(proj_size).__name__} {proj_size!r}")
+    if bidirectional:
+        raise InvalidValue(f"{what}: bidirectional=True is not supported: a Sequential2D RNN runs forward in time "
+                           "only; use bidirectional=False (the default)")
+    if proj_size != 0:
+        raise InvalidValue(f"{what}: proj_size={proj_size} is not supported (projections are an nn.LSTM feature, "
+                           "which nn.RNN refuses too); use proj_size=0 (the default)")
+    if dropout > 0 and num_layers > 1:
+        raise InvalidValue(f"{what}: dropout={dropout} between the {num_layers} layers is not supported (seq2d's RNN has "
+                           "no dropout); use dropout=0.0 (the default), or add dropout outside the RNN")
+    if dropout > 0:  # as nn.RNN: dropout acts between layers only, so with one layer it does nothing
+        warnings.warn(f"{what}: dropout={dropout} has no effect with num_layers=1 (dropout acts after all but the last "
+                      "layer, as in nn.RNN)", UserWarning, stacklevel=3)
+
+
 @register_model
 def rnn(
     input_size: int = 8,
@@ -231,6 +274,9 @@ def rnn(
     nonlinearity: str = "tanh",
     bias: bool = True,
     batch_first: bool = False,
+    dropout: float = 0.0,
+    bidirectional: bool = False,
+    proj_size: int = 0,
     *,
     device=None,
     dtype=None,
@@ -247,15 +293,17 @@ def rnn(
     Layer ``l`` sits at pipeline delay ``l - 1``; :meth:`Sequential2D.sequence` aligns
     the outputs. Returns an :class:`~seq2d.RNN` called exactly like ``nn.RNN``.
     Weights start U(-1/sqrt(H), 1/sqrt(H)) like ``nn.RNN``'s; the single slot bias too.
+
+    Takes ``nn.RNN``'s arguments in ``nn.RNN``'s order, so code written for ``nn.RNN`` runs
+    unchanged. ``dropout``, ``bidirectional`` and ``proj_size`` are accepted at their defaults
+    (``0.0``, ``False``, ``0``) only: a bidirectional RNN, dropout between layers
+    (``dropout > 0`` with ``num_layers > 1``) and projections (``nn.LSTM`` only) are not modelled
+    and raise :class:`~seq2d.errors.InvalidValue` naming the argument. ``dropout > 0`` with one
+    layer has no effect, and warns, as in ``nn.RNN``. A size that is not an int (``3.0``,
+    ``"10"``) raises :class:`~seq2d.errors.InvalidType`, as ``nn.RNN`` raises ``TypeError``.
     """
-    if nonlinearity not in ("tanh", "relu"):
-        raise InvalidValue(f"rnn: Unknown nonlinearity {nonlinearity!r}. Select from 'tanh' or 'relu'.")
-    for name, v in (("input_size", input_size), ("hidden_size", hidden_size), ("num_layers", num_layers)):
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            raise InvalidValue(f"rnn: {name} must be a positive int, got {v!r}")
-    if not isinstance(bias, bool) or not isinstance(batch_first, bool):
-        name, v = ("bias", bias) if not isinstance(bias, bool) else ("batch_first", batch_first)
-        raise InvalidType(f"rnn: {name} must be a bool, got {type(v).__name__} {v!r}")
+    check_rnn_arguments("rnn", input_size, hidden_size, num_layers, nonlinearity, bias, batch_first, dropout,
+                        bidirectional, proj_size)
     check_factory(device, dtype, "rnn")
     kw = {"device": device, "dtype": dtype}
     H = hidden_size
@@ -280,10 +328,11 @@ def from_rnn(m: nn.RNN) -> RNN:
         raise InvalidType(f"from_torch: unsupported recurrent mode {m.mode}. Supported: {SUPPORTED}")
     if m.bidirectional:
         raise InvalidValue("from_torch: bidirectional nn.RNN is not supported (a Sequential2D runs forward in time)")
-    if m.dropout > 0:
+    if m.dropout > 0 and m.num_layers > 1:  # with one layer nn.RNN's dropout does nothing (it warned)
         raise InvalidValue(
-            f"from_torch: nn.RNN with dropout={m.dropout} between layers is not supported yet; "
-            "build it with dropout=0 (eval-mode behaviour is identical)"
+            f"from_torch: nn.RNN with dropout={m.dropout} between its {m.num_layers} layers is not supported: seq2d's "
+            "RNN runs the layers pipelined, so dropout between them cannot be drawn as nn.RNN draws it; build it with "
+            "dropout=0 (eval-mode behaviour is identical)"
         )
     ref = m.weight_ih_l0
     out = rnn(m.input_size, m.hidden_size, num_layers=m.num_layers, nonlinearity=m.nonlinearity, bias=m.bias,
