@@ -103,6 +103,13 @@ def takes_generator(m: nn.Module) -> bool:
     return f is not None and "generator" in inspect.signature(f).parameters
 
 
+def no_cuda_error(what: str, device, instead: str) -> InvalidValue:
+    """The one error for a CUDA device asked for on a machine without one (instead of torch's
+    driver message): what was asked, that no CUDA device is available, and ``instead``."""
+    return InvalidValue(f"{what}: device {str(device)!r} is not available: this machine has no CUDA device "
+                        f"(torch.cuda.is_available() is False); use {instead}")
+
+
 def check_device(device, what: str):
     """``device`` (None, a ``torch.device``, a device string or a CUDA index) or a typed error
     naming ``what``: an unknown device string, or a device this machine does not have."""
@@ -119,7 +126,7 @@ def check_device(device, what: str):
     if dev.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
-            raise InvalidValue(f"{what}: device {device!r} is not available (torch.cuda.is_available() is False)")
+            raise no_cuda_error(what, device, "device='cpu' or device=None (the default: the CPU)")
         if dev.index is not None and dev.index >= count:
             raise InvalidValue(f"{what}: device {device!r} does not exist (this machine has {count} CUDA device(s))")
     elif dev.type == "mps" and not torch.backends.mps.is_available():

@@ -90,3 +90,35 @@ def test_rnn_hx_on_another_device_names_hx():
     m = seq2d.rnn(3, 4)
     with pytest.raises(InvalidInput, match=r"RNN: hx must be on the input's device cpu, got hx on meta"):
         m(torch.randn(5, 2, 3), hx=torch.zeros(1, 2, 4, device="meta"))
+
+
+# ----------------------------------------------------------------------------- device="cuda" without a GPU
+NO_CUDA = r"device 'cuda' is not available: this machine has no CUDA device \(torch.cuda.is_available\(\) is False\); use "
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU message needs a machine without CUDA")
+@pytest.mark.parametrize("what, build", [
+    ("from_spec", lambda: seq2d.from_spec(seq2d.to_spec(seq2d.mlp([3, 2])), device="cuda")),
+    ("mlp", lambda: seq2d.mlp([3, 2], device="cuda")),
+    ("rnn", lambda: seq2d.rnn(3, 4, device="cuda")),
+    ("TransformerEncoderLayer", lambda: seq2d.transformer_layer(8, 2, 16, device="cuda")),
+    ("RNNLM", lambda: __import__("seq2d.lm", fromlist=["RNNLM"]).RNNLM(10, 4, 4, 1, device="cuda")),
+    ("build_model", lambda: __import__("seq2d.train", fromlist=["build_model"]).build_model(
+        __import__("seq2d.train", fromlist=["TrainConfig"]).TrainConfig(sizes=[4, 2]), device="cuda")),
+])
+def test_cuda_without_a_gpu_is_one_seq2d_error(what, build):
+    with pytest.raises(InvalidValue, match=rf"^{what}: {NO_CUDA}device='cpu' or device=None"):
+        build()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU message needs a machine without CUDA")
+def test_train_config_device_cuda_without_a_gpu_says_cpu_or_auto(tmp_path):
+    from seq2d.train import TrainConfig, Trainer, build_model, load_data
+
+    cfg = TrainConfig(data="synthetic", sizes=[16, 4], device="cuda", out_dir=str(tmp_path))  # a config may travel
+    match = rf"^config field 'device': {NO_CUDA}device = 'cpu' or 'auto'"
+    with pytest.raises(InvalidValue, match=match):
+        load_data(cfg)
+    data = load_data(TrainConfig(data="synthetic", sizes=[16, 4]))
+    with pytest.raises(InvalidValue, match=match):
+        Trainer(cfg, build_model(cfg), data)

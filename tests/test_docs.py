@@ -24,3 +24,23 @@ def test_concepts_document_the_loop_and_networks():
         assert needle in text, needle
     # the docstring carries the same loop
     assert "equivalent to the following" in seq2d.Sequential2D.__doc__
+
+
+def test_readme_trainer_snippet_runs_as_written(tmp_path):
+    """README's ``Trainer(cfg, build_model(cfg), load_data(cfg), callbacks=[...]).fit()``: ``load_data``'s
+    default ``device=None`` is the config's device, resolved as the trainer resolves it (issue 18)."""
+    from seq2d.train import Trainer, TrainConfig, build_model, load_data
+
+    text = (ROOT / "README.md").read_text()
+    snippet = re.search(r"`(Trainer\(cfg, build_model\(cfg\), load_data\(cfg\),\s*callbacks=\[\.\.\.\]\)\.fit\(\))`",
+                        text).group(1)
+    seen = []
+
+    class Count:
+        def on_step_end(self, trainer, step):
+            seen.append(step)
+
+    cfg = TrainConfig(data="subset", sizes=[2500, 10], epochs=1, max_steps=2, quiet=True, out_dir=str(tmp_path / "run"))
+    code = re.sub(r"\s+", " ", snippet).replace("[...]", "[Count()]")
+    exec(code, {"Trainer": Trainer, "build_model": build_model, "load_data": load_data, "cfg": cfg, "Count": Count})
+    assert seen == [1, 2]

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..arguments import check_factory
 from ..core import Sequential2D
 from ..errors import InvalidInput, InvalidType, InvalidValue
 from ..models.recurrent import RNN, truncated_rnn
@@ -179,6 +180,7 @@ class RNNLM(nn.Module):
                  device=None, dtype=None) -> None:
         factory_kwargs = {"device": device, "dtype": dtype}
         super().__init__()
+        check_factory(device, dtype, "RNNLM")
         for name, v in (("vocab", vocab), ("emb", emb), ("hidden", hidden), ("layers", layers)):
             _check_pos_int(name, v)
         if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:

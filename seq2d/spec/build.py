@@ -14,6 +14,7 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor, nn
 
+from ..arguments import check_factory
 from ..errors import InvalidValue
 from ..blocks import Identity, LinearBlock
 from ..core import Sequential2D
@@ -163,6 +164,7 @@ def from_spec(spec: Mapping | str | os.PathLike, *, device=None, dtype=None) -> 
         ValueError: unknown key, bad value (the message names the place, e.g. ``blocks[3]``).
         TypeError: a value of the wrong type.
     """
+    check_factory(device, dtype, "from_spec")
     if isinstance(spec, (str, os.PathLike)):
         spec = load_spec(spec)
     return _build(_parse(spec), device, dtype)

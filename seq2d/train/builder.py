@@ -46,8 +46,10 @@ def build_model(cfg: TrainConfig, *, device=None) -> nn.Module:
     field set away from its default that the builder does not use raises ValueError (never
     silently ignored), except ``iterations``, which is then applied as ``model.steps``.
     """
+    from ..arguments import check_device
     from ..models import constructor_options, list_models, resolve_model
 
+    check_device(device, "build_model")
     defaults = TrainConfig()
     seed = cfg.effective_model_seed()
     changed = [k for k in _MODEL_KWARGS if k != "iterations" and getattr(cfg, k) != getattr(defaults, k)]

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..errors import InvalidInput, InvalidValue
+from ..blocks import no_cuda_error
+from ..errors import InvalidValue
 
 __all__ = ["DistContext", "init_distributed", "cleanup", "wrap_model", "all_reduce_sum", "barrier",
            "resolve_device", "unused_parameters"]
@@ -76,7 +77,7 @@ def resolve_device(device: str | torch.device = "auto", local_rank: int = 0) -> 
     if device == "cpu" or (device == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
     if not torch.cuda.is_available():
-        raise InvalidInput(f"device {device!r} was requested but torch.cuda.is_available() is False; use device='cpu' or 'auto'")
+        raise no_cuda_error("config field 'device'", device, "device = 'cpu' or 'auto' (cuda when available)")
     if device.startswith("cuda:"):
         return torch.device(device)
     return torch.device("cuda", local_rank % torch.cuda.device_count())
