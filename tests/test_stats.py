@@ -1,4 +1,5 @@
-"""seq2d.stats against published t-table values and hand computations (float64)."""
+"""seq2d.stats against published t-table values, hand computations, scipy's own two-sample test and
+the values of the hand-written implementation it replaced (float64)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import statistics
 import pytest
 
 from seq2d.errors import InvalidValue
-from seq2d.stats import t_cdf, t_quantile, tost, welch
+from seq2d.stats import t_cdf, t_quantile, tost, tost_summary, welch, welch_summary
 
 # two-sided 95 % (p = 0.975) and 99 % (p = 0.995) quantiles, standard tables (e.g. NIST/SEMATECH e-Handbook 1.3.6.7.2)
 TABLE = [(1, 0.975, 12.7062047), (2, 0.975, 4.30265273), (3, 0.975, 3.18244631), (4, 0.975, 2.77644511),
@@ -80,8 +81,6 @@ def test_bad_inputs_are_named(call, match):
 
 
 def test_summary_forms_equal_the_sample_forms():
-    from seq2d.stats import tost_summary, welch_summary
-
     a, b = [91.0, 92.5, 90.2, 93.1], [92.0, 94.1, 93.3]
     sa = (statistics.fmean(a), statistics.stdev(a), len(a))
     sb = (statistics.fmean(b), statistics.stdev(b), len(b))
@@ -89,3 +88,92 @@ def test_summary_forms_equal_the_sample_forms():
     assert tost_summary(*sa, *sb, margin=3.0) == tost(a, b, margin=3.0)
     with pytest.raises(InvalidValue, match=r"n_a: at least two values"):
         welch_summary(1.0, 0.1, 1, 1.0, 0.1, 3)
+
+
+# The values the hand-written implementation (its own incomplete-beta t CDF, quantile by bisection) gave
+# before seq2d.stats moved onto scipy.stats, printed with that implementation, from the repository root:
+#   git show 7a54e28:seq2d/stats.py | sed 's/from .errors/from seq2d.errors/' > /tmp/old_stats.py
+#   python -c "import sys; sys.path.insert(0, '/tmp'); from old_stats import *;
+#              A, B = [91.0, 92.5, 90.2, 93.1], [92.0, 94.1, 93.3]; print(repr(welch(A, B)))"
+# with one print per row below, of the call the row names (t_quantile(p, df), t_cdf(t, df) for the last two
+# tables). The scipy-backed module must give them to 1e-10 relative (it does to ~3e-13).
+_A, _B = [91.0, 92.5, 90.2, 93.1], [92.0, 94.1, 93.3]
+_C, _D = [92.0, 92.4, 91.8, 92.2, 92.1], [92.1, 92.3, 91.9, 92.2, 92.0]
+_W = ("diff", "se", "df", "low", "high", "level", "t", "p")
+_T = ("equivalent", "p", "diff", "low", "high", "margin", "alpha", "df")
+OLD_VALUES = [
+    ("welch(A, B)", lambda: welch(_A, _B), _W,
+     (1.433333333333323, 0.9052317076000157, 4.933334089182663, -0.9031287380493862, 3.769795404716032, 0.95,
+      1.5833883427851088, 0.17496647860789039)),
+    ("welch(A, B, level=0.99)", lambda: welch(_A, _B, level=0.99), _W,
+     (1.433333333333323, 0.9052317076000157, 4.933334089182663, -2.242206484499207, 5.108873151165852, 0.99,
+      1.5833883427851088, 0.17496647860789039)),
+    ("tost(A, B, margin=3.0)", lambda: tost(_A, _B, margin=3.0), _T,
+     (False, 0.0724283293434329, 1.433333333333323, -0.3962115205710093, 3.2628781872376553, 3.0, 0.05,
+      4.933334089182663)),
+    ("tost(C, D, margin=0.5)", lambda: tost(_C, _D, margin=0.5), _T,
+     (True, 0.002201780334917469, 0.0, -0.23107148342826753, 0.23107148342826753, 0.5, 0.05, 7.199999999999889)),
+    ("tost(C, D, margin=0.05)", lambda: tost(_C, _D, margin=0.05), _T,
+     (False, 0.3474800101685345, 0.0, -0.23107148342826753, 0.23107148342826753, 0.05, 0.05, 7.199999999999889)),
+    ("welch([90, 94], [89, 95])", lambda: welch([90.0, 94.0], [89.0, 95.0]), _W,
+     (0.0, 3.605551275463989, 1.7422680412371139, -17.934123536163373, 17.934123536163373, 0.95, 0.0, 1.0)),
+    ("tost([90, 94], [89, 95], margin=1.0)", lambda: tost([90.0, 94.0], [89.0, 95.0], margin=1.0), _T,
+     (False, 0.4054461921117034, 0.0, -11.671095770512457, 11.671095770512457, 1.0, 0.05, 1.7422680412371139)),
+    ("welch_summary(97.9, 0.12, 3, 97.5, 0.31, 5)", lambda: welch_summary(97.9, 0.12, 3, 97.5, 0.31, 5), _W,
+     (-0.4000000000000057, 0.15498387012847498, 5.554527154067357, -0.7867278520852483, -0.01327214791476311, 0.95,
+      -2.580913740690711, 0.04475827981089253)),
+    ("tost_summary(97.9, 0.12, 3, 97.5, 0.31, 5, margin=1.0)",
+     lambda: tost_summary(97.9, 0.12, 3, 97.5, 0.31, 5, margin=1.0), _T,
+     (True, 0.004792101391877579, -0.4000000000000057, -0.7055429283094999, -0.09445707169051143, 1.0, 0.05,
+      5.554527154067357)),
+    # fractional df just above 1 (n_a = 2 with the larger spread), at level 0.9
+    ("welch_summary(0.0, 1.0, 2, 0.3, 0.05, 40, level=0.9)", lambda: welch_summary(0.0, 1.0, 2, 0.3, 0.05, 40, level=0.9),
+     _W, (0.3, 0.7071509739793901, 1.0002500152242586, -4.162884237832793, 4.762884237832792, 0.9, 0.4242375546932973,
+          0.7445585322737873)),
+    # no spread at all: the interval is the point, df = inf
+    ("welch([1, 1], [2, 2])", lambda: welch([1.0, 1.0], [2.0, 2.0]), _W,
+     (1.0, 0.0, math.inf, 1.0, 1.0, 0.95, math.inf, 0.0)),
+    ("welch([1, 1], [1, 1])", lambda: welch([1.0, 1.0], [1.0, 1.0]), _W, (0.0, 0.0, math.inf, 0.0, 0.0, 0.95, 0.0, 1.0)),
+    ("tost([1, 1], [1.2, 1.2], margin=0.5)", lambda: tost([1.0, 1.0], [1.2, 1.2], margin=0.5), _T,
+     (True, 0.0, 0.19999999999999996, 0.19999999999999996, 0.19999999999999996, 0.5, 0.05, math.inf)),
+    ("tost([1, 1], [2, 2], margin=0.5)", lambda: tost([1.0, 1.0], [2.0, 2.0], margin=0.5), _T,
+     (False, 1.0, 1.0, 1.0, 1.0, 0.5, 0.05, math.inf)),
+]
+OLD_QUANTILES = [(3.03, 0.975, 3.164694835574551), (2.5, 0.95, 2.5582186141358534), (7.7, 0.995, 3.393726867618966),
+                 (1, 0.975, 12.70620473617464), (1.5, 0.9, 2.19639841756549), (250.3, 0.975, 1.9694869113885147),
+                 (math.inf, 0.975, 1.9599639845400247)]
+OLD_CDF = [(3.03, 2.1, 0.9371665168088175), (2.5, -1.3, 0.1502433946353539), (7.7, 4.0, 0.9978649380863124),
+           (0.7, 0.5, 0.634799156658835), (40, 1.7, 0.9515522711882131), (math.inf, 1.0, 0.8413447460685429)]
+
+
+@pytest.mark.parametrize("what,call,fields,expected", OLD_VALUES, ids=[v[0] for v in OLD_VALUES])
+def test_scipy_backed_results_equal_the_old_implementation(what, call, fields, expected):
+    r = call()
+    for field, want in zip(fields, expected):
+        got = getattr(r, field)
+        if isinstance(want, bool) or math.isinf(want) or want == 0:
+            assert got == want, f"{what}.{field}: {got!r} != {want!r}"
+        else:
+            assert got == pytest.approx(want, rel=1e-10, abs=1e-13), f"{what}.{field}"
+
+
+@pytest.mark.parametrize("df,p,q", OLD_QUANTILES)
+def test_quantiles_equal_the_old_implementation(df, p, q):
+    assert t_quantile(p, df) == pytest.approx(q, rel=1e-10)
+
+
+@pytest.mark.parametrize("df,t,p", OLD_CDF)
+def test_cdf_equals_the_old_implementation(df, t, p):
+    assert t_cdf(t, df) == pytest.approx(p, rel=1e-10)
+
+
+def test_sample_form_agrees_with_scipy_ttest_ind():
+    from scipy import stats
+
+    for a, b in ((_A, _B), (_C, [x + 0.3 for x in _D]), ([90.0, 94.0], [89.0, 95.0, 91.5])):
+        ref = stats.ttest_ind(b, a, equal_var=False)
+        r = welch(a, b, level=0.9)
+        ci = ref.confidence_interval(0.9)
+        assert (r.t, r.p, r.df) == (pytest.approx(ref.statistic, rel=1e-12), pytest.approx(ref.pvalue, rel=1e-12),
+                                    pytest.approx(ref.df, rel=1e-12))
+        assert (r.low, r.high) == (pytest.approx(ci.low, rel=1e-12), pytest.approx(ci.high, rel=1e-12))
