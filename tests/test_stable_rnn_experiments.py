@@ -92,3 +92,83 @@ def test_gradient_gaps_steps_list_and_doc(tmp_path):
     # off: no sweep in the JSON
     assert mod.main(["--quick", "--steps", "3", "--steps-list", "none", "--out", str(tmp_path / "p")]) == 0
     assert json.loads((tmp_path / "p" / "gradient_gaps.json").read_text())["steps_sweep"] is None
+
+
+# ----------------------------------------------------------------------------- wikitext.py quick mode
+def _tiny_corpus(root: pathlib.Path, n_lines=(300, 50, 50), words=30) -> pathlib.Path:
+    """A synthetic corpus under ``root/wikitext-2``, easy to learn: every line counts up from a random
+    word, ``w{s} w{s+1} ...`` (mod ``words``), so a trained model ends far below the uniform guess."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    d = root / "wikitext-2"
+    d.mkdir(parents=True)
+    for split, n in zip(("train", "valid", "test"), n_lines):
+        lines = []
+        for _ in range(n):
+            s, k = (int(v) for v in torch.randint(0, words, (2,), generator=g))
+            lines.append(" ".join(f"w{(s + i) % words}" for i in range(1 + k % 12)))
+        (d / f"{split}.txt").write_text("\n".join(lines) + "\n")
+    return root
+
+
+_TINY = ["--quick", "--tokens", "4000", "--eval-tokens", "300", "--emb", "8", "--hidden", "8", "--ks", "2",
+         "--batch-size", "5", "--lr", "4", "--grad-distance", "3", "--grad-seqs", "2", "--lambda-tokens", "10",
+         "--threads", "1"]
+
+
+def _without_times(v):
+    """``v`` without wall-clock fields (times, dates, the output folder in the command)."""
+    if isinstance(v, dict):
+        return {k: _without_times(x) for k, x in v.items()
+                if not (k.endswith("time_s") or k in ("date", "command", "out", "doc"))}
+    if isinstance(v, list):
+        return [_without_times(x) for x in v]
+    return v
+
+
+def test_wikitext_quick_mode_is_deterministic(tmp_path):
+    """Two runs of the quick mode on one machine with one thread count give identical numbers. Bitwise
+    equality is the right test here: the same code path runs twice on the same machine and thread count,
+    so any difference would be an unseeded generator or a thread-count dependence, not rounding."""
+    exp = _load("wikitext")
+    root = _tiny_corpus(tmp_path / "data", n_lines=(600, 50, 50))
+    argv = _TINY + ["--data-root", str(root), "--models", "tanh-unstable,lstm-stable"]
+    a = exp.main(argv + ["--out", str(tmp_path / "a")])
+    b = exp.main(argv + ["--out", str(tmp_path / "b")])
+    ja = json.loads((tmp_path / "a" / "results.json").read_text())
+    jb = json.loads((tmp_path / "b" / "results.json").read_text())
+    assert _without_times(ja) == _without_times(jb)  # == on floats: bitwise
+    assert a["models"]["tanh-unstable"]["test_ppl"] == b["models"]["tanh-unstable"]["test_ppl"]
+    assert ja["env"]["threads"] == 1 and ja["env"]["seeded"] == "seed_everything" and ja["config"]["threads"] == 1
+    assert not ja["models"]["tanh-unstable"]["diverged"]  # it learned: below the uniform guess
+
+
+def test_wikitext_quick_mode_flags_a_diverged_run(tmp_path):
+    """A huge learning rate makes a model diverge: flagged in results.json, results.md and the page,
+    and left out of the stable-vs-unstable comparison."""
+    exp = _load("wikitext")
+    root = _tiny_corpus(tmp_path / "data", n_lines=(600, 50, 50))
+    doc = tmp_path / "docs" / "stability.md"
+    res = exp.main(_TINY + ["--data-root", str(root), "--models", "tanh-unstable,tanh-stable", "--lr", "1e7",
+                            "--out", str(tmp_path / "o"), "--doc", str(doc)])
+    saved = json.loads((tmp_path / "o" / "results.json").read_text())
+    why = saved["models"]["tanh-unstable"]["diverged"]
+    assert why and res["models"]["tanh-unstable"]["diverged"] == why
+    assert "(diverged)" in (tmp_path / "o" / "results.md").read_text()
+    text = doc.read_text()
+    assert "tanh-unstable (diverged)" in text and "tanh RNN: not compared" in text
+    assert "stable minus unstable -3.2" in text  # the blog post's difference (143.5 - 146.7) is still quoted
+    assert (doc.parent / "stability" / "wikitext_quick.json").is_file()
+
+
+def test_divergence_definition():
+    from seq2d.lm import divergence
+
+    assert divergence(math.log(99.0), 100) is None
+    assert "above the vocabulary size" in divergence(math.log(101.0), 100)
+    assert divergence(None, 100) == "non-finite loss" and divergence(math.inf, 100) == "non-finite loss"
+    assert divergence(float("nan"), 100) == "non-finite loss"
+    assert divergence(1.0, 100, training="non-finite training loss in epoch 1").startswith("training stopped")
+    with pytest.raises(ValueError):
+        divergence(1.0, 0)

@@ -20,8 +20,12 @@ Then: test perplexity of each, of its k-truncated feed-forward version for k in 
 certified contraction constant of its weights, and ``||d loss_{t+i} / d x_t||`` for
 i = 0 .. --grad-distance (the paper's Fig. 2).
 
-    # quick mode: a slice of the corpus, one epoch, small models (CPU, about a minute)
-    python experiments/stable_rnn/wikitext.py --quick --threads 1 --doc docs/results/stability.md
+    # quick mode: a slice of the corpus, one epoch, small models (CPU, a few minutes); the run on the page
+    python experiments/stable_rnn/wikitext.py --quick --threads 1 --out runs/stable_rnn_wikitext_quick \
+        --doc docs/results/stability.md
+    # the page section again from the committed JSON (nothing retrained)
+    python experiments/stable_rnn/wikitext.py --from-json docs/results/stability/wikitext_quick.json \
+        --out runs/stable_rnn_wikitext_quick --doc docs/results/stability.md
     # full mode (GPU): the defaults of PyTorch's word_language_model example (emb 200, hidden 200,
     # 2 layers, dropout 0.2, 40 epochs): our variant, not verified as the author's settings
     python experiments/stable_rnn/wikitext.py --out runs/stable_rnn/wikitext_full --doc docs/results/stability.md
@@ -31,7 +35,21 @@ Outputs in ``--out``: ``results.json``, ``results.md`` (the tables), ``grad_norm
 ``truncation.png``, per model ``<model>/metrics.{jsonl,csv}`` (and ``checkpoint.pt`` with
 ``--save-checkpoints``, the default in full mode). ``--doc`` writes the WikiText section of a
 results page between ``<!-- wikitext:begin -->`` and ``<!-- wikitext:end -->`` (the rest of the
-page is left alone; the file is created when absent).
+page is left alone; the file is created when absent) and copies ``results.json`` next to the page
+(``stability/wikitext_<mode>.json``).
+
+Reproducibility: before each model every random generator the run uses (torch's, Python's
+``random``, numpy's) is seeded with ``--seed`` (``seq2d.train.seeds.seed_everything``), and the
+torch thread count is set explicitly (``--threads``; the quick mode's default is 1) and recorded
+with the CPU's name and the instruction set torch's kernels use. On one machine with one thread
+count two runs give bitwise the same numbers (tested); across CPUs (instruction sets) and thread
+counts the float32 kernels add in different orders, so the numbers differ, and a model that is
+not stable amplifies those differences over training.
+
+A model counts as **diverged** by ``seq2d.lm.divergence`` (training stopped on a non-finite
+loss, or its test loss is non-finite, or its test perplexity exceeds the vocabulary size): it is
+flagged in ``results.json`` (``diverged``: the reason), in ``results.md`` and on the page, and
+left out of the stable-vs-unstable comparison.
 """
 
 from __future__ import annotations
@@ -58,10 +76,11 @@ from seq2d.data.wikitext import Corpus, batchify  # noqa: E402
 from seq2d.envinfo import cpu_name  # noqa: E402
 from seq2d.report import json_safe as _finite  # noqa: E402
 from seq2d.report import write_section  # noqa: E402
-from seq2d.lm import (RNNLM, evaluate, grad_norm_carried, grad_norm_vs_distance, lm_data_lambda, perplexity,  # noqa: E402
-                      train_lm)
+from seq2d.lm import (RNNLM, divergence, evaluate, grad_norm_carried, grad_norm_vs_distance, lm_data_lambda,  # noqa: E402
+                      perplexity, train_lm)
 from seq2d.lstm import LSTM_STABILIZERS, lstm_contraction_bound, make_lstm_stabilizer  # noqa: E402
 from seq2d.train.checkpoint import save_checkpoint  # noqa: E402
+from seq2d.train.seeds import seed_everything  # noqa: E402
 from seq2d.train.trainer import write_metrics  # noqa: E402
 
 MODELS = {  # name -> (cell, stable)
@@ -70,8 +89,11 @@ MODELS = {  # name -> (cell, stable)
     "lstm-unstable": ("lstm", False),
     "lstm-stable": ("lstm", True),
 }
-#: Test perplexities reported in the paper (Table 1, WikiText-2): (unstable, stable).
+#: Test perplexities on WikiText-2, (unstable, stable), as the blog post's table gives them
+#: (../shared/seeds/001_67665dca4b881617.txt: "TanhRNN 146.7 143.5", "LSTM 92.3 95.1").
 PAPER = {"tanh": (146.7, 143.5), "lstm": (92.3, 95.1)}
+PAPER_SOURCE = "the blog post's table (seeds 001)"
+
 
 # The full mode: the defaults of PyTorch's word_language_model example. NOT verified as Miller &
 # Hardt's settings: their blog post says a hyperparameter search found the best unstable RNN and
@@ -143,14 +165,50 @@ def _data_lambda_cell(d) -> str:
     return cell + (f" (l-inf max {_fmt(d['max_inf'], 3)})" if "max_inf" in d else "")
 
 
+def _ppl_cell(r) -> str:
+    """A model's test perplexity, flagged when the model diverged (``seq2d.lm.divergence``)."""
+    if not r:
+        return "--"
+    return f"{_fmt(r['test_ppl'])} (diverged)" if r.get("diverged") else _fmt(r["test_ppl"])
+
+
+def flag_diverged(results: dict) -> dict:
+    """Every model's ``diverged`` (``seq2d.lm.divergence``: a reason, or None), computed from its
+    test loss and the vocabulary size where a results file predates the flag (train_lm's own
+    reason, a non-finite training loss, is kept)."""
+    V = results["corpus"]["vocab"]
+    for r in results["models"].values():
+        if not r.get("diverged"):  # a reason already there (this run's flag, or train_lm's) is kept
+            r["diverged"] = divergence(r.get("test_loss"), V)
+    return results
+
+
+def comparisons(results: dict) -> list[str]:
+    """Stable minus unstable test perplexity per cell, only between models that did not diverge."""
+    out = []
+    for cell, label in (("tanh", "tanh RNN"), ("lstm", "LSTM")):
+        u, s = results["models"].get(f"{cell}-unstable"), results["models"].get(f"{cell}-stable")
+        if not u or not s:
+            continue
+        bad = [n for n, r in ((f"{cell}-unstable", u), (f"{cell}-stable", s)) if r.get("diverged")]
+        paper = PAPER[cell][1] - PAPER[cell][0]
+        if bad:
+            out.append(f"{label}: not compared, {' and '.join(bad)} diverged "
+                       f"({'; '.join(results['models'][n]['diverged'] for n in bad)}); {PAPER_SOURCE}: stable minus "
+                       f"unstable {paper:+.1f}")
+        else:
+            out.append(f"{label}: stable minus unstable {s['test_ppl'] - u['test_ppl']:+.1f} perplexity "
+                       f"({PAPER_SOURCE}: {paper:+.1f})")
+    return out
+
+
 def tables(results: dict) -> str:
     models, ks = results["models"], results["ks"]
-    lines = ["Test perplexity (lower is better; paper: Miller & Hardt, Table 1):", "",
+    lines = [f"Test perplexity (lower is better; \"paper\": {PAPER_SOURCE}, at the authors' settings):", "",
              "| model | unstable | stable | paper unstable | paper stable |", "|---|---:|---:|---:|---:|"]
     for cell, label in (("tanh", "tanh RNN (Sequential2D)"), ("lstm", "LSTM (nn.LSTM)")):
         u, s = models.get(f"{cell}-unstable"), models.get(f"{cell}-stable")
-        lines.append(f"| {label} | {_fmt(u['test_ppl']) if u else '--'} | {_fmt(s['test_ppl']) if s else '--'} | "
-                     f"{PAPER[cell][0]} | {PAPER[cell][1]} |")
+        lines.append(f"| {label} | {_ppl_cell(u)} | {_ppl_cell(s)} | {PAPER[cell][0]} | {PAPER[cell][1]} |")
     lines += ["", "Truncated feed-forward versions (test perplexity; each prediction sees only the last k tokens) "
               "and the certified contraction constant of the trained weights:", "",
               "| model | " + " | ".join(f"k = {k}" for k in ks)
@@ -158,9 +216,15 @@ def tables(results: dict) -> str:
               "|---|" + "---:|" * (len(ks) + 5)]
     for name, r in models.items():
         lam = r["certified_lambda"]
-        lines.append(f"| {name} | " + " | ".join(_fmt(r["truncated"].get(str(k))) for k in ks)
+        lines.append(f"| {name}{' (diverged)' if r.get('diverged') else ''} | "
+                     + " | ".join(_fmt(r["truncated"].get(str(k))) for k in ks)
                      + f" | {_fmt(r['test_ppl'])} | {_fmt(lam, 4)}{' (stable)' if lam is not None and lam < 1 else ''} | "
                      f"{_data_lambda_cell(r.get('data_lambda'))} | {len(r['history'])} | {r['train_time_s']:.0f} |")
+    div = {n: r["diverged"] for n, r in models.items() if r.get("diverged")}
+    lines += ["", "Diverged (`seq2d.lm.divergence`: training stopped on a non-finite loss, or the test loss is non-finite, "
+              "or the test perplexity exceeds the vocabulary size, the uniform guess's): "
+              + ("; ".join(f"{n}: {why}" for n, why in div.items()) if div else "none") + ".",
+              "", "Comparison (diverged models left out):", ""] + [f"- {c}" for c in comparisons(results)]
     return "\n".join(lines)
 
 
@@ -192,11 +256,15 @@ def plot_truncation(results: dict, path: Path) -> None:
     for i, (name, r) in enumerate(results["models"].items()):
         ys = [r["truncated"].get(str(k)) for k in ks]
         c = f"C{i}"
-        ax.plot(ks, [y if y is not None else float("nan") for y in ys], marker="o", color=c, label=name)
+        ax.plot(ks, [y if y is not None else float("nan") for y in ys], marker="o", color=c,
+                ls=":" if r.get("diverged") else "-", label=name + (" (diverged)" if r.get("diverged") else ""))
         if r["test_ppl"] is not None:
             ax.axhline(r["test_ppl"], color=c, ls=":", lw=1)
     ax.set_xscale("log")
-    ax.set_yscale("log")
+    finite = [v for r in results["models"].values() for v in [*r["truncated"].values(), r["test_ppl"]]
+              if v is not None and math.isfinite(v) and v > 0]
+    if finite:  # (a diverged run may leave no finite perplexity to draw)
+        ax.set_yscale("log")
     ax.set_xticks(ks, [str(k) for k in ks])
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlabel("truncation length k (dotted: the full recurrent model)")
@@ -223,17 +291,33 @@ def doc_section(results: dict, table: str, images: dict[str, str]) -> str:
                   "runs end to end and nothing more: they are not comparable with the paper's numbers. The full mode "
                   "(the word_language_model example's defaults on the whole corpus; our variant, not verified as the "
                   "author's settings) needs a GPU, which this run did not have.", ""]
+    seeded = (f"every model starts from `seed_everything({a['seed']})` (torch, Python's `random`, numpy)"
+              if env.get("seeded") == "seed_everything" else f"every model starts from `torch.manual_seed({a['seed']})`")
     lines += [f"Command: `{results['command']}`", "",
-              f"Mode `{results['mode']}`; seed {a['seed']} (every model starts from `torch.manual_seed({a['seed']})`); "
-              f"device {env['device']} ({env['hardware']}); torch {env['torch']}; {env['date']}.", "",
+              f"The section again from the committed JSON (nothing retrained): `python experiments/stable_rnn/wikitext.py "
+              f"--from-json docs/results/stability/wikitext_{results['mode']}.json --out runs/stable_rnn_wikitext_"
+              f"{results['mode']} --doc docs/results/stability.md`", "",
+              f"Mode `{results['mode']}`; seed {a['seed']} ({seeded}); "
+              f"device {env['device']} ({env['hardware']}"
+              + (f", torch CPU capability {env['cpu_capability']}" if env.get("cpu_capability") else "")
+              + f"); torch {env['torch']}; {env['date']}.", "",
+              "What these numbers depend on: on one machine with one thread count the run is deterministic (two runs "
+              "give bitwise the same numbers; `tests/test_stable_rnn_experiments.py`). On another CPU (another "
+              "instruction set, hence other float32 kernels) or with another thread count the sums are taken in "
+              "another order, the rounding differs, and so do the numbers: slightly for a model that contracts, "
+              "and without limit for one that does not, which amplifies every difference over training (issue 20: "
+              "a rerun of this mode with `--threads 1` on an AVX2 machine reproduced the LSTM rows of an earlier "
+              "version of this page, but not the tanh rows). Compare numbers only between runs on the same "
+              "CPU and thread count.", "",
               f"Settings: embedding {a['emb']}, hidden {a['hidden']}, {a['layers']} layers, dropout {a['dropout']}, "
               f"SGD lr {a['lr']} divided by 4 when validation stops improving, gradient clip {a['clip']}, batch "
               f"{a['batch_size']}, BPTT {a['bptt']}, {a['epochs']} epoch(s); corpus {c['train_tokens']:,} / "
               f"{c['valid_tokens']:,} / {c['test_tokens']:,} tokens, vocabulary {c['vocab']:,}.", "",
               "Stable models: " + "; ".join(f"{k}: {v}" for k, v in results["stabilizers"].items()) + ".", "",
               table, "",
-              "Reading the tables: \"paper\" columns are Miller & Hardt's numbers at the full settings (40 epochs, "
-              "the whole corpus); \"full\" is the recurrent model itself (hidden state carried through the test "
+              "Reading the tables: \"paper\" columns are the test perplexities of the blog post's table (seeds 001: "
+              "the best unstable tanh RNN and LSTM of a hyperparameter search, then retrained with the stability "
+              "conditions enforced; their sizes and epochs are not given there); \"full\" is the recurrent model itself (hidden state carried through the test "
               "stream), \"k = ...\" its k-truncated feed-forward version (each prediction sees only the last k "
               "tokens; `RNNLM.truncated`). \"certified lambda\" is a bound on the contraction constant of the "
               "trained weights: for the tanh RNN the largest `||W_hh||_2` over layers (tanh is 1-Lipschitz; a per-layer "
@@ -251,8 +335,10 @@ def doc_section(results: dict, table: str, images: dict[str, str]) -> str:
               f"{a['lambda_tokens']} rows of the batchified test stream ({a['eval_batch_size']} columns, zero initial "
               "state, eval mode): the largest and the mean spectral norm of the per-layer state Jacobian over steps, "
               "columns and layers (tanh: power iteration, a lower bound per step; LSTM: the exact Jacobian of "
-              "`(h, c)`, with its l-infinity norm, the norm the LSTM certificate bounds). Below 1 on data with a "
-              "certificate above 1 is Miller & Hardt's \"unstable models run in the stable regime\".", ""]
+              "`(h, c)`, with its l-infinity norm, the norm the LSTM certificate bounds). The source's criterion "
+              "for a model in the stable regime is its Fig. 2 (the slides, seeds 002): the gradient with respect to "
+              "the inputs vanishing with distance, averaged over the held-out set, i.e. the thick curves; data "
+              "lambda is our own, stricter measure (a per-step Jacobian norm below 1), reported beside it.", ""]
     for title, rel in images.items():
         lines += [f"![{title}]({rel})", ""]
     lines += [END]
@@ -334,6 +420,8 @@ def main(argv: list[str] | None = None) -> dict:
     ks = sorted({int(k) for k in str(args.ks).split(",") if k.strip()})
     if not ks or min(ks) <= 0:
         raise SystemExit(f"--ks must list positive ints, got {args.ks!r}")
+    if args.threads is None and args.quick:
+        args.threads = 1  # the quick mode's numbers are for one thread count (see the module docstring)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
@@ -354,7 +442,8 @@ def main(argv: list[str] | None = None) -> dict:
         "config": {**vars(args), "ks": ks},
         "ks": ks,
         "env": {"device": str(device), "hardware": torch.cuda.get_device_name(device) if device.type == "cuda"
-                else f"{cpu_name()}, {torch.get_num_threads()} thread(s)", "torch": torch.__version__,
+                else f"{cpu_name()}, {torch.get_num_threads()} thread(s)", "threads": torch.get_num_threads(),
+                "cpu_capability": _cpu_capability(), "seeded": "seed_everything", "torch": torch.__version__,
                 "python": platform.python_version(), "date": datetime.date.today().isoformat()},
         "corpus": {"path": str(corpus.path), "vocab": V, "train_tokens": corpus.train.numel(),
                    "valid_tokens": corpus.valid.numel(), "test_tokens": corpus.test.numel()},
@@ -366,7 +455,7 @@ def main(argv: list[str] | None = None) -> dict:
     }
     for name in names:
         cell, stable = MODELS[name]
-        torch.manual_seed(args.seed)
+        seed_everything(args.seed)  # torch, random, numpy: every generator the run may draw from
         model = RNNLM(V, args.emb, args.hidden, args.layers, args.dropout, cell=cell).to(device)
         stabilize = None
         if stable:
@@ -391,14 +480,25 @@ def main(argv: list[str] | None = None) -> dict:
             "cell": cell, "stable": stable, "test_loss": test_loss, "test_ppl": perplexity(test_loss),
             "valid_ppl": perplexity(info["best_valid_loss"]), "truncated": trunc,
             "certified_lambda": certified_lambda(model), "data_lambda": lam_data, **info,
+            "diverged": divergence(test_loss, V, training=info["diverged"]),
         }
         print(f"[{name}] test ppl {perplexity(test_loss):.2f}  truncated "
               + ", ".join(f"k={k}: {v:.2f}" for k, v in trunc.items())
-              + f"  certified lambda {results['models'][name]['certified_lambda']:.4f}", flush=True)
+              + f"  certified lambda {results['models'][name]['certified_lambda']:.4f}"
+              + (f"  DIVERGED: {results['models'][name]['diverged']}" if results["models"][name]["diverged"] else ""),
+              flush=True)
     results["total_time_s"] = round(time.perf_counter() - t0, 2)
 
     (out / "results.json").write_text(json.dumps(_finite(results), indent=2) + "\n")
     return write_outputs(results, out, args.doc)
+
+
+def _cpu_capability() -> str | None:
+    """The instruction set torch's CPU kernels dispatch to (e.g. AVX2, AVX512), where torch says."""
+    try:
+        return str(torch.backends.cpu.get_cpu_capability())
+    except Exception:  # noqa: BLE001 -- informational only
+        return None
 
 
 def merge_results(paths: list[str]) -> dict:
@@ -425,7 +525,7 @@ def merge_results(paths: list[str]) -> dict:
 
 def write_outputs(results: dict, out: Path, doc: str | None) -> dict:
     """results.md, the plots and (with ``doc``) the page section, all from ``results``."""
-    results = json.loads(json.dumps(_finite(results)))  # what results.json holds (None for inf/nan)
+    results = flag_diverged(json.loads(json.dumps(_finite(results))))  # what results.json holds (None for inf/nan)
     table = tables(results)
     (out / "results.md").write_text(f"# WikiText-2 ({results['mode']} mode)\n\n`{results['command']}`\n\n{table}\n")
     plot_grad(results, out / "grad_norm_vs_distance.png")
@@ -441,6 +541,7 @@ def write_outputs(results: dict, out: Path, doc: str | None) -> dict:
                                 ("truncation.png", "wikitext_truncation.png", "truncated models")):
             shutil.copyfile(out / src, img_dir / dst)
             images[f"WikiText-2 {title}"] = f"stability/{dst}"
+        (img_dir / f"wikitext_{results['mode']}.json").write_text(json.dumps(results, indent=2) + "\n")
         write_doc(doc, doc_section(results, table, images))
     return results
 

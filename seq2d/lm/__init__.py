@@ -10,15 +10,15 @@ as its k-truncated feed-forward version with its own parameters
 :class:`TruncatedLM` (the tanh RNN as an acyclic Sequential2D).
 
 Layout: :mod:`~seq2d.lm.model` (the models), :mod:`~seq2d.lm.evaluate` (perplexity, gradient
-norm vs distance, data lambda), :mod:`~seq2d.lm.train` (the classic training loop, recurrent
+norm vs distance, data lambda, :func:`~seq2d.lm.divergence`), :mod:`~seq2d.lm.train` (the classic training loop, recurrent
 or truncated; weight distances).
 """
 
-from .evaluate import (evaluate, evaluate_truncated, grad_norm_carried, grad_norm_vs_distance, lm_data_lambda,
+from .evaluate import (divergence, evaluate, evaluate_truncated, grad_norm_carried, grad_norm_vs_distance, lm_data_lambda,
                        perplexity)
 from .model import CELLS, RNNLM, TruncatedLM, clip_embedding_, output_nll, output_scores
 from .train import recurrent_weights, train_lm, weight_distance
 
-__all__ = ["CELLS", "RNNLM", "TruncatedLM", "clip_embedding_", "evaluate", "evaluate_truncated", "grad_norm_carried",
+__all__ = ["CELLS", "RNNLM", "TruncatedLM", "clip_embedding_", "divergence", "evaluate", "evaluate_truncated", "grad_norm_carried",
            "grad_norm_vs_distance", "lm_data_lambda", "output_nll", "output_scores", "perplexity", "recurrent_weights",
            "train_lm", "weight_distance"]

@@ -9,6 +9,8 @@ r"""Evaluation of the word-level LMs on a batchified token stream (``seq2d.data.
   carried from the stream's start (Miller & Hardt's Fig. 2 over a whole held-out set).
 * :func:`lm_data_lambda`: :func:`seq2d.stability.data_lambda` of the recurrent part along the
   model's own trajectory on a stream.
+* :func:`divergence`: whether a trained LM counts as diverged (the one definition the
+  experiments use to flag a run and leave it out of comparisons).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from ..data.wikitext import get_batch
 from ..errors import InvalidValue
 from .model import RNNLM, TruncatedLM
 
-__all__ = ["evaluate", "evaluate_truncated", "grad_norm_carried", "grad_norm_vs_distance", "lm_data_lambda", "perplexity"]
+__all__ = ["divergence", "evaluate", "evaluate_truncated", "grad_norm_carried", "grad_norm_vs_distance", "lm_data_lambda",
+           "perplexity"]
 
 
 def _repackage(h):
@@ -161,3 +164,27 @@ def perplexity(loss: float) -> float:
         return math.exp(loss)
     except OverflowError:
         return math.inf
+
+
+def divergence(loss: float | None, vocab_size: int, *, training: str | None = None) -> str | None:
+    """Why a trained language model counts as **diverged**, or None when it does not.
+
+    The definition every stable-RNN experiment uses (flag the run, leave it out of comparisons):
+
+    * training stopped on a non-finite loss (``training``: the ``diverged`` reason that
+      :func:`seq2d.lm.train_lm` returns), or
+    * its mean loss ``loss`` (nats per token; None stands for a non-finite value, as the results
+      JSON stores it) is not finite, or
+    * its perplexity ``exp(loss)`` exceeds ``vocab_size``: worse than the uniform guess over the
+      vocabulary, whose perplexity is exactly ``vocab_size`` (a model that learned anything is
+      far below it).
+    """
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
+        raise InvalidValue(f"divergence: vocab_size must be a positive int, got {vocab_size!r}")
+    if training:
+        return f"training stopped: {training}"
+    if loss is None or not math.isfinite(loss):
+        return "non-finite loss"
+    if loss > math.log(vocab_size):
+        return f"perplexity {perplexity(loss):.6g} above the vocabulary size {vocab_size:,} (worse than a uniform guess)"
+    return None
