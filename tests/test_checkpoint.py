@@ -207,3 +207,24 @@ def test_optimizer_state_shapes_are_checked(good):
     state["state"][0]["exp_avg_sq"] = torch.zeros(2)
     with pytest.raises(CheckpointError, match=r"ck: optimizer\['state'\]\[0\]\['exp_avg_sq'\] has shape \(2,\), but its parameter has shape"):
         check_optimizer_state(state, opt, "ck")
+
+
+def test_a_checkpoint_with_non_finite_weights_or_optimizer_state_is_refused_at_load(good, tmp_path):
+    """A NaN checkpoint is not good (issue 18): load_checkpoint names the file and the first bad tensor."""
+    path, _, _ = good
+    ck = torch.load(path, weights_only=True)
+    first = next(iter(ck["model"]))
+    for name, how in (("allnan.pt", "nan"), ("oneinf.pt", "inf")):
+        bad = torch.load(path, weights_only=True)
+        for t in bad["model"].values():
+            t.fill_(float("nan")) if how == "nan" else t.view(-1)[0].fill_(float("inf"))
+        torch.save(bad, tmp_path / name)
+        kind = r"NaN" if how == "nan" else r"inf"
+        with pytest.raises(CheckpointError, match=rf"{name.replace('.', chr(92) + '.')}': model\['{first}'\] holds \d+ "
+                                                  rf"non-finite value\(s\) \({kind}\) of \d+: .*cannot be resumed"):
+            load_checkpoint(tmp_path / name)
+    ck["optimizer"]["state"][1]["exp_avg_sq"].view(-1)[0] = float("nan")
+    torch.save(ck, tmp_path / "optnan.pt")
+    with pytest.raises(CheckpointError, match=r"optnan\.pt': optimizer\['state'\]\[1\]\['exp_avg_sq'\] holds 1 "
+                                              r"non-finite value\(s\) \(NaN\)"):
+        load_checkpoint(tmp_path / "optnan.pt")

@@ -441,3 +441,18 @@ def test_config_hash_ignores_fields_at_their_default():
     assert config_hash(older) == config_hash(cfg)
     assert config_hash(dataclasses.replace(cfg, epochs=4)) != config_hash(cfg)
     assert config_hash(dataclasses.replace(cfg, lr=cfg.lr * 2)) != config_hash(cfg)
+
+
+def test_resume_from_a_nan_checkpoint_is_refused_before_training(tmp_path):
+    """Issue 18: it used to train and then call the NaN checkpoint "the last good checkpoint"."""
+    cfg = cfg_for(tmp_path, epochs=1)
+    fit(cfg)
+    path = tmp_path / "run" / "checkpoint.pt"
+    ck = torch.load(path, weights_only=True)
+    for t in ck["model"].values():
+        t.fill_(float("nan"))
+    torch.save(ck, path)
+    before = (tmp_path / "run" / "metrics.jsonl").read_text()
+    with pytest.raises(CheckpointError, match=r"checkpoint\.pt': model\['.*'\] holds \d+ non-finite value\(s\) \(NaN\)"):
+        fit(cfg_for(tmp_path, epochs=2), resume=True)
+    assert (tmp_path / "run" / "metrics.jsonl").read_text() == before

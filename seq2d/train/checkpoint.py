@@ -55,6 +55,7 @@ __all__ = [
     "check_resume_config",
     "check_rng_state",
     "check_model_state",
+    "check_finite_state",
     "check_optimizer_state",
     "check_resume_extra",
     "capture_rng_state",
@@ -324,7 +325,35 @@ def _validate(ckpt, path: Path) -> dict:
     if not isinstance(history, list) or not all(isinstance(r, dict) for r in history):
         raise CheckpointError(f"{where}: entry metrics['history'] should be a list of dicts (one row per epoch)")
     check_rng_state(ckpt["rng"], where)
+    check_finite_state(ckpt, where)
     return ckpt
+
+
+def _first_non_finite(tensors) -> tuple[str, torch.Tensor] | None:
+    for name, t in tensors:
+        if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) and not bool(torch.isfinite(t).all()):
+            return name, t
+    return None
+
+
+def check_finite_state(ckpt: Mapping, where: str) -> None:
+    """CheckpointError naming the first model or optimizer tensor of ``ckpt`` that holds a NaN or an
+    infinity: a run resumed from it could only diverge (its "last good checkpoint" would not be good)."""
+    model = ckpt.get("model", {})
+    opt = ckpt.get("optimizer", {})
+    opt_state = opt.get("state", {}) if isinstance(opt, Mapping) else {}
+    found = _first_non_finite((f"model[{k!r}]", t) for k, t in model.items()) or _first_non_finite(
+        (f"optimizer['state'][{pid!r}][{k!r}]", t)
+        for pid, st in (opt_state.items() if isinstance(opt_state, Mapping) else ())
+        if isinstance(st, Mapping) for k, t in st.items())
+    if found is not None:
+        name, t = found
+        bad = int((~torch.isfinite(t)).sum())
+        kinds = [w for w, n in (("NaN", int(torch.isnan(t).sum())), ("inf", bad - int(torch.isnan(t).sum()))) if n]
+        raise CheckpointError(
+            f"{where}: {name} holds {bad} non-finite value(s) ({' and '.join(kinds)}) of {t.numel()}: the run that "
+            "wrote it had diverged (or the file was altered), so it cannot be resumed or used; resume from an earlier "
+            "copy, or start the run afresh")
 
 
 # ---------------------------------------------------------------------- resume checks
