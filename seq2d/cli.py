@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import math
 import sys
 import traceback
@@ -411,6 +412,31 @@ def _add_run_commands(sub) -> None:
 BUG_LINE = "seq2d: internal error (a bug; please report it with the command line above)"
 
 
+@contextlib.contextmanager
+def _warning_lines():
+    """seq2d's own warnings (a UserWarning raised from seq2d's code, e.g. a model whose output
+    cannot see its input) as one ``seq2d: warning: <message>`` line on stderr, printed whatever
+    --quiet says; any other warning as Python prints it."""
+    import warnings
+
+    package = str(Path(__file__).resolve().parent)
+    shown: set[str] = set()
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, UserWarning) and str(Path(filename).resolve()).startswith(package):
+            text = str(message)
+            if text not in shown:
+                shown.add(text)
+                print(f"seq2d: warning: {text}", file=sys.stderr)
+            return
+        original(message, category, filename, lineno, file, line)
+
+    with warnings.catch_warnings():
+        original = warnings.showwarning
+        warnings.showwarning = show
+        yield
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; the exit status is returned (argparse's own errors and --help exit).
 
@@ -420,7 +446,8 @@ def main(argv: list[str] | None = None) -> int:
     its traceback, the command line and :data:`BUG_LINE`, status 1."""
     try:
         args = build_parser().parse_args(argv)
-        return args.fn(args)
+        with _warning_lines():
+            return args.fn(args)
     except Seq2DError as e:
         print(f"seq2d: error: {str(e) or type(e).__name__}", file=sys.stderr)
         return 2

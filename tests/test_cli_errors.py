@@ -313,3 +313,18 @@ def test_plot_functions_refuse_a_missing_folder_too(tmp_path):
         with pytest.raises(FileNotFoundError, match="^path: cannot write .*: the folder '.*/no' does not exist"):
             fn(seq2d.mlp([4, 3]), path=tmp_path / "no" / "x.png")
     assert not (tmp_path / "no").exists()
+
+
+def test_train_says_when_the_output_never_sees_the_input(tmp_path, capsys):
+    """Issue 18: a run whose output cannot depend on its input (too few iterations) is a
+    ``seq2d: warning:`` line on stderr, also with --quiet; the API's UserWarning, in CLI form."""
+    argv = ["train", "--data", "synthetic", "--sizes", "16,8,4", "--iterations", "1", "--epochs", "1", "--quiet",
+            "--out-dir", str(tmp_path / "run"), "--num-threads", "1"]
+    rc, _, err = _run(argv, capsys)
+    assert rc == 0
+    lines = [line for line in err.splitlines() if line.startswith("seq2d: warning:")]
+    assert lines == ["seq2d: warning: steps=1 is smaller than the distance from the input slots [0] to output slot 2 "
+                     "(2 blocks): after 1 step(s) the output cannot depend on the input; it needs steps >= 2"], err
+    assert "UserWarning" not in err
+    rc, _, err = _run(argv[:6] + ["2"] + argv[7:-4] + ["--out-dir", str(tmp_path / "ok"), "--num-threads", "1"], capsys)
+    assert rc == 0 and "warning" not in err
