@@ -89,6 +89,9 @@ def test_gradient_gaps_steps_list_and_doc(tmp_path):
     text = md.read_text()
     assert "old" not in text and "keep" in text and "### Weight gap against the number of steps N" in text
     assert "Proposition 2" in text and (tmp_path / "stability" / "gradient_gaps.png").is_file()
+    # Proposition 2 in the slides' form (seeds 002), our re-derivation labelled as ours; Fig. 1's caption quoted
+    assert "alpha * gamma * k * lambda^k * N^(alpha*beta + 1)" in text and "(Ours, not the source's" in text
+    assert "suggesting the $O(1/t)$ rate is necessary" in text and "**Fig. 1 against ours.**" in text
     # off: no sweep in the JSON
     assert mod.main(["--quick", "--steps", "3", "--steps-list", "none", "--out", str(tmp_path / "p")]) == 0
     assert json.loads((tmp_path / "p" / "gradient_gaps.json").read_text())["steps_sweep"] is None
@@ -172,3 +175,12 @@ def test_divergence_definition():
     assert divergence(1.0, 100, training="non-finite training loss in epoch 1").startswith("training stopped")
     with pytest.raises(ValueError):
         divergence(1.0, 0)
+
+
+def test_vanishing_distance():
+    from seq2d.lm import VANISH_FRACTION, vanishing_distance
+
+    assert VANISH_FRACTION == 1e-2
+    assert vanishing_distance([1.0, 0.5, 0.02, 0.009, 0.001]) == 3
+    assert vanishing_distance([1.0, 0.5, 0.2]) is None and vanishing_distance([]) is None
+    assert vanishing_distance([1.0, 0.5, 0.2], fraction=0.3) == 2

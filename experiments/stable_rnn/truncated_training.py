@@ -56,7 +56,8 @@ import torch
 
 from seq2d.data.wikitext import Corpus, batchify
 from seq2d.envinfo import cpu_name
-from seq2d.lm import RNNLM, evaluate, grad_norm_carried, lm_data_lambda, perplexity, train_lm, weight_distance
+from seq2d.lm import (VANISH_FRACTION, RNNLM, evaluate, grad_norm_carried, lm_data_lambda, perplexity, train_lm,
+                      vanishing_distance, weight_distance)
 from seq2d.report import json_safe as _finite
 from seq2d.stability import SpectralClip, certified_lambda
 from seq2d.train.trainer import write_metrics
@@ -267,6 +268,13 @@ def summary(res: dict) -> str:
         parts = [f"**{tag}**: truncated models minus the recurrent model, test perplexity "
                  + ", ".join(f"k={m['k']}: {o - rec['test_ppl_recurrent']:+.1f}" for m, o in zip(ks, own) if o is not None)
                  + f" (recurrent {_f(rec['test_ppl_recurrent'])})" if diffs else f"**{tag}**"]
+        if diffs and ctl and ctl.get("test_ppl_recurrent") is not None:
+            noise = ctl["test_ppl_recurrent"] - rec["test_ppl_recurrent"]
+            beyond = [m["k"] for m, o in zip(ks, own) if o is not None and abs(o - rec["test_ppl_recurrent"]) > abs(noise)]
+            parts.append(f"the perturbed-initialisation control alone differs from the recurrent model by {noise:+.1f} "
+                         "(one seed, one control: the only noise estimate here); "
+                         + (f"differences larger than that: k in {beyond}" if beyond else
+                            "no truncated model differs by more than that"))
         if dist:
             parts.append(f"relative W_rnn distance to the recurrent model {min(dist) * 100:.1f} to {max(dist) * 100:.1f} %"
                          + (f", against {ctl['distance']['recurrent_rel'] * 100:.1f} % for the perturbed-initialisation "
@@ -275,9 +283,15 @@ def summary(res: dict) -> str:
         parts.append(f"data lambda of its models: max {min(lam_max):.3f} to {max(lam_max):.3f}, mean "
                      f"{min(lam_mean):.3f} to {max(lam_mean):.3f}")
         if curve:
+            vd = vanishing_distance(curve)
             parts.append(f"carried-state gradient norm {curve[0]:.2e} at distance 0, {curve[-1]:.2e} at {len(curve) - 1}"
                          + (f" (fitted decay {rate:+.3f} per token in log over distances 5 to {len(curve) - 1}, a factor "
-                            f"{math.exp(rate):.3f} per token)" if rate is not None else ""))
+                            f"{math.exp(rate):.3f} per token)" if rate is not None else "")
+                         + "; the source's stable-regime criterion (Fig. 2: the gradient vanishing with distance over the "
+                         + (f"held-out set): met, below {VANISH_FRACTION:g} of its distance-0 value from distance {vd} on (our "
+                            "threshold)" if vd is not None else
+                            f"held-out set): not met within {len(curve) - 1} tokens (never below {VANISH_FRACTION:g} of its "
+                            "distance-0 value, our threshold)"))
         lines.append("- " + "; ".join(parts) + ".")
     return "\n".join(lines)
 
@@ -290,7 +304,11 @@ def doc_section(res: dict, table: str, images: dict[str, str]) -> str:
              "<!-- Written by experiments/stable_rnn/truncated_training.py --doc; rerun it rather than editing numbers. -->", ""]
     if res["mode"] == "quick":
         lines += ["**Quick mode**: a slice of the corpus and a few batches; the numbers only show the pipeline runs.", ""]
+    prefix = a.get("section", "truncated-training").replace("-", "_")
     lines += [f"Command: `{res['command']}`", "",
+              "The section again from the committed JSON (nothing retrained): `python "
+              f"experiments/stable_rnn/truncated_training.py --from-json docs/results/stability/{prefix}.json --out "
+              f"runs/stable_rnn_{prefix} --doc docs/results/stability.md`", "",
               f"Mode `{res['mode']}`; seed {a['seed']} (one initialisation shared by every model of the page); "
               f"{env['hardware']}; torch {env['torch']}; {env['date']}; wall time {res['total_time_s'] / 60:.1f} min.", "",
               "Our variant (not the paper's protocol, which we have not read; it tests Miller & Hardt's result that "

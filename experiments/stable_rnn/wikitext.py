@@ -76,8 +76,8 @@ from seq2d.data.wikitext import Corpus, batchify  # noqa: E402
 from seq2d.envinfo import cpu_name  # noqa: E402
 from seq2d.report import json_safe as _finite  # noqa: E402
 from seq2d.report import write_section  # noqa: E402
-from seq2d.lm import (RNNLM, divergence, evaluate, grad_norm_carried, grad_norm_vs_distance, lm_data_lambda,  # noqa: E402
-                      perplexity, train_lm)
+from seq2d.lm import (VANISH_FRACTION, RNNLM, divergence, evaluate, grad_norm_carried, grad_norm_vs_distance,  # noqa: E402
+                      lm_data_lambda, perplexity, train_lm, vanishing_distance)
 from seq2d.lstm import LSTM_STABILIZERS, lstm_contraction_bound, make_lstm_stabilizer  # noqa: E402
 from seq2d.train.checkpoint import save_checkpoint  # noqa: E402
 from seq2d.train.seeds import seed_everything  # noqa: E402
@@ -202,6 +202,25 @@ def comparisons(results: dict) -> list[str]:
     return out
 
 
+def fig2_lines(results: dict) -> list[str]:
+    """Each model against the source's stable-regime criterion (Fig. 2 in the slides: the gradient with
+    respect to the inputs vanishing with distance, over the held-out set), from its carried-state curve,
+    with our Jacobian measure (data lambda) beside it."""
+    out = []
+    for name, r in results["models"].items():
+        c = (results.get("grad_curve_carried", {}).get(name) or {}).get("curve") or []
+        if not c:
+            continue
+        vd = vanishing_distance(c)
+        dl = r.get("data_lambda") or {}
+        verdict = (f"met: below {VANISH_FRACTION:g} of its distance-0 value from distance {vd} on" if vd is not None else
+                   f"not met within {len(c) - 1} tokens (never below {VANISH_FRACTION:g} of its distance-0 value)")
+        out.append(f"{name}{' (diverged)' if r.get('diverged') else ''}: gradient norm {c[0]:.2e} at distance 0, "
+                   f"{c[-1]:.2e} at {len(c) - 1}; Fig. 2 criterion {verdict}; data lambda (ours) max "
+                   f"{_fmt(dl.get('max'), 3)}, mean {_fmt(dl.get('mean'), 3)}")
+    return out
+
+
 def tables(results: dict) -> str:
     models, ks = results["models"], results["ks"]
     lines = [f"Test perplexity (lower is better; \"paper\": {PAPER_SOURCE}, at the authors' settings):", "",
@@ -225,6 +244,11 @@ def tables(results: dict) -> str:
               "or the test perplexity exceeds the vocabulary size, the uniform guess's): "
               + ("; ".join(f"{n}: {why}" for n, why in div.items()) if div else "none") + ".",
               "", "Comparison (diverged models left out):", ""] + [f"- {c}" for c in comparisons(results)]
+    fig2 = fig2_lines(results)
+    if fig2:
+        lines += ["", "Stable regime by the source's criterion (Fig. 2, the slides: the gradient with respect to the "
+                  f"inputs vanishing with distance over the held-out set; the threshold {VANISH_FRACTION:g} is ours), "
+                  "with our per-step Jacobian measure beside it:", ""] + [f"- {c}" for c in fig2]
     return "\n".join(lines)
 
 

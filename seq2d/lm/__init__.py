@@ -14,11 +14,11 @@ norm vs distance, data lambda, :func:`~seq2d.lm.divergence`), :mod:`~seq2d.lm.tr
 or truncated; weight distances).
 """
 
-from .evaluate import (divergence, evaluate, evaluate_truncated, grad_norm_carried, grad_norm_vs_distance, lm_data_lambda,
-                       perplexity)
+from .evaluate import (VANISH_FRACTION, divergence, evaluate, evaluate_truncated, grad_norm_carried,
+                       grad_norm_vs_distance, lm_data_lambda, perplexity, vanishing_distance)
 from .model import CELLS, RNNLM, TruncatedLM, clip_embedding_, output_nll, output_scores
 from .train import recurrent_weights, train_lm, weight_distance
 
-__all__ = ["CELLS", "RNNLM", "TruncatedLM", "clip_embedding_", "divergence", "evaluate", "evaluate_truncated", "grad_norm_carried",
-           "grad_norm_vs_distance", "lm_data_lambda", "output_nll", "output_scores", "perplexity", "recurrent_weights",
-           "train_lm", "weight_distance"]
+__all__ = ["CELLS", "VANISH_FRACTION", "RNNLM", "TruncatedLM", "clip_embedding_", "divergence", "evaluate",
+           "evaluate_truncated", "grad_norm_carried", "grad_norm_vs_distance", "lm_data_lambda", "output_nll", "output_scores", "perplexity", "recurrent_weights",
+           "train_lm", "vanishing_distance", "weight_distance"]

@@ -9,6 +9,8 @@ r"""Evaluation of the word-level LMs on a batchified token stream (``seq2d.data.
   carried from the stream's start (Miller & Hardt's Fig. 2 over a whole held-out set).
 * :func:`lm_data_lambda`: :func:`seq2d.stability.data_lambda` of the recurrent part along the
   model's own trajectory on a stream.
+* :func:`vanishing_distance`: where a gradient-vs-distance curve has fallen below a fraction of
+  its start (our reading of the source's Fig. 2 criterion, "the gradient vanishes").
 * :func:`divergence`: whether a trained LM counts as diverged (the one definition the
   experiments use to flag a run and leave it out of comparisons).
 """
@@ -24,8 +26,13 @@ from ..data.wikitext import get_batch
 from ..errors import InvalidValue
 from .model import RNNLM, TruncatedLM
 
-__all__ = ["divergence", "evaluate", "evaluate_truncated", "grad_norm_carried", "grad_norm_vs_distance", "lm_data_lambda",
-           "perplexity"]
+__all__ = ["VANISH_FRACTION", "divergence", "evaluate", "evaluate_truncated", "grad_norm_carried", "grad_norm_vs_distance",
+           "lm_data_lambda", "perplexity", "vanishing_distance"]
+
+#: Our threshold for "the gradient has vanished" when a gradient-vs-distance curve is read against
+#: the source's stable-regime criterion (Fig. 2 in the slides: the gradient with respect to the
+#: inputs vanishes for moderate distances): below this fraction of its value at distance 0.
+VANISH_FRACTION = 1e-2
 
 
 def _repackage(h):
@@ -188,3 +195,13 @@ def divergence(loss: float | None, vocab_size: int, *, training: str | None = No
     if loss > math.log(vocab_size):
         return f"perplexity {perplexity(loss):.6g} above the vocabulary size {vocab_size:,} (worse than a uniform guess)"
     return None
+
+
+def vanishing_distance(curve: list, fraction: float = VANISH_FRACTION) -> int | None:
+    """The first distance ``i`` with ``curve[i] < fraction * curve[0]`` (``curve`` as
+    :func:`grad_norm_carried` returns it), or None when the curve never gets there. The source's
+    criterion is qualitative (the gradient "vanishes for moderate values of i"); the fraction
+    (:data:`VANISH_FRACTION` by default) is ours."""
+    if not curve or curve[0] is None or not curve[0] > 0:
+        return None
+    return next((i for i, v in enumerate(curve) if v is not None and v < fraction * curve[0]), None)
