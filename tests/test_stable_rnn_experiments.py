@@ -184,3 +184,20 @@ def test_vanishing_distance():
     assert vanishing_distance([1.0, 0.5, 0.02, 0.009, 0.001]) == 3
     assert vanishing_distance([1.0, 0.5, 0.2]) is None and vanishing_distance([]) is None
     assert vanishing_distance([1.0, 0.5, 0.2], fraction=0.3) == 2
+
+
+def test_stability_page_is_what_its_json_gives(tmp_path):
+    """docs/results/stability.md's report.py sections (verdict, Lemma 1, gaps) are exactly what the
+    committed JSON gives: regenerating them changes nothing."""
+    import shutil
+
+    docs = ROOT.parents[1] / "docs" / "results"
+    shutil.copytree(docs / "stability", tmp_path / "stability")
+    page = tmp_path / "stability.md"
+    shutil.copy(docs / "stability.md", page)
+    assert _load("report").main(["--runs", str(tmp_path / "stability"), "--doc", str(page)]) == 0
+    text = page.read_text()
+    assert text == (docs / "stability.md").read_text()
+    verdict = text.split("<!-- verdict:begin -->")[1].split("<!-- verdict:end -->")[0]
+    assert "What holds at this scale" in verdict and "What does not hold" in verdict
+    assert text.index("<!-- verdict:begin -->") < text.index("<!-- wikitext:begin -->")  # at the top

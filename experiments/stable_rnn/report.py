@@ -231,6 +231,115 @@ def gaps_body(g: dict, rel: str) -> str:
     return body
 
 
+def _rng(v, fmt="+.1f") -> str:
+    v = [x for x in v if x is not None]
+    if not v:
+        return "n/a"
+    a, b = format(min(v), fmt), format(max(v), fmt)
+    return a if a == b else f"{a} to {b}"
+
+
+def verdict_section(assets: Path) -> str | None:
+    """The verdict at the top of the page: what holds, what does not, at what scale, every number read
+    from the JSON committed next to the page (``docs/results/stability/*.json``)."""
+    from seq2d.lm import VANISH_FRACTION, vanishing_distance
+
+    def load(name):
+        f = assets / f"{name}.json"
+        return json.loads(f.read_text()) if f.is_file() else None
+
+    tr, gg, tt, ttd, wq = (load(n) for n in ("truncation", "gradient_gaps", "truncated_training",
+                                             "truncated_training_decay", "wikitext_quick"))
+    if not any((tr, gg, tt, ttd, wq)):
+        return None
+    holds, fails = [], []
+    if tr:
+        st = [r for r in tr["rows"] if r["lambda"] < 1]
+        viol = sum(r["bound_violations"] or 0 for r in st)
+        orth = [r for r in st if r["family"] == "orthogonal" and r["lambda"] <= 0.9]
+        holds.append(f"**Lemma 1** (random tanh RNNs, hidden {tr['config']['hidden']}, {len(st)} stable instances): the "
+                     f"truncation gap never exceeds the bound ({viol} violations; largest gap / bound "
+                     f"{max(r['max_gap_over_bound'] for r in st):.2f}) and decays geometrically in k, at the rate log "
+                     f"lambda for W = lambda Q (fitted slope minus log lambda {_rng([r['slope_minus_log_lambda'] for r in orth], '+.3f')} "
+                     "for lambda <= 0.9), faster (at the spectral radius) for Gaussian W.")
+    if gg:
+        R = gg["rules"]
+        holds.append(f"**Lemma 2 / Proposition 2, shape in k** (one random instance, hidden {gg['config']['hidden']}, seed "
+                     f"{gg['seed']}): the gradient gap at the start and the weight gap after N = {gg['config']['steps']} "
+                     f"projected steps fall geometrically in k (fitted slopes {gg['gradient_gap_slope']:+.3f}, "
+                     f"{R['alpha/t']['slope']:+.3f} (alpha/t), {R['constant']['slope']:+.3f} (constant); log lambda "
+                     f"{gg['log_lambda']:+.3f}).")
+        sw = gg.get("steps_sweep")
+        if sw:
+            sa = [sw["rules"]["alpha/t"]["by_k"][str(k)]["loglog_slope"] for k in sw["ks"]]
+            (holds if max(sa) < 1 else fails).append(
+                f"**Proposition 2, growth in N** (N = {sw['steps_list'][0]} to {sw['steps_list'][-1]}): with step alpha/t "
+                f"the gap grows as N to the power {_rng(sa, '+.2f')}, "
+                + ("below the slides' exponent alpha*beta + 1 (>= 1 for any beta): consistent with the bound, which is "
+                   "loose here." if max(sa) < 1 else "not below 1, the least the slides' exponent alpha*beta + 1 can be."))
+            fails.append("**Fig. 1's reading** (the 1/t rate is necessary): not tested fairly: the alpha/t run barely "
+                         f"trains (loss {gg['initial_loss']:.3f} to {sw['rules']['alpha/t']['full_loss'][-1]:.3f} at N = "
+                         f"{sw['steps_list'][-1]}, constant step {sw['rules']['constant']['full_loss'][-1]:.3f}), one "
+                         "instance, one seed, one alpha, one lambda (issue 20, item 2).")
+    for name, run in (("constant step", tt), ("step lr / (1 + t / T)", ttd)):
+        if not run:
+            continue
+        diffs, ctl, dist, ctl_d, vds, lam, steady = [], [], [], [], [], [], []
+        for r in run["runs"].values():
+            ms, rec = r["models"], r["models"]["recurrent"]
+            c = ms.get("recurrent, init perturbed")
+            diffs += [m["test_ppl_truncated"] - rec["test_ppl_recurrent"] for n, m in ms.items()
+                      if n.startswith("k=") and m["k"] >= 5 and m.get("test_ppl_truncated") is not None]
+            if c:
+                ctl.append(c["test_ppl_recurrent"] - rec["test_ppl_recurrent"])
+                ctl_d.append(c["distance"]["recurrent_rel"])
+                dk = [m["distance"]["recurrent_rel"] / c["distance"]["recurrent_rel"] for n, m in ms.items()
+                      if n.startswith("k=")]
+                dist += dk
+                steady.append(all(b < a for a, b in zip(dk, dk[1:])))
+            vds.append(vanishing_distance((rec.get("grad_carried") or {}).get("curve") or []))
+            if not r["stable"]:
+                lam += [m["data_lambda"]["max"] for m in ms.values()]
+        c = run["config"]
+        scale = (f"one-layer tanh LM, hidden {c['hidden']}, {c['epochs']} epochs of WikiText-2, one seed, one "
+                 "perturbed-initialisation control per setting")
+        holds.append(f"**Truncated training, perplexity** ({name}; {scale}): models trained as k-truncations with "
+                     f"k >= 5 end {_rng(diffs)} perplexity from the recurrent model (stable and unstable), against "
+                     f"{_rng(ctl)} for the control (the only noise estimate: with one seed and one control, "
+                     "neither a cost nor a gain of truncation is shown).")
+        (holds if steady and all(steady) else fails).append(
+            f"**Truncated training, weights** ({name}): the truncated models' distance to the recurrent model is "
+            f"{_rng(dist, '.2f')} times the control's, "
+            + ("decreasing in k in every run." if steady and all(steady) else
+               "not decreasing steadily in k in every run: the bound's geometric shrinking in k is not seen at this "
+               "scale."))
+        met = [v for v in vds if v is not None]
+        (holds if len(met) == len(vds) else fails).append(
+            f"**Stable regime by the source's criterion** (Fig. 2: the gradient with respect to the inputs vanishing "
+            f"with distance over the held-out set; {name}): met by {len(met)} of {len(vds)} recurrent models, stable "
+            f"and unstable" + (f" (below {VANISH_FRACTION:g} of its distance-0 value from distance {_rng(met, 'd')} "
+                               "on; the threshold is ours)." if met else "."))
+        if lam:
+            fails.append(f"**Our per-step Jacobian measure** (data lambda, not the source's criterion; {name}): the "
+                         f"unstable models stay above 1 on data (max {_rng(lam, '.2f')}).")
+    if wq:
+        div = [n for n, r in wq["models"].items() if r.get("diverged")]
+        ok = {n: r["test_ppl"] for n, r in wq["models"].items() if not r.get("diverged")}
+        fails.append(f"**WikiText-2 table** (the blog post's): not reproduced; only the quick mode has run "
+                     f"({wq['corpus']['train_tokens']:,} training tokens, {wq['config']['epochs']} epoch, hidden "
+                     f"{wq['config']['hidden']}): test perplexities "
+                     + ", ".join(f"{n} {v:.1f}" for n, v in ok.items())
+                     + (f"; {', '.join(div)} diverged" if div else "") + ", not comparable with the paper's.")
+    lines = ["## Verdict", "",
+             "<!-- Written by experiments/stable_rnn/report.py from the JSON next to this page; rerun it rather than "
+             "editing numbers. -->", "",
+             f"Command: `{REGEN}`. Scale: everything here is small and on a CPU: random instances for the lemmas, "
+             "one-layer 64-unit language models for truncated training, the quick WikiText mode; nothing at the "
+             "paper's sizes.", "", "What holds at this scale:", ""]
+    lines += [f"- {h}" for h in holds] + ["", "What does not hold, or is not shown:", ""] + [f"- {f}" for f in fails]
+    return "\n".join(lines)
+
+
 def _copy(src: Path, dst: Path) -> None:
     """Copy unless ``src`` is ``dst`` (``--runs`` pointing at the page's own folder)."""
     if dst.exists() and src.resolve() == dst.resolve():
@@ -261,6 +370,10 @@ def main(argv=None) -> int:
         done.append("gaps")
     if not done:
         raise SystemExit(f"report.py: no truncation.json or gradient_gaps.json in {runs}")
+    verdict = verdict_section(assets)
+    if verdict:
+        write_section(doc, "verdict", verdict)
+        done.append("verdict")
     print(f"wrote sections {done} of {doc}")
     return 0
 
