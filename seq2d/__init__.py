@@ -4,16 +4,35 @@ One documented semantics (``Sequential2D``'s docstring, docs/concepts.md), const
 proven equal to torch.nn, and one engine seam (seq2d.engines) for the parameter stores and their fast paths.
 """
 
-from . import graph
-from .activations import ACTIVATIONS
-from .attention import AttentionCore
-from .blocks import ContextModule, Identity, LinearBlock
-from .core import Sequential2D, block_kind
-from .engines import DenseStore, TiledBlock, TiledStore
-from .models import (RNN, TransformerEncoder, TransformerEncoderLayer, TruncatedRNN, create_model, from_mask,
-                     from_torch, list_models, mlp, randomize, register_model, resolve_model, rnn, transformer_encoder,
-                     transformer_layer, truncated_rnn)
-from .spec import from_spec, load_spec, save_spec, to_spec
+from typing import TYPE_CHECKING
+
+# Every public name is imported on first use (PEP 562 module __getattr__ below), so that `import
+# seq2d.cli` or `import seq2d.errors` does not pay for torch, networkx and numpy: `from seq2d import
+# mlp` and `seq2d.mlp` work as ever. One table: name -> the module that defines it.
+_LAZY = {
+    "graph": ".graph",  # the submodule itself
+    "ACTIVATIONS": ".activations",
+    "AttentionCore": ".attention",
+    **dict.fromkeys(("ContextModule", "Identity", "LinearBlock"), ".blocks"),
+    **dict.fromkeys(("Sequential2D", "block_kind"), ".core"),
+    **dict.fromkeys(("DenseStore", "TiledBlock", "TiledStore"), ".engines"),
+    **dict.fromkeys(("RNN", "TransformerEncoder", "TransformerEncoderLayer", "TruncatedRNN", "create_model", "from_mask",
+                     "from_torch", "list_models", "mlp", "randomize", "register_model", "resolve_model", "rnn",
+                     "transformer_encoder", "transformer_layer", "truncated_rnn"), ".models"),
+    **dict.fromkeys(("from_spec", "load_spec", "save_spec", "to_spec"), ".spec"),
+}
+
+if TYPE_CHECKING:  # what the table resolves to, for type checkers and IDEs
+    from . import graph
+    from .activations import ACTIVATIONS
+    from .attention import AttentionCore
+    from .blocks import ContextModule, Identity, LinearBlock
+    from .core import Sequential2D, block_kind
+    from .engines import DenseStore, TiledBlock, TiledStore
+    from .models import (RNN, TransformerEncoder, TransformerEncoderLayer, TruncatedRNN, create_model, from_mask,
+                         from_torch, list_models, mlp, randomize, register_model, resolve_model, rnn,
+                         transformer_encoder, transformer_layer, truncated_rnn)
+    from .spec import from_spec, load_spec, save_spec, to_spec
 
 __version__ = "0.1.0"
 
@@ -33,12 +52,23 @@ _MOVED = {"constructors": "seq2d.models.feedforward (mlp, from_mask) and seq2d.m
 
 
 def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        module = importlib.import_module(_LAZY[name], __name__)
+        value = module if name == "graph" else getattr(module, name)
+        globals()[name] = value  # later lookups skip this function
+        return value
     if name in _MOVED:
         raise AttributeError(f"the module seq2d.{name} moved: see {_MOVED[name]}")
     if name == "register_backend":
         raise AttributeError("seq2d.register_backend was removed: linear blocks now live in a parameter "
                              "store; a new fast path is an engine in seq2d.engines (see docs/concepts.md)")
     raise AttributeError(f"module 'seq2d' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
 
 __all__ = [
     "ACTIVATIONS",

@@ -32,9 +32,9 @@ import traceback
 from pathlib import Path
 
 from .errors import InvalidValue, MissingFile, Seq2DError
-from .core import core_of
-from .models.registry import list_models
-from .report import show_text  # noqa: F401 - seq2d.cli.show_text, as before
+
+# Nothing above imports torch: each command imports what it needs (matplotlib, networkx, the
+# trainer, torchvision, scipy, torch itself) when it runs, so `seq2d --help` starts at once.
 
 _FMT = argparse.RawDescriptionHelpFormatter
 
@@ -86,13 +86,25 @@ def _resolve(text: str, kwargs: list[str]):
     return resolve_model(text, where="MODEL", **_parse_kv(kwargs))
 
 
+def __getattr__(name):  # seq2d.cli.show_text, as before, without importing torch with the CLI
+    if name == "show_text":
+        from .report import show_text
+
+        return show_text
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _cmd_models(args) -> int:
+    from .models import list_models
+
     for name in list_models():
         print(name)
     return 0
 
 
 def _cmd_show(args) -> int:
+    from .report import show_text
+
     print(show_text(_resolve(args.model, args.kwargs)))
     return 0
 
@@ -109,6 +121,7 @@ def draw_paths(output: str, kind: str) -> list[tuple[str, Path]]:
 
 
 def _cmd_draw(args) -> int:
+    from .core import core_of
     from .plot import draw_graph, spy
     from .sparse.layout import TILE_SIZES
 
@@ -202,17 +215,65 @@ def _presets_epilog(examples: str) -> str:
     return f"examples:\n{examples}\npresets:\n{preset_help()}"
 
 
-def build_parser() -> argparse.ArgumentParser:
+# Each command's one-line help, in the order `seq2d --help` lists them.
+_COMMANDS = {
+    "models": "list the registered constructors",
+    "show": "print a model's block grid, per-block table, parameter counts and graph facts",
+    "draw": "draw the block graph and/or the spy plot of the linear part (PNG or SVG)",
+    "equivalence": "max abs errors of every constructor vs torch.nn",
+    "stability": "certified and data-dependent contraction constant (lambda) and the truncation length k",
+    "mnist": "the MNIST sparsity experiment: MLP vs randomized Sequential2Ds of equal parameter count",
+    "train": "train one model from a TOML config (flags override it)",
+}
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``seq2d`` parser. ``only``: build the full parser (arguments, epilog) of this command
+    alone and list the others by their one-line help (``""``: none in full); None: all in full.
+
+    :func:`main` passes the command on its command line: the full parsers need the presets, the
+    trainer's config and the MNIST experiment, which import torch (seconds), and neither ``seq2d
+    --help`` nor ``seq2d show`` needs the other commands' (tests/test_cli.py checks what ``seq2d
+    --help`` imports; docs/performance.md, "CLI start-up", has the times)."""
     ap = _Parser(prog="seq2d", description="Sequential2D block networks: inspect, draw and check models.",
                  epilog=__doc__.split("\n\n")[1] + "\n\n" + __doc__.split("\n\n")[3].replace("``", "`"),
                  formatter_class=_FMT)
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="{mnist,train,models,show,draw,equivalence,stability}")
-    p = sub.add_parser("models", help="list the registered constructors",
+    builders = {"models": _add_models, "show": _add_show, "draw": _add_draw, "equivalence": _add_equivalence,
+                "stability": _add_stability}
+    for name, add in builders.items():
+        if only is None or only == name:
+            add(sub)
+        else:
+            sub.add_parser(name, help=_COMMANDS[name])
+    if only is None or only in ("mnist", "train"):
+        _add_run_commands(sub)
+    else:
+        for name in ("mnist", "train"):
+            sub.add_parser(name, help=_COMMANDS[name])
+    return ap
+
+
+def _command_of(argv: list[str]) -> str:
+    """The command a command line names (its first word that is not an option), or "" when it
+    names none or an unknown one (argparse then says so)."""
+    for word in map(str, argv):
+        if word == "--":
+            break
+        if not word.startswith("-"):
+            return word if word in _COMMANDS else ""
+    return ""
+
+
+def _add_models(sub) -> None:
+    p = sub.add_parser("models", help=_COMMANDS["models"],
                        description="List the registered constructor names (usable with `seq2d show NAME key=value`).")
     p.set_defaults(fn=_cmd_models)
 
+
+def _add_show(sub) -> None:
     p = sub.add_parser(
-        "show", help="print a model's block grid, per-block table, parameter counts and graph facts",
+        "show", help=_COMMANDS["show"],
         description=_wrap("Print the block grid and slot table (Sequential2D.summary), one line per block (position, kind, "
                     "shape, stored entries, density, trainable parameters, tie group), the trainable parameters by "
                     "owner, and what the block graph says (acyclic, depth, recurrent cores, memory, distances)."),
@@ -220,11 +281,13 @@ def build_parser() -> argparse.ArgumentParser:
                                "  seq2d show model.toml\n  seq2d show mlp sizes=784,256,10 activation=tanh\n"),
         formatter_class=_FMT)
     p.add_argument("model", help=_MODEL_HELP)
-    p.add_argument("kwargs", nargs="*", help="constructor arguments as key=value (only with a registered name)")
+    p.add_argument("kwargs", nargs="*", default=[], help="constructor arguments as key=value (only with a registered name)")
     p.set_defaults(fn=_cmd_show)
 
+
+def _add_draw(sub) -> None:
     p = sub.add_parser(
-        "draw", help="draw the block graph and/or the spy plot of the linear part (PNG or SVG)",
+        "draw", help=_COMMANDS["draw"],
         description=_wrap("Draw a model: --kind graph (the block graph: slots as nodes, blocks as edges), spy (the N x N "
                     "mask of the linear blocks) or both. With both, -o out.png writes out-graph.png and out-spy.png. "
                     "The suffix of -o (.png or .svg) picks the format."),
@@ -233,7 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
                                "  seq2d draw masked-random:784,256,10,density=0.05 -o rand.png --kind spy --tile 32\n"),
         formatter_class=_FMT)
     p.add_argument("model", help=_MODEL_HELP)
-    p.add_argument("kwargs", nargs="*", help="constructor arguments as key=value (only with a registered name)")
+    p.add_argument("kwargs", nargs="*", default=[], help="constructor arguments as key=value (only with a registered name)")
     p.add_argument("-o", "--output", required=True, help="output file, .png or .svg")
     p.add_argument("--kind", choices=("graph", "spy", "both"), default="graph", help="what to draw (default: graph)")
     p.add_argument("--tile", type=int, default=None,
@@ -241,14 +304,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dpi", type=float, default=100, help="PNG resolution (default: 100)")
     p.set_defaults(fn=_cmd_draw)
 
-    p = sub.add_parser("equivalence", help="max abs errors of every constructor vs torch.nn",
+
+def _add_equivalence(sub) -> None:
+    p = sub.add_parser("equivalence", help=_COMMANDS["equivalence"],
                        description=_wrap("Compare every constructor with its torch.nn counterpart (float32 and float64); "
                                    "exit status 1 when an error exceeds its tolerance."))
     p.add_argument("--seeds", type=int, default=1, help="number of random seeds per case (default: 1)")
     p.set_defaults(fn=_cmd_equivalence)
 
+
+def _add_stability(sub) -> None:
     p = sub.add_parser(
-        "stability", help="certified and data-dependent contraction constant (lambda) and the truncation length k",
+        "stability", help=_COMMANDS["stability"],
         description=_wrap("For every recurrent core (strongly connected part of the block graph): the certified bound "
                           "lambda <= L_act * ||W_rec||_2 (exact float64 SVD), the data-dependent lambda (largest state-"
                           "Jacobian norm along trajectories on random inputs with ||x_t|| <= B, by power iteration), "
@@ -259,7 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
                                "  seq2d stability runs/myrun/checkpoint.pt\n"),
         formatter_class=_FMT)
     p.add_argument("model", help=_MODEL_HELP + ", or a seq2d.train checkpoint (.pt) / run folder")
-    p.add_argument("kwargs", nargs="*", help="constructor arguments as key=value (only with a registered name)")
+    p.add_argument("kwargs", nargs="*", default=[], help="constructor arguments as key=value (only with a registered name)")
     p.add_argument("--eps", type=float, default=1e-3, help="target gap ||h_t - h_t^k|| (default: 1e-3)")
     p.add_argument("--input-bound", dest="input_bound", type=float, default=1.0,
                    help="bound B on ||x_t||_2 for Lemma 1 and for the random inputs (default: 1)")
@@ -269,8 +336,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--iters", type=int, default=20, help="power-iteration rounds per step (default: 20)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs and of a preset's initial weights (default: 0)")
     p.set_defaults(fn=_cmd_stability)
-    _add_run_commands(sub)
-    return ap
 
 
 def _cmd_mnist(args) -> int:
@@ -348,7 +413,7 @@ def _add_run_commands(sub) -> None:
     from .train.config import add_config_args
 
     p = sub.add_parser(
-        "mnist", help="the MNIST sparsity experiment: MLP vs randomized Sequential2Ds of equal parameter count",
+        "mnist", help=_COMMANDS["mnist"],
         description=_wrap("Train the MLP [2500, 500, 200, 100, 10] on MNIST at 50x50 and randomized Sequential2Ds with "
                           "exactly its trainable-parameter count (seq2d.randomize) over several seeds, then print the "
                           "table (mean +- std test accuracy, parameters, time per epoch, device) and each model's "
@@ -391,7 +456,7 @@ def _add_run_commands(sub) -> None:
     p.add_argument("--progress", action="store_true", help=argparse.SUPPRESS)  # the default now; kept for old scripts
     p.set_defaults(fn=_cmd_mnist)
 
-    p = sub.add_parser("train", help="train one model from a TOML config (flags override it)",
+    p = sub.add_parser("train", help=_COMMANDS["train"],
                        description=_wrap("Train one model from a config file; every config field also has a flag, "
                                          "and --set key=value overrides any field."),
                        epilog="examples:\n  seq2d train experiments/mnist_sparsity/configs/mlp.toml --data subset --epochs 4\n"
@@ -445,7 +510,8 @@ def main(argv: list[str] | None = None) -> int:
     errors too); Ctrl-C prints one line, status 130; any other exception is a bug in seq2d:
     its traceback, the command line and :data:`BUG_LINE`, status 1."""
     try:
-        args = build_parser().parse_args(argv)
+        words = sys.argv[1:] if argv is None else list(argv)
+        args = build_parser(only=_command_of(words)).parse_args(words)
         with _warning_lines():
             return args.fn(args)
     except Seq2DError as e:

@@ -206,3 +206,72 @@ def test_graphs_md_quotes_the_current_show_output():
     assert quoted == show_text(build_preset("mlp:784,256,128,10"))
     for png in re.findall(r"\]\((gallery/[^)]+\.png)\)", text):
         assert (ROOT / "docs" / png).is_file(), png
+
+
+# ---------------------------------------------------------------------------- start-up (issue 22 item 7)
+_HEAVY = ("torch", "numpy", "matplotlib", "networkx", "torchvision", "scipy", "triton", "seq2d.train.trainer",
+          "seq2d.mnist_comparison")
+
+
+def _modules_after(code: str) -> set[str]:
+    """The heavy modules a fresh interpreter holds after running ``code`` (a subprocess: this one
+    has imported everything already)."""
+    probe = code + f"\nimport sys; print(' '.join(m for m in {_HEAVY!r} if m in sys.modules))"
+    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    return set(res.stdout.split())
+
+
+def test_help_imports_neither_torch_nor_the_plotting_and_training_stack():
+    # what makes `seq2d --help` start at once: no torch, matplotlib, networkx, torchvision, scipy, trainer
+    code = ("import contextlib, io, seq2d.cli\n"
+            "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+            "    seq2d.cli.main(['--help'])")
+    assert _modules_after(code) == set()
+    assert _modules_after("import seq2d, seq2d.errors") == set()
+
+
+def test_show_imports_torch_and_networkx_only():
+    # show builds a model (torch) and states graph facts (networkx); nothing for pictures, training or statistics
+    code = ("import contextlib, io, seq2d.cli\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    assert seq2d.cli.main(['show', 'mlp:784,256,10']) == 0")
+    loaded = _modules_after(code)
+    assert loaded.isdisjoint({"matplotlib", "torchvision", "scipy", "seq2d.train.trainer", "seq2d.mnist_comparison"})
+    assert {"torch", "networkx"} <= loaded
+
+
+def test_every_public_name_imports_from_the_lazy_package():
+    code = ("import seq2d\n"
+            "for name in seq2d.__all__:\n"
+            "    exec(f'from seq2d import {name}')\n"
+            "    assert getattr(seq2d, name) is not None and name in dir(seq2d), name\n"
+            "from seq2d import graph, mlp, Sequential2D\n"
+            "assert isinstance(mlp([3, 2]), Sequential2D) and graph.__name__ == 'seq2d.graph'")
+    assert "torch" in _modules_after(code)
+    with pytest.raises(AttributeError, match="moved"):
+        seq2d.constructors  # noqa: B018 - the old-module message still comes first
+
+
+@pytest.mark.parametrize("command", ["models", "show", "draw", "equivalence", "stability", "mnist", "train"])
+def test_a_parser_built_for_one_command_equals_the_full_one_for_that_command(command):
+    from seq2d.cli import _COMMANDS, build_parser
+
+    def sub(parser, name):
+        return next(a for a in parser._actions if a.dest == "cmd").choices[name]
+
+    full, one, none = build_parser(), build_parser(only=command), build_parser(only="")
+    assert sub(one, command).format_help() == sub(full, command).format_help()
+    assert one.format_help() == full.format_help() == none.format_help()  # the top level lists every command
+    assert list(_COMMANDS) == list(next(a for a in full._actions if a.dest == "cmd").choices)
+
+
+def test_show_without_a_model_names_only_the_model_as_required(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["show"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "required: model (see `seq2d show --help`)" in err and "kwargs" not in err.splitlines()[-1]
+    for command in ("draw", "stability"):
+        with pytest.raises(SystemExit):
+            main([command])
+        assert "kwargs" not in capsys.readouterr().err.splitlines()[-1]
