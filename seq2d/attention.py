@@ -13,7 +13,7 @@ from torch import Tensor
 from .errors import InvalidInput, InvalidType, InvalidValue
 from .blocks import ContextModule
 
-__all__ = ["AttentionCore"]
+__all__ = ["AttentionCore", "check_dropout"]
 
 
 def _check_heads(d_model, nhead, what: str) -> None:
@@ -24,6 +24,15 @@ def _check_heads(d_model, nhead, what: str) -> None:
             raise InvalidValue(f"{what}: {name} must be a positive int, got {v}")
     if d_model % nhead != 0:
         raise InvalidValue(f"{what}: d_model ({d_model}) must be divisible by nhead ({nhead})")
+
+
+def check_dropout(p, what: str) -> float:
+    """A dropout probability: a number in [0, 1], as ``nn.Dropout`` takes (typed errors naming ``what``)."""
+    if isinstance(p, bool) or not isinstance(p, (int, float)):
+        raise InvalidType(f"{what}: dropout must be a number in [0, 1], got {type(p).__name__} {p!r}")
+    if not 0 <= p <= 1:
+        raise InvalidValue(f"{what}: dropout must be a probability in [0, 1], got {p!r}")
+    return float(p)
 
 
 def _additive_mask(mask, name: str, dtype: torch.dtype) -> Tensor:
@@ -62,13 +71,18 @@ class AttentionCore(ContextModule):
 
     A query whose keys are all masked gets whatever ``scaled_dot_product_attention`` gives
     (zeros with torch 2.5+), exactly as in ``nn.MultiheadAttention``, which calls it too.
+
+    ``dropout``: the probability of zeroing an attention weight in training mode (after the
+    softmax), passed to ``scaled_dot_product_attention`` as ``nn.MultiheadAttention`` passes
+    it, so the same RNG state draws the same weights; none in eval mode.
     """
 
     context_keys = ("src_mask", "mask", "src_key_padding_mask", "is_causal")
 
-    def __init__(self, d_model: int, nhead: int) -> None:
+    def __init__(self, d_model: int, nhead: int, dropout: float = 0.0) -> None:
         super().__init__()
         _check_heads(d_model, nhead, "AttentionCore")
+        self.dropout = check_dropout(dropout, "AttentionCore")
         self.d_model = d_model
         self.nhead = nhead
         self.head_dim = d_model // nhead
@@ -127,8 +141,9 @@ class AttentionCore(ContextModule):
                 bias = torch.full((T, T), float("-inf"), dtype=x.dtype, device=x.device).triu_(1).view(1, 1, T, T)
                 causal = False
             bias = kpm if bias is None else bias + kpm
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=causal)  # (B, h, T, dh)
+        p = self.dropout if self.training else 0.0
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p, is_causal=causal)  # (B, h, T, dh)
         return out.transpose(1, 2).reshape(*batch, T, self.d_model)
 
     def extra_repr(self) -> str:
-        return f"d_model={self.d_model}, nhead={self.nhead}"
+        return f"d_model={self.d_model}, nhead={self.nhead}" + (f", dropout={self.dropout}" if self.dropout else "")

@@ -72,10 +72,15 @@ def _torch_encoder(dtype, norm_first=False, final_norm=False, num_layers=2, seed
 def _layer_pairs(ours: TransformerEncoderLayer, ref: nn.TransformerEncoderLayer) -> list[tuple[str, nn.Parameter, nn.Parameter]]:
     """(name, our param, torch param), mapped by hand from the grid positions of the brief."""
     c = ours.core
-    if ours.norm_first:  # 0 x, 1 n1, 2 qkv, 3 attn, 4 h, 5 n2, 6 f, 7 y
-        qkv, attn, h, f, y, ln1, ln2, src_qkv, src_ff = 2, 3, 4, 6, 7, 1, 5, 1, 5
+    if ours.dropout:  # the grid with dropout slots (seq2d.models.transformer's docstring)
+        if ours.norm_first:  # 0 x, 1 n1, 2 qkv, 3 attn, 4 sa, 5 h, 6 n2, 7 f, 8 fd, 9 ff, 10 y
+            qkv, attn, h, f, y, ln1, ln2, src_qkv, src_ff, fd = 2, 3, 4, 7, 9, 1, 6, 1, 6, 8
+        else:  # 0 x, 1 qkv, 2 attn, 3 sa, 4 h, 5 f, 6 fd, 7 ff, 8 y
+            qkv, attn, h, f, y, ln1, ln2, src_qkv, src_ff, fd = 1, 2, 3, 5, 7, 4, 8, 0, 4, 6
+    elif ours.norm_first:  # 0 x, 1 n1, 2 qkv, 3 attn, 4 h, 5 n2, 6 f, 7 y
+        qkv, attn, h, f, y, ln1, ln2, src_qkv, src_ff, fd = 2, 3, 4, 6, 7, 1, 5, 1, 5, 6
     else:  # 0 x, 1 qkv, 2 attn, 3 h, 4 f, 5 y
-        qkv, attn, h, f, y, ln1, ln2, src_qkv, src_ff = 1, 2, 3, 4, 5, 3, 5, 0, 3
+        qkv, attn, h, f, y, ln1, ln2, src_qkv, src_ff, fd = 1, 2, 3, 4, 5, 3, 5, 0, 3, 4
     mine = {
         "self_attn.in_proj_weight": c.block(qkv, src_qkv).weight,
         "self_attn.in_proj_bias": c.bias(qkv),
@@ -83,7 +88,7 @@ def _layer_pairs(ours: TransformerEncoderLayer, ref: nn.TransformerEncoderLayer)
         "self_attn.out_proj.bias": c.bias(h),
         "linear1.weight": c.block(f, src_ff).weight,
         "linear1.bias": c.bias(f),
-        "linear2.weight": c.block(y, f).weight,
+        "linear2.weight": c.block(y, fd).weight,
         "linear2.bias": c.bias(y),
         "norm1.weight": c.acts[ln1].weight,
         "norm1.bias": c.acts[ln1].bias,
@@ -504,3 +509,68 @@ def test_bad_inputs_and_masks_raise():
         enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(D, H, FF, batch_first=True), 2, enable_nested_tensor=False)
         enc.layers[1].norm_first = True
         encoder_from_torch(enc)
+
+
+# ---------------------------------------------------------------------------- dropout (issue 18)
+def _train_pair(ours, ref, x, kw, seed):
+    """(ours, torch) outputs and input gradients in training mode from the same RNG state."""
+    outs = []
+    for m in (ours, ref):
+        xi = x.detach().clone().requires_grad_(True)
+        torch.manual_seed(seed)
+        y = m(xi, **kw)
+        (g,) = torch.autograd.grad((y * torch.linspace(-1, 1, y.numel(), dtype=y.dtype).view(y.shape)).sum(), [xi])
+        outs.append((y.detach(), g))
+    return outs
+
+
+@pytest.mark.parametrize("shape", [(B, T, D), (T, D)], ids=["batched", "unbatched"])
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post_norm", "pre_norm"])
+def test_converted_layer_in_training_mode_draws_torchs_dropout(norm_first, shape):
+    """torch's default dropout=0.1 used to be dropped silently in training mode: now every dropout
+    sits where torch applies it and draws torch's mask from the same RNG state."""
+    dtype = torch.float64
+    ref = _torch_layer(dtype, norm_first).train()  # dropout=0.1, torch's default
+    ours = layer_from_torch(ref)
+    assert ours.training and ours.dropout == 0.1 and {"sa", "fd", "ff"} <= set(ours.slots)
+    x = _x(dtype, *shape)
+    (yo, go), (yr, gr) = _train_pair(ours, ref, x, {"src_mask": nn.Transformer.generate_square_subsequent_mask(T, dtype=dtype)}, 5)
+    assert (yo - yr).abs().max() <= TOL[dtype] and (go - gr).abs().max() <= TOL[dtype]
+    (y2, _), _ = _train_pair(ours, ref, x, {}, 6)
+    assert (y2 - yr).abs().max() > 1e-3  # another draw (and no mask): another output
+    assert (ref.eval()(x) - yr).abs().max() > 1e-3  # dropout really was live
+
+
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post_norm", "pre_norm"])
+def test_converted_encoder_in_training_mode_draws_torchs_dropout(norm_first):
+    dtype = torch.float32
+    ref = _torch_encoder(dtype, norm_first, final_norm=True, num_layers=3).train()
+    ours = encoder_from_torch(ref)
+    assert ours.training and ours.dropout == 0.1
+    kpm = torch.zeros(B, T, dtype=torch.bool)
+    kpm[1, -2:] = True
+    (yo, go), (yr, gr) = _train_pair(ours, ref, _x(dtype), {"src_key_padding_mask": kpm}, 11)
+    assert (yo - yr).abs().max() <= TOL[dtype] and (go - gr).abs().max() <= TOL[dtype]
+
+
+def test_dropout_of_the_constructors():
+    x = _x(torch.float32)
+    m = TransformerEncoderLayer(D, H, FF, dropout=0.5)
+    assert m.steps == 8 and "dropout=0.5" in repr(m) and m.core.block(m.slots["attn"], m.slots["qkv"]).dropout == 0.5
+    assert not torch.equal(m(x), m(x))  # training mode: fresh masks
+    m.eval()
+    assert torch.equal(m(x), m(x))
+    assert TransformerEncoderLayer(D, H, FF).steps == 5  # no dropout: the 6-slot grid
+    enc = create_model("transformer_encoder", d_model=D, nhead=H, num_layers=2, dim_feedforward=FF, dropout=0.2)
+    assert enc.dropout == 0.2 and enc.steps == 16
+    for bad, exc in ((1.5, ValueError), (-0.1, ValueError), ("0.1", TypeError), (True, TypeError)):
+        with pytest.raises(exc, match=r"TransformerEncoderLayer: dropout must be"):
+            TransformerEncoderLayer(D, H, FF, dropout=bad)
+
+
+def test_layer_with_unequal_dropouts_is_refused():
+    ref = _torch_layer(torch.float32)
+    ref.dropout2 = nn.Dropout(0.3)
+    with pytest.raises(ValueError, match=r"the layer's dropouts must be nn.Dropout modules of one probability.*"
+                                         r"'dropout2': 0.3"):
+        layer_from_torch(ref)

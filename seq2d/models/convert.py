@@ -27,6 +27,11 @@ def from_torch(module: nn.Module) -> nn.Module:
 
     Weights are copied (new parameters). Anything else raises ``TypeError`` naming the
     unsupported module.
+
+    Dropout: a transformer's is modelled where torch applies it and draws torch's masks in
+    training mode (:mod:`seq2d.models.transformer`), and the result keeps the source's
+    train/eval mode; an ``nn.RNN`` with dropout between layers (``num_layers > 1``) is refused
+    with ``InvalidValue`` (its draws cannot be matched; eval-mode behaviour equals ``dropout=0``).
     """
     if isinstance(module, (nn.Sequential, nn.Linear)):
         return from_sequential(module)

@@ -23,8 +23,28 @@ output. An encoder of ``L`` layers is ONE Sequential2D with the layers' slots st
 steps (+1 for the optional final LayerNorm slot). The masks are call-time context
 (``**context`` of ``Sequential2D.forward``) given to every :class:`AttentionCore`.
 
-Dropout is not modelled: the wrappers equal the torch modules in eval mode (or with
-``dropout=0``). Inputs are batch first: ``(*batch, T, d_model)``.
+**Dropout** (``dropout=p > 0``) sits exactly where ``nn.TransformerEncoderLayer`` applies it:
+on the attention weights (inside :class:`AttentionCore`), on the attention output
+(``dropout1``), after the feed-forward activation (``dropout``) and on the feed-forward output
+(``dropout2``). The last three need a slot of their own (a slot activation acts on the whole
+row sum, and torch drops ``W_o attn + b_o`` before the residual is added), so a layer with
+dropout has three more slots, ``sa``, ``fd`` and ``ff``::
+
+    qkv = W_in x + b_in;  attn = M(qkv)           # M drops attention weights
+    sa  = drop1(W_o attn + b_o)                    # slot activation: dropout
+    h   = LN1(x + sa)
+    f   = act(W_1 h + b_1);  fd = drop(f)          # identity block, dropout activation
+    ff  = drop2(W_2 fd + b_2);  y = LN2(h + ff)
+
+(pre-norm likewise), depth 8 (post-norm) or 10 (pre-norm). Evaluated with ``steps >= depth``
+(the default), every slot is computed once, level by level, in torch's order, and each
+dropout draws a tensor of torch's shape and memory layout (``drop1`` in the (T, B, d) layout
+of ``nn.MultiheadAttention``'s output), so in training mode a converted layer equals the torch
+layer under the same RNG state (up to rounding; tested for ``(B, T, d)`` and ``(T, d)``
+inputs). Run otherwise (``use_plan = False``, ``hold``, sequence mode), the dropouts draw
+afresh at every step: a correct dropout sample, but not torch's draws. Without dropout
+(``p = 0``, the constructors' default) the grids are the smaller ones above; in eval mode
+dropout does nothing. Inputs are batch first: ``(*batch, T, d_model)``.
 """
 
 from __future__ import annotations
@@ -39,7 +59,7 @@ from torch import Tensor, nn
 
 from ..errors import InvalidInput, InvalidType, InvalidValue
 from ..arguments import check_factory, unexpected_keywords
-from ..attention import AttentionCore, _check_heads
+from ..attention import AttentionCore, _check_heads, check_dropout
 from ..blocks import LinearBlock
 from ..core import Sequential2D
 from .registry import register_model
@@ -107,8 +127,10 @@ class _Grid:
     def layer_norm(self, d: int, eps: float, bias: bool) -> nn.LayerNorm:
         return nn.LayerNorm(d, eps=eps, bias=bias, **self.fk)
 
-    def add_layer(self, x: int, d: int, nhead: int, dff: int, act, norm_first: bool, eps: float, bias: bool) -> dict:
-        """Append one encoder layer reading slot ``x``; return its slot indices by name."""
+    def add_layer(self, x: int, d: int, nhead: int, dff: int, act, norm_first: bool, eps: float, bias: bool,
+                  dropout: float = 0.0) -> dict:
+        """Append one encoder layer reading slot ``x``; return its slot indices by name. With
+        ``dropout > 0`` the layer has the slots ``sa``, ``fd``, ``ff`` (module docstring)."""
         lin = lambda i, o: LinearBlock(i, o, **self.fk)  # noqa: E731
         s = {"x": x}
         if norm_first:
@@ -119,11 +141,17 @@ class _Grid:
             src = x
         s["qkv"] = self.slot(3 * d, None, bias)
         s["attn"] = self.slot(d)
-        s["h"] = self.slot(d, None if norm_first else self.layer_norm(d, eps, bias), bias)
         self.blocks[(s["qkv"], src)] = lin(d, 3 * d)
-        self.blocks[(s["attn"], s["qkv"])] = AttentionCore(d, nhead)
+        self.blocks[(s["attn"], s["qkv"])] = AttentionCore(d, nhead, dropout)
+        if dropout:  # sa = drop1(W_o attn + b_o); h = [LN1](x + sa)
+            s["sa"] = self.slot(d, SequenceFirstDropout(dropout), bias)
+            self.blocks[(s["sa"], s["attn"])] = lin(d, d)
+            s["h"] = self.slot(d, None if norm_first else self.layer_norm(d, eps, bias))
+            self.blocks[(s["h"], s["sa"])] = "identity"
+        else:
+            s["h"] = self.slot(d, None if norm_first else self.layer_norm(d, eps, bias), bias)
+            self.blocks[(s["h"], s["attn"])] = lin(d, d)
         self.blocks[(s["h"], x)] = "identity"
-        self.blocks[(s["h"], s["attn"])] = lin(d, d)
         if norm_first:
             s["n2"] = self.slot(d, self.layer_norm(d, eps, bias))
             self.blocks[(s["n2"], s["h"])] = "identity"
@@ -131,10 +159,18 @@ class _Grid:
         else:
             src = s["h"]
         s["f"] = self.slot(dff, act, bias)
-        s["y"] = self.slot(d, None if norm_first else self.layer_norm(d, eps, bias), bias)
         self.blocks[(s["f"], src)] = lin(d, dff)
+        if dropout:  # fd = drop(f); ff = drop2(W_2 fd + b_2); y = [LN2](h + ff)
+            s["fd"] = self.slot(dff, nn.Dropout(dropout))
+            self.blocks[(s["fd"], s["f"])] = "identity"
+            s["ff"] = self.slot(d, nn.Dropout(dropout), bias)
+            self.blocks[(s["ff"], s["fd"])] = lin(dff, d)
+            s["y"] = self.slot(d, None if norm_first else self.layer_norm(d, eps, bias))
+            self.blocks[(s["y"], s["ff"])] = "identity"
+        else:
+            s["y"] = self.slot(d, None if norm_first else self.layer_norm(d, eps, bias), bias)
+            self.blocks[(s["y"], s["f"])] = lin(dff, d)
         self.blocks[(s["y"], s["h"])] = "identity"
-        self.blocks[(s["y"], s["f"])] = lin(dff, d)
         return s
 
     def build(self, out: int) -> Sequential2D:
@@ -155,14 +191,16 @@ def _layer_param_map(core: Sequential2D, s: dict, prefix: str = "") -> dict[str,
         if p is not None:
             m[prefix + name] = p
 
+    sa = s.get("sa", s["h"])  # the slot of W_o attn + b_o (its own with dropout)
+    ff, fd = s.get("ff", s["y"]), s.get("fd", s["f"])  # the slot of W_2 f + b_2, and the one W_2 reads
     put("self_attn.in_proj_weight", core.block(s["qkv"], src_qkv).weight)
     put("self_attn.in_proj_bias", core.bias(s["qkv"]))
-    put("self_attn.out_proj.weight", core.block(s["h"], s["attn"]).weight)
-    put("self_attn.out_proj.bias", core.bias(s["h"]))
+    put("self_attn.out_proj.weight", core.block(sa, s["attn"]).weight)
+    put("self_attn.out_proj.bias", core.bias(sa))
     put("linear1.weight", core.block(s["f"], src_ff).weight)
     put("linear1.bias", core.bias(s["f"]))
-    put("linear2.weight", core.block(s["y"], s["f"]).weight)
-    put("linear2.bias", core.bias(s["y"]))
+    put("linear2.weight", core.block(ff, fd).weight)
+    put("linear2.bias", core.bias(ff))
     for name, p in ln1.named_parameters():
         put(f"norm1.{name}", p)
     for name, p in ln2.named_parameters():
@@ -195,8 +233,10 @@ def _reset_like_torch(params: dict[str, nn.Parameter]) -> None:
         # anything else (a module activation's parameters) keeps its own init
 
 
-def _layer_repr(d_model, nhead, dff, norm_first, act, eps, bias) -> str:
+def _layer_repr(d_model, nhead, dff, norm_first, act, eps, bias, dropout=0.0) -> str:
     s = f"d_model={d_model}, nhead={nhead}, dim_feedforward={dff}"
+    if dropout:
+        s += f", dropout={dropout}"
     if act != "relu":
         s += f", activation={act!r}" if isinstance(act, str) else f", activation={type(act).__name__}"
     if norm_first:
@@ -208,19 +248,38 @@ def _layer_repr(d_model, nhead, dff, norm_first, act, eps, bias) -> str:
     return s
 
 
+class SequenceFirstDropout(nn.Dropout):
+    """``nn.Dropout`` drawn in the memory layout of ``nn.MultiheadAttention``'s batch-first
+    output: a ``(B, T, d)`` tensor laid out as ``(T, B, d)``. torch's CPU dropout draws its
+    mask in memory order, so this is what makes ``dropout1`` of a converted layer draw torch's
+    mask (same values, a view of the same layout)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.p == 0 or x.dim() < 3:
+            return super().forward(x)  # (T, d): torch's layout is (T, 1, d), i.e. the same order
+        shape = x.shape
+        t = x.reshape(-1, shape[-2], shape[-1]).transpose(0, 1).contiguous()  # (T, B, d) in memory
+        return F.dropout(t, self.p, True, self.inplace).transpose(0, 1).reshape(shape)
+
+
 # ---------------------------------------------------------------------------- wrappers
 class TransformerEncoderLayer(nn.Module):
-    r"""``nn.TransformerEncoderLayer(batch_first=True)`` (eval mode) as one Sequential2D.
+    r"""``nn.TransformerEncoderLayer(batch_first=True)`` as one Sequential2D.
 
     The whole layer is ``self.core``, a :class:`~seq2d.Sequential2D` of 6 slots
     (post-norm) or 8 slots (pre-norm) iterated ``depth`` (5 or 7) steps; see the module
     docstring for the grid. ``self.slots`` maps slot names (``x, n1, qkv, attn, h, n2,
-    f, y``) to indices. Dropout is not modelled (equal to torch in eval mode).
+    f, y``; with dropout also ``sa, fd, ff``: 3 more slots and steps) to indices.
 
     Args:
         d_model, nhead, dim_feedforward, activation, norm_first, layer_norm_eps, bias,
         device, dtype: as for ``nn.TransformerEncoderLayer``. ``activation`` is
         ``"relu"``, ``"gelu"``, ``F.relu``, ``F.gelu`` or an ``nn.Module``.
+        dropout: keyword only; applied where torch applies it (attention weights, attention
+            output, after the feed-forward activation, feed-forward output; module
+            docstring), with torch's draws in training mode. The default is ``0.0``, not
+            torch's ``0.1``: a layer has no dropout unless asked (:func:`seq2d.from_torch`
+            copies the torch layer's value).
 
     Shape:
         src ``(*batch, T, d_model)`` -> ``(*batch, T, d_model)``.
@@ -236,6 +295,7 @@ class TransformerEncoderLayer(nn.Module):
         layer_norm_eps: float = 1e-5,
         bias: bool = True,
         *,
+        dropout: float = 0.0,
         device=None,
         dtype=None,
     ) -> None:
@@ -243,15 +303,18 @@ class TransformerEncoderLayer(nn.Module):
         super().__init__()
         what = "TransformerEncoderLayer"
         _check_config(d_model, nhead, dim_feedforward, layer_norm_eps, what)
+        self.dropout = check_dropout(dropout, what)
         check_factory(device, dtype, what)
         act = _feedforward_activation(activation, what)
         self.d_model, self.nhead, self.dim_feedforward = d_model, nhead, dim_feedforward
         self.norm_first, self.layer_norm_eps, self.use_bias = bool(norm_first), float(layer_norm_eps), bool(bias)
         self.batch_first = True
         g = _Grid(d_model, factory_kwargs)
-        self.slots = g.add_layer(0, d_model, nhead, dim_feedforward, act, self.norm_first, self.layer_norm_eps, self.use_bias)
+        self.slots = g.add_layer(0, d_model, nhead, dim_feedforward, act, self.norm_first, self.layer_norm_eps, self.use_bias,
+                                 self.dropout)
         self.core = g.build(self.slots["y"])
-        self._repr = _layer_repr(d_model, nhead, dim_feedforward, self.norm_first, act, self.layer_norm_eps, self.use_bias)
+        self._repr = _layer_repr(d_model, nhead, dim_feedforward, self.norm_first, act, self.layer_norm_eps, self.use_bias,
+                                 self.dropout)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -293,7 +356,7 @@ class TransformerEncoderLayer(nn.Module):
 
 
 class TransformerEncoder(nn.Module):
-    r"""``nn.TransformerEncoder`` of ``num_layers`` layers (batch first, eval mode) as ONE Sequential2D.
+    r"""``nn.TransformerEncoder`` of ``num_layers`` layers (batch first) as ONE Sequential2D.
 
     ``self.core`` holds every layer's slots stacked: slot 0 is the input, layer ``l``'s
     output slot is layer ``l + 1``'s input slot, and the optional final LayerNorm is one
@@ -308,6 +371,9 @@ class TransformerEncoder(nn.Module):
         d_model, nhead, num_layers, dim_feedforward, activation, norm_first,
         layer_norm_eps, bias, device, dtype: as for the torch modules.
         final_norm: add a final LayerNorm (torch's ``norm=nn.LayerNorm(d_model)``).
+        dropout: keyword only, default ``0.0`` (not torch's ``0.1``); every layer's dropout, as
+            in :class:`TransformerEncoderLayer`: where torch applies it, with torch's draws in
+            training mode (the layers run in torch's order).
     """
 
     def __init__(
@@ -322,6 +388,7 @@ class TransformerEncoder(nn.Module):
         layer_norm_eps: float = 1e-5,
         bias: bool = True,
         *,
+        dropout: float = 0.0,
         device=None,
         dtype=None,
     ) -> None:
@@ -329,6 +396,7 @@ class TransformerEncoder(nn.Module):
         super().__init__()
         what = "TransformerEncoder"
         _check_config(d_model, nhead, dim_feedforward, layer_norm_eps, what)
+        self.dropout = check_dropout(dropout, what)
         check_factory(device, dtype, what)
         if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers <= 0:
             raise InvalidValue(f"{what}: num_layers must be a positive int, got {num_layers!r}")
@@ -341,7 +409,8 @@ class TransformerEncoder(nn.Module):
         x = 0
         for l in range(num_layers):
             a = act if isinstance(act, str) or l == 0 else copy.deepcopy(act)  # each layer its own module
-            s = g.add_layer(x, d_model, nhead, dim_feedforward, a, self.norm_first, self.layer_norm_eps, self.use_bias)
+            s = g.add_layer(x, d_model, nhead, dim_feedforward, a, self.norm_first, self.layer_norm_eps, self.use_bias,
+                            self.dropout)
             self.layer_slots.append(s)
             x = s["y"]
         self.norm_slot = None
@@ -350,7 +419,8 @@ class TransformerEncoder(nn.Module):
             g.blocks[(self.norm_slot, x)] = "identity"
             x = self.norm_slot
         self.core = g.build(x)
-        self._repr = _layer_repr(d_model, nhead, dim_feedforward, self.norm_first, act, self.layer_norm_eps, self.use_bias)
+        self._repr = _layer_repr(d_model, nhead, dim_feedforward, self.norm_first, act, self.layer_norm_eps, self.use_bias,
+                                 self.dropout)
         self._repr = f"num_layers={num_layers}, " + self._repr + (", final_norm=True" if final_norm else "")
         self.reset_parameters()
 
@@ -416,12 +486,13 @@ def transformer_layer(
     layer_norm_eps: float = 1e-5,
     bias: bool = True,
     *,
+    dropout: float = 0.0,
     device=None,
     dtype=None,
 ) -> TransformerEncoderLayer:
     """A transformer encoder layer as one Sequential2D (see :class:`TransformerEncoderLayer`)."""
     return TransformerEncoderLayer(d_model, nhead, dim_feedforward, activation, norm_first, layer_norm_eps, bias,
-                                   device=device, dtype=dtype)
+                                   dropout=dropout, device=device, dtype=dtype)
 
 
 @register_model
@@ -436,12 +507,13 @@ def transformer_encoder(
     layer_norm_eps: float = 1e-5,
     bias: bool = True,
     *,
+    dropout: float = 0.0,
     device=None,
     dtype=None,
 ) -> TransformerEncoder:
     """A stack of encoder layers as ONE Sequential2D (see :class:`TransformerEncoder`)."""
     return TransformerEncoder(d_model, nhead, num_layers, dim_feedforward, activation, norm_first, final_norm,
-                              layer_norm_eps, bias, device=device, dtype=dtype)
+                              layer_norm_eps, bias, dropout=dropout, device=device, dtype=dtype)
 
 
 # ---------------------------------------------------------------------------- converters
@@ -460,8 +532,15 @@ def _torch_layer_config(layer, what: str) -> dict:
             raise InvalidValue(f"{what}: {name} must be an affine nn.LayerNorm({attn.embed_dim}), got {ln!r}")
     if attn.add_zero_attn:
         raise InvalidValue(f"{what}: self_attn has add_zero_attn=True, which is not supported")
+    drops = {"dropout": layer.dropout, "dropout1": layer.dropout1, "dropout2": layer.dropout2}
+    probs = {name: float(m.p) if isinstance(m, nn.Dropout) else None for name, m in drops.items()}
+    probs["self_attn.dropout"] = float(attn.dropout)
+    if any(v is None for v in probs.values()) or len(set(probs.values())) != 1:
+        raise InvalidValue(f"{what}: the layer's dropouts must be nn.Dropout modules of one probability (as "
+                           f"nn.TransformerEncoderLayer builds them), got {probs}")
     act = layer.activation
     return {
+        "dropout": probs["dropout"],
         "d_model": attn.embed_dim,
         "nhead": attn.num_heads,
         "dim_feedforward": layer.linear1.out_features,
@@ -496,8 +575,9 @@ def _set_eps(core: Sequential2D, s: dict, layer: nn.TransformerEncoderLayer) -> 
 def layer_from_torch(layer: nn.TransformerEncoderLayer) -> TransformerEncoderLayer:
     """An equal :class:`TransformerEncoderLayer` with the weights of ``layer`` copied (new tensors).
 
-    ``layer`` must be batch first. The result equals ``layer`` in eval mode (dropout is not
-    modelled), on the same device and dtype.
+    ``layer`` must be batch first. The result equals ``layer``, on the same device and dtype, in
+    eval mode and, with its dropout (copied, e.g. torch's default 0.1), in training mode under
+    the same RNG state (module docstring).
     """
     what = "layer_from_torch"
     cfg = _torch_layer_config(layer, what)
@@ -505,14 +585,15 @@ def layer_from_torch(layer: nn.TransformerEncoderLayer) -> TransformerEncoderLay
     ours = TransformerEncoderLayer(**cfg, device=ref.device, dtype=ref.dtype)
     _copy_params(ours.torch_named_parameters(), layer, what)
     _set_eps(ours.core, ours.slots, layer)
-    return ours
+    return ours.train(layer.training)  # the source's mode: dropout is live in training mode only
 
 
 def encoder_from_torch(enc: nn.TransformerEncoder) -> TransformerEncoder:
     """An equal :class:`TransformerEncoder` (one Sequential2D) with the weights of ``enc`` copied.
 
-    Every layer must be batch first and share one configuration; ``enc.norm`` must be
-    None or an ``nn.LayerNorm(d_model)``. Equal to ``enc`` in eval mode.
+    Every layer must be batch first and share one configuration (dropout included); ``enc.norm``
+    must be None or an ``nn.LayerNorm(d_model)``. Equal to ``enc`` in eval mode and, with its
+    dropout, in training mode under the same RNG state.
     """
     what = "encoder_from_torch"
     if not isinstance(enc, nn.TransformerEncoder):
@@ -543,4 +624,4 @@ def encoder_from_torch(enc: nn.TransformerEncoder) -> TransformerEncoder:
         _set_eps(ours.core, s, layer)
     if norm is not None:
         ours.core.acts[ours.norm_slot].eps = norm.eps
-    return ours
+    return ours.train(enc.training)  # the source's mode: dropout is live in training mode only
