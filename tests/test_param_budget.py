@@ -49,3 +49,23 @@ def test_quick_mode(tmp_path):
     table = (out / "results.md").read_text()
     assert "random-block - mlp" in table and "TOST" in table
     assert len(data["differences"]) == 6
+    # the page's generated sections from the JSON alone (nothing retrained): verdict, the test set's
+    # binomial standard error next to the equivalence claims, the per-seed block placement table
+    page = tmp_path / "page.md"
+    page.write_text("# P\n\n<!-- param-budget-verdict:begin -->\n<!-- param-budget-verdict:end -->\n\nby hand\n")
+    assert mod.main(["--from-json", str(out / "results.json"), "--doc", str(page)]) == 0
+    text = page.read_text()
+    assert text.index("## Verdict") < text.index("by hand") < text.index("<!-- param-budget-results:begin -->")
+    n_test = mod.test_set_size("subset")
+    p = min(r["test_acc"] for r in rows if r["model"] == "mlp")
+    assert f"{100 * mod.binomial_se(p, n_test):.2f}" in text and "binomial standard error" in text
+    assert "output reads a hidden slot" in text and "seeds 003" in text
+    before = text
+    assert mod.main(["--from-json", str(out / "results.json"), "--doc", str(page)]) == 0
+    assert page.read_text() == before  # idempotent
+
+
+def test_binomial_standard_error():
+    mod = _load()
+    assert mod.binomial_se(0.92, 1000) == pytest.approx(0.0085790, abs=1e-6)  # sqrt(0.92 * 0.08 / 1000)
+    assert mod.test_set_size("subset") == 1000 and mod.test_set_size("full") is None

@@ -13,6 +13,9 @@ with the number of parameters): do the placements' curves lie on the MLP's?
         --out runs/param_budget --doc docs/results/param_budget.md
     # CI smoke run (2 budgets, 1 seed, 1 epoch)
     python experiments/param_budget/run.py --quick --out /tmp/param_budget_quick
+    # the page's generated sections again from the committed JSON (nothing retrained)
+    python experiments/param_budget/run.py --from-json docs/results/param_budget/results.json \
+        --doc docs/results/param_budget.md
 
 A budget is given by its first hidden width ``h``. Runs land in ``OUT/h<h>/<model>/seed<k>/``
 (finished runs are reused). Outputs: ``OUT/results.json`` (every run: model, budget, seed,
@@ -129,6 +132,213 @@ def plot(summ, path: Path, title: str) -> None:
     plt.close(fig)
 
 
+# ------------------------------------------------------------------ the page's generated sections
+#: Hershey et al.'s MNIST protocol and result as the summary of the paper states them
+#: (../shared/seeds/003_5467b9de8681185d.txt, "Method Summary" and "Key Results").
+SOURCE = "the summary of Hershey et al. (seeds 003)"
+SOURCE_PROTOCOL = {
+    "data": "MNIST resized to 50x50 pixels, normalised with N(0.1307, 0.3081); optional random erasing and perspective "
+            "transformations",
+    "MLP": "[2500, 500, 200, 100, 10]",
+    "training": "Adam, learning rate 1e-3, batch size 64, 100 epochs",
+    "randomized models": "the MLP's trainable-parameter count with a different sparsity pattern",
+    "result": "final testing accuracy 92.7% for both the standard and the randomized architecture",
+}
+REGEN = "python experiments/param_budget/run.py --from-json docs/results/param_budget/results.json --doc docs/results/param_budget.md"
+
+
+def binomial_se(p: float, n: int) -> float:
+    """The standard error of an accuracy ``p`` measured on ``n`` test items: ``sqrt(p (1 - p) / n)``."""
+    return math.sqrt(p * (1.0 - p) / n)
+
+
+def test_set_size(data: str) -> int | None:
+    """How many test digits the runs were scored on (the bundled subset's count; None when unknown)."""
+    if data != "subset":
+        return None
+    from seq2d.data.mnist import load_subset_raw
+
+    return int(load_subset_raw("test")[1].numel())
+
+
+def train_set_size(data: str) -> int | None:
+    if data != "subset":
+        return None
+    from seq2d.data.mnist import load_subset_raw
+
+    return int(load_subset_raw("train")[1].numel())
+
+
+def output_reads_hidden(res: dict, h: int, seed: int, model: str = "random-block") -> bool:
+    """Whether the randomized model of that run (rebuilt from its config: the placement is a function of
+    the seed) has a trainable block from a hidden slot into the output row; without one the hidden slots
+    cannot influence the prediction."""
+    from seq2d.core import core_of
+    from seq2d.train.builder import build_model
+
+    env = res["env"]
+    row = next(r for r in res["rows"] if r["budget"] == h and r["model"] == model and r["seed"] == seed)
+    p = env["protocol"]
+    cfg = TrainConfig(data=p["data"], epochs=p["epochs"], batch_size=p["batch_size"], lr=p["lr"], optimizer=p["optimizer"],
+                      image_size=p["image_size"], num_threads=p["num_threads"], quiet=True)
+    cfg = dataclasses.replace(cfg, **MODELS[model], sizes=row["sizes"], iterations=row["iterations"], seed=seed)
+    with torch.random.fork_rng(devices=[]):
+        core = core_of(build_model(cfg))
+    out = core.n - 1
+    return any(i == out and 0 < j < out for i, j, _, _ in core.positions())
+
+
+def _pts(v) -> str:
+    return f"{100 * v:.2f}"
+
+
+def verdict_section(res: dict, blk: dict | None = None) -> str:
+    """What holds, what does not, at what scale: every number read from ``res`` (results.json)."""
+    env, summ, diffs = res["env"], res["summary"], res["differences"]
+    p = env["protocol"]
+    n_test, n_train = test_set_size(p["data"]), train_set_size(p["data"])
+    mlp = sorted((x for x in summ if x["model"] == "mlp"), key=lambda x: x["params"])
+    iters = sorted({r["iterations"] for r in res["rows"] if r.get("iterations")})
+    eq = {}
+    for d in diffs:
+        eq.setdefault(d["a"], []).append(d)
+    worst = min(diffs, key=lambda d: d["diff"])
+    data = (f"the bundled MNIST subset, {n_train:,} training / {n_test:,} test digits" if n_test else f"MNIST ({p['data']})")
+    lines = ["## Verdict", "",
+             "<!-- Written by experiments/param_budget/run.py from docs/results/param_budget/results.json; rerun it "
+             "rather than editing numbers. -->", "",
+             f"Command: `{REGEN}`. Scale: {data} at {p['image_size']}x{p['image_size']}, {p['epochs']} epochs, "
+             f"{len(env['seeds'])} seeds per cell; MLP [{p['image_size'] ** 2}, h, h/2, 10] at {len(mlp)} budgets, "
+             f"{mlp[0]['params']:,} to {mlp[-1]['params']:,} trainable parameters; each randomized model has exactly its "
+             f"MLP's count and runs {', '.join(map(str, iters))} iterations. Not the paper's setting ({SOURCE}: "
+             f"{SOURCE_PROTOCOL['MLP']}, {SOURCE_PROTOCOL['training']}).", ""]
+    lines.append(f"- The MLP's accuracy rises with the budget, {_pts(mlp[0]['mean'])}% at {mlp[0]['params']:,} to "
+                 f"{_pts(mlp[-1]['mean'])}% at {mlp[-1]['params']:,} parameters (means over seeds).")
+    for m, ds in eq.items():
+        yes = [f"{d['params']:,}" for d in ds if d["equivalent"]]
+        lines.append(f"- {m} vs the MLP: equivalent within +-{100 * EQUIVALENCE_MARGIN:g} point (TOST, alpha 0.05) at "
+                     + (f"{', '.join(yes)} parameters" if yes else "no budget")
+                     + f" of {len(ds)}; mean differences {_rng_pts([d['diff'] for d in ds])} points.")
+    lines.append(f"- Largest mean shortfall against the MLP: {worst['a']} at {worst['params']:,} parameters, "
+                 f"{100 * worst['diff']:+.2f} points (95% Welch interval [{100 * worst['lo']:+.2f}, {100 * worst['hi']:+.2f}]).")
+    blk = block_placement(res) if blk is None else blk
+    if blk:
+        lines.append(f"- random-block: in {blk['cut']} of {blk['runs']} runs the output row reads no hidden slot (the "
+                     "hidden slots cannot reach the prediction); those runs average "
+                     f"{_pts(blk['acc_cut'])}% against {_pts(blk['acc_ok'])}% for the others (per-seed table below).")
+    if n_test:
+        se = [binomial_se(x["mean"], n_test) for x in mlp]
+        lines.append(f"- The test set has {n_test:,} digits: the binomial standard error of one accuracy, "
+                     f"sqrt(p (1 - p) / n), is {_rng_pts(se, signed=False)} points at the MLP's accuracies, close to the "
+                     f"+-{100 * EQUIVALENCE_MARGIN:g}-point margin. Averaging seeds does not reduce it (every run is "
+                     "scored on the same digits), so an \"equivalent\" here holds for these digits; on another test "
+                     "set of this size the accuracies could move by about that much.")
+    lines.append("- Not tested here: full MNIST, the paper's sizes and epochs, low densities of the random placement "
+                 "(issue 20, item 5), the number of iterations (issue 20, item 6).")
+    return "\n".join(lines)
+
+
+def _rng_pts(v, signed=True) -> str:
+    f = "+.2f" if signed else ".2f"
+    a, b = format(100 * min(v), f), format(100 * max(v), f)
+    return a if a == b else f"{a} to {b}"
+
+
+def block_placement(res: dict) -> dict | None:
+    """Per random-block run: whether its output row reads a hidden slot, its accuracy and its MLP's;
+    with the counts and mean accuracies of the two groups."""
+    rows = [r for r in res["rows"] if r["model"] == "random-block"]
+    if not rows:
+        return None
+    mlp = {(r["budget"], r["seed"]): r["test_acc"] for r in res["rows"] if r["model"] == "mlp"}
+    per = [{"budget": r["budget"], "params": r["params"], "seed": r["seed"], "acc": r["test_acc"],
+            "mlp": mlp.get((r["budget"], r["seed"])), "reads_hidden": output_reads_hidden(res, r["budget"], r["seed"])}
+           for r in rows]
+    cut, ok = [x["acc"] for x in per if not x["reads_hidden"]], [x["acc"] for x in per if x["reads_hidden"]]
+    return {"per_run": per, "runs": len(per), "cut": len(cut),
+            "acc_cut": statistics.fmean(cut) if cut else float("nan"), "acc_ok": statistics.fmean(ok) if ok else float("nan")}
+
+
+def results_section(res: dict, blk: dict | None = None) -> str:
+    """The setting against the source's, the provenance, the tables (with the test set's standard error
+    next to the equivalence test) and the random-block per-seed table."""
+    env, p = res["env"], res["env"]["protocol"]
+    n_test, n_train = test_set_size(p["data"]), train_set_size(p["data"])
+    budgets = env["budgets"]
+    mlp = sorted((x for x in res["summary"] if x["model"] == "mlp"), key=lambda x: x["params"])
+    iters = sorted({r["iterations"] for r in res["rows"] if r.get("iterations")})
+    load = lambda v: "n/a" if not v else "/".join(f"{x:.2f}" for x in v)  # noqa: E731
+    data = f"bundled subset, {n_train:,} training / {n_test:,} test digits" if n_test else p["data"]
+    lines = ["## Setting, against the source's", "",
+             "<!-- Written by experiments/param_budget/run.py from its results.json; rerun it rather than editing numbers. -->",
+             "", f"The source column quotes {SOURCE}; it has no parameter-budget experiment, and its MNIST comparison is "
+             "the nearest experiment.", "",
+             f"| aspect | {SOURCE} | this page (our variant) |", "| --- | --- | --- |",
+             f"| question | one budget (the MLP's), MLP vs a randomized architecture | {len(budgets)} budgets, MLP vs "
+             f"{', '.join(m for m in env['models'] if m != 'mlp')} placement |",
+             f"| data | {SOURCE_PROTOCOL['data']} | {data}, {p['image_size']}x{p['image_size']}, normalised, no augmentation |",
+             f"| MLP | {SOURCE_PROTOCOL['MLP']} | [{p['image_size'] ** 2}, h, h/2, 10], h in {budgets} |",
+             f"| training | {SOURCE_PROTOCOL['training']} | {p['optimizer'].title()}, learning rate {p['lr']:g}, batch size "
+             f"{p['batch_size']}, {p['epochs']} epochs |",
+             f"| randomized models | {SOURCE_PROTOCOL['randomized models']} | exactly the MLP's count (weights + biases) "
+             f"over every non-input row x every column (`seq2d.randomize`); {', '.join(map(str, iters))} iterations |",
+             f"| result | {SOURCE_PROTOCOL['result']} | {len(env['seeds'])} seeds per cell; Welch interval and TOST within "
+             f"+-{100 * EQUIVALENCE_MARGIN:g} point (our margin) |", "",
+             "## Runs", "",
+             "- every run (model, budget, seed, parameters, accuracy, times) and the per-budget Welch/TOST numbers: "
+             "[param_budget/results.json](param_budget/results.json) (a copy of the run's `results.json`)",
+             f"- command: `{env['command']}`; this page's generated sections again from the JSON: `{REGEN}`",
+             f"- date: {env['date']} to {env['finished']}",
+             f"- hardware: {env['nproc']} cores ({env['cpu']}); torch {env['torch']}, CPU only, {p['num_threads']} torch "
+             f"thread(s) per run; load average (1/5/15 min) {load(env.get('loadavg_start'))} at the start, "
+             f"{load(env.get('loadavg_end'))} at the end (a shared machine)",
+             f"- protocol (the same for every run): {p['optimizer'].title()}, lr {p['lr']:g}, batch {p['batch_size']}, "
+             f"{p['epochs']} epochs; final test accuracy after the last epoch; seeds {env['seeds']} (the seed sets the "
+             "data order, the initial values and, for the randomized models, the placement)",
+             f"- budgets: {mlp[0]['params']:,} to {mlp[-1]['params']:,} trainable parameters; every randomized model "
+             "has exactly its MLP's count (checked by the script)",
+             f"- statistics: per budget, placement - MLP difference of mean accuracy with a 95% Welch interval "
+             f"(`seq2d.stats.welch`) and a TOST equivalence test within +-{100 * EQUIVALENCE_MARGIN:g} point, alpha 0.05 "
+             f"(`seq2d.stats.tost`); \"equivalent\" only when the 90% interval lies inside the margin. With "
+             f"{len(env['seeds'])} seeds per cell the tests are weak: \"no\" mostly means \"not shown\", not \"different\".",
+             "- train time / run: the sum of the epoch times (training only), wall-clock on a shared machine: rough.",
+             "", format_tables(res["summary"], res["differences"]), ""]
+    if n_test:
+        se = [binomial_se(x["mean"], n_test) for x in mlp]
+        lines += [f"**The test set's own noise, next to the equivalence claims.** Every run is scored on the same "
+                  f"{n_test:,} test digits. An accuracy p measured on n = {n_test:,} digits has a binomial standard error "
+                  f"sqrt(p (1 - p) / n): {_rng_pts(se, signed=False)} points at the MLP's mean accuracies here "
+                  + "(" + ", ".join(f"{x['params']:,} parameters: {100 * binomial_se(x['mean'], n_test):.2f}" for x in mlp)
+                  + f"), close to the +-{100 * EQUIVALENCE_MARGIN:g}-point margin of the TOST column. The Welch interval "
+                  "and TOST see only the spread over seeds; they do not include this sampling error of the test set, "
+                  "which averaging seeds does not reduce. An \"equivalent\" above is equivalence on these digits.", ""]
+    blk = block_placement(res) if blk is None else blk
+    if blk:
+        lines += ["Random-block runs, per seed: does the output row read a hidden slot? (rebuilt from each run's config: "
+                  "the placement is a function of the seed)", "",
+                  "| hidden h | trainable params | seed | output reads a hidden slot | random-block accuracy | MLP accuracy, same seed |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        for x in blk["per_run"]:
+            lines.append(f"| {x['budget']} | {x['params']:,} | {x['seed']} | {'yes' if x['reads_hidden'] else 'no'} | "
+                         f"{_pts(x['acc'])} % | {'n/a' if x['mlp'] is None else _pts(x['mlp']) + ' %'} |")
+        lines.append("")
+    lines += ["![accuracy vs parameters](param_budget/accuracy_vs_params.png)", "",
+              "(Points: mean over the seeds; bars: +- 1 std; the placements are shifted slightly along x so the bars do "
+              "not overlap.)"]
+    return "\n".join(lines)
+
+
+def write_page(res: dict, doc: Path) -> None:
+    """The generated sections of the page (verdict, results), the rest of the page left as it is."""
+    from seq2d.report import write_section
+
+    title = "# Parameter budget: test accuracy vs trainable parameters, per placement"
+    blk = block_placement(res)  # rebuilds the random-block models once, for both sections
+    write_section(doc, "param-budget-verdict", verdict_section(res, blk), title=title)
+    write_section(doc, "param-budget-results", results_section(res, blk), title=title)
+    print(f"wrote the generated sections of {doc}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                  allow_abbrev=False)
@@ -144,7 +354,15 @@ def main(argv=None) -> int:
     ap.add_argument("--doc", default=None, help="also write the results page (markdown) here, the plot next to it")
     ap.add_argument("--quick", action="store_true", help="CI smoke run: 2 budgets, 1 seed, 1 epoch on the subset")
     ap.add_argument("--fresh", action="store_true", help="retrain finished runs")
+    ap.add_argument("--from-json", default=None, metavar="RESULTS_JSON",
+                    help="write the --doc page's generated sections from this results.json (nothing retrained)")
     args = ap.parse_args(argv)
+    if args.from_json:
+        res = json.loads(Path(args.from_json).read_text())
+        if not args.doc:
+            ap.error("--from-json needs --doc")
+        write_page(res, Path(args.doc))
+        return 0
 
     budgets = [int(b) for b in args.budgets.split(",") if b]
     seeds = [int(s) for s in args.seeds.split(",") if s]
@@ -218,31 +436,15 @@ def main(argv=None) -> int:
 
 
 def write_doc(doc: Path, out: Path, env: dict, tables: str) -> None:
-    """A bare results page (the numbers; the discussion is written by hand below the marker)."""
+    """The plot and results.json copied next to the page (``<page stem>/``), then the page's generated
+    sections from that JSON (:func:`write_page`; the hand-written text outside the markers is kept)."""
     import shutil
 
     img_dir = doc.parent / doc.stem
     img_dir.mkdir(parents=True, exist_ok=True)
     shutil.copy(out / "accuracy_vs_params.png", img_dir / "accuracy_vs_params.png")
-    p = env["protocol"]
-    lines = [
-        "# Parameter budget: test accuracy vs trainable parameters, per placement",
-        "",
-        f"- command: `{env['command']}`",
-        f"- date: {env['date']} to {env['finished']}; hardware: {env['nproc']} cores ({env['cpu']}); torch {env['torch']}",
-        f"- load average (1/5/15 min) at start {env['loadavg_start']}, at end {env['loadavg_end']}",
-        f"- protocol: data={p['data']}, {p['epochs']} epochs, batch {p['batch_size']}, {p['optimizer']} lr {p['lr']}, "
-        f"{p['image_size']}x{p['image_size']} inputs, {p['num_threads']} torch thread(s); seeds {env['seeds']}",
-        "",
-        "train time / run: the sum of the runs' epoch times (training only, wall-clock, 1 thread on a shared "
-        "machine: rough).",
-        "",
-        tables,
-        "",
-        f"![accuracy vs parameters]({doc.stem}/accuracy_vs_params.png)",
-    ]
-    doc.write_text("\n".join(lines) + "\n")
-    print(f"wrote {doc}")
+    shutil.copy(out / "results.json", img_dir / "results.json")
+    write_page(json.loads((img_dir / "results.json").read_text()), doc)
 
 
 if __name__ == "__main__":
