@@ -3,7 +3,8 @@
 - :func:`autograd_nodes`: the number of nodes in the autograd graph of some outputs,
 - :func:`view_grad` / :func:`grads_of`: gradients of leaves and of views of leaves (a
   LinearBlock handle's ``weight`` and ``model.bias(i)`` are views into the parameter store),
-- :func:`example_input`: positional inputs any registered model accepts.
+- :func:`example_input`: positional inputs any registered model accepts,
+- :func:`ulps`: the tolerance for two computation paths that agree up to rounding.
 
 The equivalence cases against torch.nn live in :mod:`seq2d.equivalence`.
 """
@@ -16,7 +17,17 @@ from torch import Tensor, nn
 from .errors import InvalidType
 from .core import Sequential2D
 
-__all__ = ["autograd_nodes", "example_input", "grads_of", "view_grad"]
+__all__ = ["autograd_nodes", "example_input", "grads_of", "ulps", "view_grad"]
+
+
+def ulps(dtype: torch.dtype, n: int = 8) -> dict[str, float]:
+    """``{"rtol", "atol"}`` of ``n`` units in the last place of ``dtype``, for
+    ``torch.testing.assert_close(a, b, **ulps(a.dtype))``: the tolerance for two different
+    computation paths (another kernel, summation order or CPU capability: AVX2 and AVX512
+    builds of the same GEMM differ in the last bits). Bitwise equality is only a valid claim
+    where one code path is compared with itself (a resumed run, one configuration run twice)."""
+    eps = torch.finfo(dtype).eps
+    return {"rtol": n * eps, "atol": n * eps}
 
 
 def autograd_nodes(*roots: Tensor, ops_only: bool = False) -> int:
