@@ -201,3 +201,41 @@ def test_stability_page_is_what_its_json_gives(tmp_path):
     verdict = text.split("<!-- verdict:begin -->")[1].split("<!-- verdict:end -->")[0]
     assert "What holds at this scale" in verdict and "What does not hold" in verdict
     assert text.index("<!-- verdict:begin -->") < text.index("<!-- wikitext:begin -->")  # at the top
+
+
+def test_stability_notes_numbers_are_what_their_json_gives(tmp_path):
+    """docs/stability.md's generated sections (verdict, the LSTM certificate's numbers) are what the
+    committed JSON gives, and the JSON's certificate is the library's."""
+    import shutil
+
+    from seq2d.lstm import LSTMProjection, lstm_contraction_bound
+
+    docs = ROOT.parents[1] / "docs"
+    page = tmp_path / "docs" / "stability.md"
+    page.parent.mkdir()
+    shutil.copy(docs / "stability.md", page)
+    js = docs / "results" / "stability" / "lstm_certificate.json"
+    assert _load("lstm_certificate").main(["--from-json", str(js), "--doc", str(page)]) == 0
+    assert page.read_text() == (docs / "stability.md").read_text()
+    res = json.loads(js.read_text())
+    m = _load("lstm_certificate").uniform_lstm(6, 10, 2, seed=0)
+    LSTMProjection(m).project()
+    assert res["published"]["lambda"] == pytest.approx(lstm_contraction_bound(m, 1.0), rel=1e-12)
+    for c in res["conservative"]:  # sampling <= maximiser <= certificate, per layer
+        assert all(a <= b <= d for a, b, d in zip(c["sampled"], c["sup"], c["certificate"]))
+
+
+def test_lstm_certificate_quick(tmp_path):
+    mod = _load("lstm_certificate")
+    page = tmp_path / "docs" / "stability.md"
+    page.parent.mkdir()
+    page.write_text("# Stable recurrent models\n\nby hand\n")
+    assert mod.main(["--quick", "--out", str(tmp_path / "o"), "--doc", str(page)]) == 0
+    res = json.loads((tmp_path / "o" / "lstm_certificate.json").read_text())
+    assert res["mode"] == "quick" and res["published"]["lambda"] < 1 < res["published"]["lambda_dropout_inputs"]
+    assert res["author"]["layer0"]["lambda"] > 1
+    for c in res["conservative"]:
+        assert all(a <= b <= d for a, b, d in zip(c["sampled"], c["sup"], c["certificate"]))
+    text = page.read_text()
+    assert "by hand" in text and "## Verdict" in text and "### The numbers (computed)" in text
+    assert (tmp_path / "docs" / "results" / "stability" / "lstm_certificate.json").is_file()
