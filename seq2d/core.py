@@ -86,7 +86,10 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
     dense boxes, or the block-sparse tiles of :meth:`to_blocksparse`) on a flat state
     (:mod:`seq2d.flat`); and when the block graph is acyclic and
     ``steps >= depth`` the model evaluates each slot once, level by level in depth order
-    (the fixed point the iteration reaches; ``use_plan = False`` turns this off).
+    (the fixed point the iteration reaches; ``use_plan = False`` turns this off); when it
+    iterates, the product with the slots no step of the call writes (the held inputs) is
+    computed once per call, and a step whose other columns are all still absent multiplies
+    nothing (``use_held_products = False`` turns this off).
 
     Calling conventions:
         * ``model(state_list, steps=None, **ctx)`` returns the new state list.
@@ -169,6 +172,7 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         self._all_rows = frozenset(self._rows)
         self._level_rows = None if self._levels is None else [tuple(sorted(level)) for level in self._levels]
         self.use_plan = True  # evaluate acyclic models level by level (see forward)
+        self.use_held_products = True  # products with slots a call never writes: once per call (see forward)
         if steps is None:
             steps = self.depth
         self.steps = None if steps is None else check_steps(steps)
@@ -489,7 +493,7 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         the present slots after it."""
         if not upd:
             return present
-        run_plan(self, self._plan(upd, present), x, context, cache)
+        run_plan(self, self._plan(upd, present), x, context, cache, present)
         return present if present.issuperset(upd) else present | frozenset(upd)
 
     def _iterate(self, x, present: frozenset, steps: int, hold, context) -> tuple[Segments, frozenset, frozenset]:
@@ -510,6 +514,15 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         if hold is not None:
             held = set(check_slot_list("hold", hold, self.n))
             upd = tuple(i for i in upd if i not in held)
+        if steps > 1 and self.store is not None and getattr(self, "use_held_products", True):
+            # slots no step of this call writes (the held inputs, and ``hold``): the store computes
+            # their products once per call instead of once per step (seq2d/engines/dense.py)
+            memo = self.__dict__.setdefault("_held_during", {})  # updated rows -> slots never written
+            const = memo.get(upd)
+            if const is None:
+                const = memo[upd] = frozenset(range(self.n)) - frozenset(upd)
+            if const:
+                cache["const"] = const
         for _ in range(steps):
             present = self._advance(x, present, upd, context, cache)
         return x, present, frozenset(upd)

@@ -281,8 +281,11 @@ def _cat(parts: list[Tensor]) -> Tensor:
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
 
 
-def run_plan(model, plan: StepPlan, x: Segments, context: dict, cache: dict | None) -> None:
-    """One step on the flat state ``x`` (updated in place: the new rows become its pieces)."""
+def run_plan(model, plan: StepPlan, x: Segments, context: dict, cache: dict | None,
+             present: frozenset | None = None) -> None:
+    """One step on the flat state ``x`` (updated in place: the new rows become its pieces).
+    ``present``: the slots holding a value before the step (the store skips products whose
+    columns are all absent, i.e. zero, when the call's cache says which slots are held)."""
     store = model.store
     bias = plan.bias
     fused = None
@@ -291,7 +294,7 @@ def run_plan(model, plan: StepPlan, x: Segments, context: dict, cache: dict | No
         _, a, c = bias
         fused = b if (a == 0 and c == b.numel()) else b[a:c]
         bias = None
-    ys = store.product(x, plan.boxes, cache, fused) if plan.boxes else {}
+    ys = store.product(x, plan.boxes, cache, fused, present) if plan.boxes else {}
     parts = []
     like = None
     for src, start, w in plan.pre_pieces:
@@ -309,7 +312,9 @@ def run_plan(model, plan: StepPlan, x: Segments, context: dict, cache: dict | No
             b = b if (a == 0 and c == b.numel()) else b[a:c]
             # in place when ``pre`` is a product we own (the kernels save their inputs, not
             # their output): no second (batch, width) buffer
-            own = len(parts) == 1 and ys and parts[0] is next(iter(ys.values())) and store.kind == "tiled"
+            # (not with held-input products: the store may return the call's cached y_held itself)
+            own = (len(parts) == 1 and ys and parts[0] is next(iter(ys.values())) and store.kind == "tiled"
+                   and not (cache and "const" in cache))
             pre = pre.add_(b) if own else pre + b
         else:
             idx = bias[1]

@@ -61,6 +61,63 @@ class _Box:
         self.col_index = torch.tensor(idx, dtype=torch.long)
 
 
+class _Columns:
+    """Some slots of a box's columns: where they sit in the box (a slice when consecutive) and
+    how to read them from the flat state (a slice when consecutive there)."""
+
+    def __init__(self, box: _Box, slots: Sequence[int], sizes: Sequence[int], offsets: Sequence[int]):
+        self.slots = frozenset(slots)
+        idx = [k for j in slots for k in range(box.coff[j], box.coff[j] + sizes[j])]
+        self.box_index = torch.tensor(idx, dtype=torch.long)
+        self.box_slice = (idx[0], idx[-1] + 1) if idx and idx[-1] + 1 - idx[0] == len(idx) else None
+        runs = contiguous_runs(slots, offsets)
+        self.flat_slice = runs[0] if len(runs) == 1 else None
+        self.flat_index = torch.tensor([k for a, c in runs for k in range(a, c)], dtype=torch.long)
+
+    def read(self, x) -> Tensor:
+        """These columns of the flat state ``x`` (a Segments)."""
+        if self.flat_slice is not None:
+            return x.read(*self.flat_slice)
+        full = x.read(0, x.N)
+        if self.flat_index.device != full.device:
+            self.flat_index = self.flat_index.to(full.device)
+        return full.index_select(-1, self.flat_index)
+
+    def take(self, e: Tensor) -> Tensor:
+        """These columns of the box weight ``e`` (a copy; see :meth:`_ColumnSplit.weights`)."""
+        if self.box_index.device != e.device:
+            self.box_index = self.box_index.to(e.device)
+        return e.index_select(1, self.box_index)
+
+
+class _ColumnSplit:
+    """A box's columns split into held slots (constant during a call) and the rest."""
+
+    def __init__(self, box: _Box, held: Sequence[int], sizes: Sequence[int], offsets: Sequence[int]):
+        rest = [j for j in box.cols if j not in set(held)]
+        self.held = _Columns(box, held, sizes, offsets)
+        self.rest = _Columns(box, rest, sizes, offsets) if rest else None
+        C = box.shape[1]
+        # the usual case (held inputs first, or last): two consecutive column ranges, so the two
+        # weights are views of one split, whose backward is one cat (no zero-filled full-size grads)
+        hs = self.held.box_slice
+        self.halves = None
+        if hs is not None and self.rest is not None and self.rest.box_slice is not None and hs[0] in (0, C - (hs[1] - hs[0])):
+            self.halves = (hs[1] - hs[0], C - (hs[1] - hs[0])) if hs[0] == 0 else (C - (hs[1] - hs[0]), hs[1] - hs[0])
+            self.held_first = hs[0] == 0
+        elif hs is not None and self.rest is None:
+            self.halves = ()
+
+    def weights(self, e: Tensor) -> tuple[Tensor, Tensor | None]:
+        """(held columns, other columns or None) of the effective box weight ``e``."""
+        if self.halves == ():
+            return e, None
+        if self.halves is not None:
+            a, c = e.split(self.halves, dim=1)
+            return (a, c) if self.held_first else (c, a)
+        return self.held.take(e), (self.rest.take(e) if self.rest is not None else None)
+
+
 class DenseStore(Engine):
     """Dense boxes holding every linear block of a model (see the module docstring).
 
@@ -282,10 +339,19 @@ class DenseStore(Engine):
             cache["dense"] = effs
         return effs
 
-    def product(self, x, boxes: Sequence[int], cache: dict | None = None, bias: Tensor | None = None) -> dict[int, Tensor]:
+    def product(self, x, boxes: Sequence[int], cache: dict | None = None, bias: Tensor | None = None,
+                present: frozenset | None = None) -> dict[int, Tensor]:
         """``{box: x_cols @ W_box.T}`` (``(*batch, R_box)``) for the given boxes; ``x`` is a
         :class:`seq2d.flat.Segments` view of the flat state. ``bias`` (one box only) is fused
-        into the GEMM."""
+        into the GEMM.
+
+        Held inputs (``cache["const"]``: the slots no step of this call writes, set by
+        ``Sequential2D._iterate``): a box's product with those columns is computed once per call
+        (with the bias) and each step multiplies only the other columns, ``y = y_held + x_rest @
+        W_rest.T``; when none of the other columns is ``present`` (the first step of a call that
+        starts from the inputs alone, where they are still zero) the step costs no GEMM at all.
+        The held columns' weight gradient is then one product with the summed upstream gradient
+        (autograd adds the steps' gradients of ``y_held`` first)."""
         out = {}
         if self.mode == "loop":
             for b in boxes:
@@ -295,8 +361,14 @@ class DenseStore(Engine):
             return out
         effs = self.effective(cache)
         hoisted = cache.get("hoist") if cache is not None else None
+        const = cache.get("const") if cache is not None else None
         for b in boxes:
             box = self.boxes[b]
+            if const is not None:
+                sp = self._split(b, const)
+                if sp is not None:
+                    out[b] = self._held_product(x, b, sp, effs[b], cache, bias, present)
+                    continue
             if hoisted is not None and b in hoisted:
                 (a, c), w_rest, y_in = hoisted[b]
                 y = y_in[cache["t"]]
@@ -315,6 +387,32 @@ class DenseStore(Engine):
                 xc = full.index_select(-1, idx)
             out[b] = F.linear(xc, effs[b], bias)
         return out
+
+    def _split(self, b: int, const: frozenset) -> "_ColumnSplit | None":
+        """Box ``b``'s columns split into the held slots ``const`` and the rest (static, memoised);
+        None when the box reads no held slot."""
+        memo = self.__dict__.setdefault("_splits", {})
+        key = (b, const)
+        if key not in memo:
+            box = self.boxes[b]
+            held = [j for j in box.cols if j in const]
+            memo[key] = _ColumnSplit(box, held, self.sizes, self.offsets) if held else None
+        return memo[key]
+
+    def _held_product(self, x, b: int, sp: "_ColumnSplit", e: Tensor, cache: dict, bias: Tensor | None,
+                      present: frozenset | None) -> Tensor:
+        """One step's product of box ``b`` with its held columns' part computed once per call."""
+        held = cache.setdefault("held", {})
+        key = (b, bias is not None)  # a step with the bias fused and one without never share y_held
+        h = held.get(key)
+        if h is None:
+            w_held, w_rest = sp.weights(e)
+            h = held[key] = (w_rest, F.linear(sp.held.read(x), w_held, bias))
+        w_rest, y_held = h
+        if w_rest is None or (present is not None and present.isdisjoint(sp.rest.slots)):
+            return y_held  # every column it would read is zero
+        xr = sp.rest.read(x)
+        return torch.addmm(y_held, xr, w_rest.t()) if xr.dim() == 2 else y_held + F.linear(xr, w_rest)
 
     def hoist_inputs(self, xs: Tensor, inputs: Sequence[int], cache: dict) -> bool:
         """Sequence mode: precompute every box's product with the input slots for all time

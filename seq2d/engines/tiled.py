@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..blocks import LinearLike
+from ..errors import InvalidValue
 from ..sparse.layout import BlockSparseLayout
 from ..sparse.linear import BlockSparseLinear
 from ..sparse.ops import bsmm, resolve_backend
@@ -112,10 +113,16 @@ class TiledStore(Engine):
                 idx = memo[(key, dev)] = self._sub[key][1].to(dev)
         return sub.to(dev), idx
 
-    def product(self, x, boxes, cache: dict | None = None, bias: Tensor | None = None) -> dict:
+    def product(self, x, boxes, cache: dict | None = None, bias: Tensor | None = None,
+                present: frozenset | None = None) -> dict:
         """``{box: x @ W_box.T}``: the sums of the box's rows only, side by side in slot order
-        (:meth:`row_source`); ``x`` is a :class:`seq2d.flat.Segments` view of the flat state."""
-        assert bias is None, "the tiled store adds biases after the product"
+        (:meth:`row_source`); ``x`` is a :class:`seq2d.flat.Segments` view of the flat state.
+
+        Held inputs (``cache["const"]``, see :meth:`seq2d.engines.DenseStore.product`): the tiles
+        in the held slots' tile-columns are multiplied once per call, each step multiplies the
+        other tiles only, and not at all while none of their columns is ``present``."""
+        if bias is not None:
+            raise InvalidValue("the tiled store adds biases after the product; got a bias to fuse")
         x = x.read(0, self.offsets[-1])
         out = {}
         if cache is not None and "tiles" in cache:
@@ -124,12 +131,98 @@ class TiledStore(Engine):
             wp = self.matrix.position_tiles()
             if cache is not None:
                 cache["tiles"] = wp  # the masked tiles are formed once per forward, not per step
+        const = cache.get("const") if cache is not None else None
         for key in boxes:
+            split = self._held_split(key, const) if const is not None else None
+            if split is not None:
+                out[key] = self._held_product(x, key, split, wp, cache, present)
+                continue
             L, idx = self._layout_for(key)
             w = wp if idx is None else wp.index_select(0, idx)
             kernel = resolve_backend(self.matrix.backend, x.device, x.dtype, L.density)
             out[key] = bsmm(x, w, L, kernel)
         return out
+
+    def _held_split(self, key: tuple[int, ...], const: frozenset):
+        """The positions of ``key``'s sub-layout split by tile-column: those in the slots
+        ``const`` and the rest, each as (layout, positions in the full layout's tiles), plus the
+        slots the rest reads; None when no stored tile reads a held slot (static, memoised)."""
+        memo = self.__dict__.setdefault("_held_splits", {})
+        mkey = (key, const)
+        if mkey not in memo:
+            full = self.matrix._layout
+            rmap, _ = self._compact(key)
+            toff = self.matrix.toff
+            col_slot = torch.empty(full.Kt, dtype=torch.long)
+            for j in range(len(self.sizes)):
+                col_slot[toff[j]:toff[j + 1]] = j
+            held_col = torch.tensor([j in const for j in range(len(self.sizes))])[col_slot]
+            row, col = full.row.cpu(), full.col.cpu()
+            keep = rmap[row] >= 0
+            parts = []
+            for side in (held_col[col], ~held_col[col]):
+                idx = (keep & side).nonzero().squeeze(1)
+                if idx.numel() == 0:
+                    parts.append(None)
+                    continue
+                Mt = int((rmap >= 0).sum())
+                L = BlockSparseLayout(self.tile, (Mt, full.Kt), rmap[row[idx]], col[idx],
+                                      full.data_index.cpu()[idx], full.n_data)
+                # the layout sorts its positions: gather the tiles in its order
+                parts.append((L, idx[L.order]))
+            if parts[0] is None:
+                memo[mkey] = None
+            else:
+                rest_slots = frozenset(int(col_slot[c]) for c in col[parts[1][1]].unique().tolist()) if parts[1] else frozenset()
+                memo[mkey] = (parts[0], parts[1], rest_slots)
+        return memo[mkey]
+
+    def _held_product(self, x: Tensor, key, split, wp: Tensor, cache: dict, present: frozenset | None) -> Tensor:
+        """One step's product of ``key``'s rows with the held tiles' part computed once per call."""
+        held = cache.setdefault("held", {})
+        h = held.get(key)
+        (Lh, ih), rest, rest_slots = split
+        dev = x.device
+        if h is None:
+            kernel = resolve_backend(self.matrix.backend, dev, x.dtype, Lh.density)
+            n_held = ih.numel()
+            if rest is not None and n_held + rest[1].numel() == wp.shape[0]:
+                # every position is held or rest: one permutation (a gather both ways, no
+                # zero-filled scatter in the backward), then two views
+                perm, inv = self._permutation(key, id(split), ih, rest[1], dev)
+                w_held, w_rest = _Permute.apply(wp, perm, inv).split([n_held, wp.shape[0] - n_held])
+            else:
+                w_held = wp.index_select(0, self._on(ih, dev))
+                w_rest = None if rest is None else wp.index_select(0, self._on(rest[1], dev))
+            y_held = bsmm(x, w_held, Lh, kernel)
+            h = held[key] = (w_rest, y_held)
+        w_rest, y_held = h
+        if rest is None or (present is not None and present.isdisjoint(rest_slots)):
+            return y_held  # every column the rest reads is zero
+        Lr = rest[0]
+        kernel = resolve_backend(self.matrix.backend, dev, x.dtype, Lr.density)
+        return y_held + bsmm(x, w_rest, Lr, kernel)
+
+    def _permutation(self, key, tag, first: Tensor, second: Tensor, device) -> tuple[Tensor, Tensor]:
+        """``cat(first, second)`` and its inverse, on ``device`` (memoised per split)."""
+        memo = self.__dict__.setdefault("_perms", {})
+        k = (key, tag, device)
+        if k not in memo:
+            perm = torch.cat([first, second])
+            inv = torch.empty_like(perm)
+            inv[perm] = torch.arange(perm.numel())
+            memo[k] = (perm.to(device), inv.to(device))
+        return memo[k]
+
+    def _on(self, idx: Tensor, device) -> Tensor:
+        """A CPU index tensor on ``device`` (one copy per device, kept)."""
+        if idx.device == device:
+            return idx
+        memo = self.__dict__.setdefault("_idx_on", {})
+        k = (id(idx), device)
+        if k not in memo:
+            memo[k] = (idx, idx.to(device))  # the CPU original is held too, so its id stays unique
+        return memo[k][1]
 
     def dense_weight(self) -> Tensor:
         """The unpadded N x N effective weight (inspection and tests only)."""
@@ -142,6 +235,21 @@ class TiledStore(Engine):
         for i, j, g in m.placements:
             W[off[i]:off[i + 1], off[j]:off[j + 1]] = m.group_dense(g, "weight")
         return W
+
+
+class _Permute(torch.autograd.Function):
+    """``t[perm]`` along dim 0 for a permutation ``perm`` (inverse ``inv``): the backward is
+    the gather ``grad[inv]``, where ``index_select``'s would zero-fill and scatter."""
+
+    @staticmethod
+    def forward(ctx, t: Tensor, perm: Tensor, inv: Tensor) -> Tensor:
+        ctx.save_for_backward(inv)
+        return t.index_select(0, perm)
+
+    @staticmethod
+    def backward(ctx, g: Tensor):
+        (inv,) = ctx.saved_tensors
+        return g.index_select(0, inv), None, None
 
 
 class TiledBlock(LinearLike):

@@ -174,10 +174,23 @@ class BlockSparseLinear(nn.Module):
         """``frozen + data * tmask`` (n_data, T, T), differentiable in ``data``."""
         d = self.data
         if self.tmask is not None:
-            d = d * self.tmask
+            d = d * self._float_tmask(d)
         if self.frozen is not None:
             d = d + self.frozen
         return d
+
+    def _float_tmask(self, d: Tensor) -> Tensor:
+        """The bool tile mask in ``d``'s dtype, cached and rebuilt when the mask changes (its
+        version counter moves on in-place edits; assignment replaces the tensor): a bool mask
+        would be converted in the forward and again in the backward of every call."""
+        m = self.tmask
+        if torch.compiler.is_compiling():
+            return m.to(d.dtype)
+        key = (id(m), m._version, d.dtype, d.device)
+        hit = self.__dict__.get("_tmask_f")
+        if hit is None or hit[0] != key:
+            hit = self.__dict__["_tmask_f"] = (key, m.to(d.dtype))
+        return hit[1]
 
     def position_tiles(self) -> Tensor:
         """Per-position tiles ``wp`` (P, T, T); a copy only when weights are tied."""

@@ -22,9 +22,11 @@ graph with a cycle, :func:`seq2d.graph.recurrent_cores`):
 :func:`data_lambda`        the largest spectral norm of the state Jacobian
                            ``d state_t / d state_{t-1}`` (restricted to the core) along real
                            trajectories: what the model does on *this* data. Always <= the
-                           certified number; the paper observes that nominally unstable
-                           models often operate in the stable regime on data, so the two
-                           answer different questions, and both are reported.
+                           certified number; our own per-step measure (the source's
+                           criterion for "effectively stable" is Fig. 2 of the slides: the
+                           gradient w.r.t. inputs vanishing with distance, see
+                           :func:`seq2d.lm.grad_norm_carried`), so the two answer different
+                           questions, and both are reported.
 :func:`rnn_constants`      Lemma 1's constants of one RNN layer (``lam``, ``lipschitz_x``,
                            ``f0``, ``state_bound``), the keyword arguments of
                            :func:`lemma1_bound`.

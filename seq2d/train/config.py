@@ -49,6 +49,7 @@ __all__ = [
     "config_from_args",
     "config_fields",
     "ALLOW_CHANGED_FIELDS",
+    "LEGACY_DEFAULTS",
     "OUTPUT_FIELDS",
 ]
 
@@ -86,6 +87,11 @@ class TrainConfig:
     batch_size: int = _f(64, "samples per optimizer step, summed over all processes (each of W processes takes 1/W)")
     lr: float = _f(1e-3, "learning rate")
     optimizer: str = _f("adam", '"adam" or "sgd" (momentum 0.9)')
+    optimizer_impl: str = _f("fused", 'torch\'s implementation of the optimizer step: "fused" (one kernel per step where '
+                                      'torch has one for the device and dtype, else "foreach"), "foreach" or "loop" (one '
+                                      "op per tensor and update term; torch's default on the CPU, and seq2d's before "
+                                      "this field existed). The same update up to rounding; fused is several times "
+                                      "faster on large parameters (docs/performance.md)")
     weight_decay: float = _f(0.0, "L2 penalty added to the gradient (torch.optim semantics)")
     erasing_p: float = _f(0.0, "probability of random erasing per image (0 = off)")
     perspective_p: float = _f(0.0, "probability of a random perspective warp per image (0 = off)")
@@ -130,6 +136,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "granularity": ("element", "tile", "block"),
     "data": ("subset", "full", "synthetic"),
     "optimizer": ("adam", "sgd"),
+    "optimizer_impl": ("fused", "foreach", "loop"),
     "device": ("auto", "cpu", "cuda"),
     "dist_backend": ("auto", "gloo", "nccl"),
 }
@@ -147,7 +154,11 @@ RESUME_FREE_FIELDS = (
 
 # Fields a resume may change only when asked explicitly (``allow_changed`` / ``--allow-changed``):
 # the continuation is then a different run from that step on, and the change is recorded.
-ALLOW_CHANGED_FIELDS = ("lr", "optimizer", "weight_decay")
+ALLOW_CHANGED_FIELDS = ("lr", "optimizer", "weight_decay", "optimizer_impl")
+
+# Fields added with a default that changes what a config computes, and the value a config
+# written before the field existed (a run.json or checkpoint without it) stands for.
+LEGACY_DEFAULTS: dict[str, Any] = {"optimizer_impl": "loop"}
 
 # Fields that only say where outputs go and how much is printed: left out of config_hash.
 OUTPUT_FIELDS = ("name", "out_dir", "quiet", "log_every", "checkpoint_every", "data_root", "download")

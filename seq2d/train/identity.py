@@ -8,7 +8,7 @@ import difflib
 from collections.abc import Mapping, Sequence
 
 from ..errors import InvalidType, InvalidValue
-from .config import ALLOW_CHANGED_FIELDS, OUTPUT_FIELDS, RESUME_FREE_FIELDS, TrainConfig, _show, config_fields, config_to_dict
+from .config import ALLOW_CHANGED_FIELDS, LEGACY_DEFAULTS, OUTPUT_FIELDS, RESUME_FREE_FIELDS, TrainConfig, _show, config_fields, config_to_dict
 
 __all__ = ["config_hash", "config_diff", "format_diff", "parse_allow_changed"]
 
@@ -17,11 +17,22 @@ def _comparable(cfg: TrainConfig | Mapping) -> dict:
     """The fields that define what a run computes: every field outside :data:`OUTPUT_FIELDS`
     whose value differs from the :class:`TrainConfig` default. Fields at their default are left
     out, so adding a new field (with a default that keeps the old behaviour) does not change the
-    hash of existing runs: a finished run stays reusable across seq2d versions. Changing an
-    existing field's default changes what old configs compute: bump :data:`HASH_VERSION` then."""
-    d = config_to_dict(cfg) if isinstance(cfg, TrainConfig) else dict(cfg)
+    hash of existing runs: a finished run stays reusable across seq2d versions. A field added
+    with a default that changes what a config computes is listed in
+    :data:`~seq2d.train.config.LEGACY_DEFAULTS` (an older config then stands for its old value);
+    changing an existing field's default changes what old configs compute: bump
+    :data:`HASH_VERSION` then."""
+    d = _with_legacy(cfg)
     defaults = config_to_dict(TrainConfig())
     return {k: v for k, v in d.items() if k not in OUTPUT_FIELDS and (k not in defaults or defaults[k] != v)}
+
+
+def _with_legacy(cfg: TrainConfig | Mapping) -> dict:
+    """The config as a dict; a dict written before a field of :data:`LEGACY_DEFAULTS` existed
+    gets the value it stood for (not today's default)."""
+    if isinstance(cfg, TrainConfig):
+        return config_to_dict(cfg)
+    return {**{k: v for k, v in LEGACY_DEFAULTS.items() if k not in cfg}, **dict(cfg)}
 
 
 # Bumped whenever the default of an existing TrainConfig field changes (see _comparable).
@@ -45,8 +56,8 @@ def config_diff(old: TrainConfig | Mapping, new: TrainConfig | Mapping, *, ignor
     """``{field: (old, new)}`` for the fields that differ, outside ``ignore`` (a field that one
     side lacks counts as its default)."""
     defaults = config_to_dict(TrainConfig())
-    a = {**defaults, **(config_to_dict(old) if isinstance(old, TrainConfig) else dict(old))}
-    b = {**defaults, **(config_to_dict(new) if isinstance(new, TrainConfig) else dict(new))}
+    a = {**defaults, **_with_legacy(old)}
+    b = {**defaults, **_with_legacy(new)}
     return {k: (a.get(k), b.get(k)) for k in dict.fromkeys([*a, *b]) if k not in ignore and a.get(k) != b.get(k)}
 
 

@@ -207,8 +207,19 @@ class Trainer:
         if not params:
             raise InvalidValue("the model has no trainable parameters")
         if cfg.optimizer == "adam":
-            return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-        return torch.optim.SGD(params, lr=cfg.lr, momentum=0.9, weight_decay=cfg.weight_decay)
+            def make(**impl):
+                return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay, **impl)
+        else:
+            def make(**impl):
+                return torch.optim.SGD(params, lr=cfg.lr, momentum=0.9, weight_decay=cfg.weight_decay, **impl)
+        # optimizer_impl: torch's fused kernel where it has one for these devices and dtypes (it
+        # refuses the others when constructed), else foreach; "loop" is torch's CPU default
+        if cfg.optimizer_impl == "fused":
+            try:
+                return make(fused=True)
+            except RuntimeError:
+                return make(foreach=True)
+        return make(foreach=cfg.optimizer_impl == "foreach")
 
     @property
     def is_main(self) -> bool:
