@@ -379,8 +379,9 @@ def _cmd_mnist(args) -> int:
 def _cmd_train(args) -> int:
     from .report import train_result_line
     from .train.config import config_from_args
+    from .train.errors import cli_terms
     from .train.identity import parse_allow_changed
-    from .train.trainer import run
+    from .train.trainer import reuse_line, run
 
     if args.config_file:
         if args.config and args.config != args.config_file:
@@ -390,7 +391,10 @@ def _cmd_train(args) -> int:
     allow = parse_allow_changed(args.allow_changed, where="--allow-changed")
     if allow and not args.resume:
         raise InvalidValue("--allow-changed only applies when resuming: add --resume")
-    summary = run(cfg, resume=args.resume, overwrite=args.overwrite, allow_changed=allow)
+    with cli_terms():  # the run's errors name flags (--resume), not keyword arguments
+        summary = run(cfg, resume=args.resume, overwrite=args.overwrite, allow_changed=allow)
+        if summary.get("reused") and cfg.quiet:  # else the trainer said it
+            print(reuse_line(summary))
     if summary["final_test_acc"] is None:
         print(f"no epoch was trained or evaluated (epochs = {cfg.epochs}, {summary['steps']} steps); outputs in "
               f"{summary['out_dir']}")

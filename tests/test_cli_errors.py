@@ -328,3 +328,26 @@ def test_train_says_when_the_output_never_sees_the_input(tmp_path, capsys):
     assert "UserWarning" not in err
     rc, _, err = _run(argv[:6] + ["2"] + argv[7:-4] + ["--out-dir", str(tmp_path / "ok"), "--num-threads", "1"], capsys)
     assert rc == 0 and "warning" not in err
+
+
+def test_train_twice_reuses_a_complete_run_and_speaks_in_flags(tmp_path, capsys):
+    """Issue 18: README's `seq2d train experiments/mnist_sparsity/configs/mlp.toml --data subset --epochs 4`
+    run a second time reuses the complete run (as `seq2d mnist` does) instead of failing; a partial or
+    different run is refused in the command line's terms (flags, never keyword arguments)."""
+    out = str(tmp_path / "mlp")
+    argv = ["train", str(ROOT / "experiments/mnist_sparsity/configs/mlp.toml"), "--data", "subset", "--epochs", "1",
+            "--out-dir", out, "--num-threads", "1", "--quiet"]
+    rc, first, _ = _run(argv, capsys)
+    assert rc == 0 and first.startswith("final test accuracy")
+    rc, again, err = _run(argv, capsys)
+    assert rc == 0, err
+    lines = again.splitlines()
+    assert lines[0].startswith(f"reusing the complete run in {out} (same config, hash ") and \
+        lines[0].endswith("nothing to train; --overwrite trains it again")
+    assert lines[1] == first.splitlines()[0]  # the same summary line
+    rc, _, err = _run(argv + ["--lr", "0.5"], capsys)  # another config: refused, in flags
+    assert rc == 2 and err.startswith("seq2d: error: ") and "its config differs: lr 0.001 -> 0.5" in err
+    assert "add --resume to continue that run, --overwrite to start afresh, or choose another --out-dir/--name" in err
+    assert "resume=True" not in err and "overwrite=True" not in err
+    rc, _, err = _run(argv + ["--lr", "0.5", "--resume"], capsys)
+    assert rc == 2 and "pass --allow-changed lr." in err and "allow_changed=" not in err

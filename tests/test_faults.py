@@ -368,7 +368,7 @@ def test_resume_without_a_checkpoint_is_a_clear_error(tmp_path, capsys):
         _fit(_cfg(tmp_path), resume=True)
     assert not (tmp_path / "run").exists()  # nothing was created
     (tmp_path / "run").mkdir()
-    with pytest.raises(CheckpointError, match=r"no checkpoint at .*checkpoint\.pt': the file does not exist .*without --resume"):
+    with pytest.raises(CheckpointError, match=r"no checkpoint at .*checkpoint\.pt': the file does not exist .*without resume=True"):
         _fit(_cfg(tmp_path), resume=True)
     assert sorted(os.listdir(tmp_path / "run")) == []  # no lock, no metrics left
     assert main(train_args(tmp_path / "cli", "--resume")) == 2
@@ -379,7 +379,7 @@ def test_resume_without_a_checkpoint_is_a_clear_error(tmp_path, capsys):
 # ---------------------------------------------------------------------- a changed lr on resume
 def test_changed_lr_is_refused_without_the_flag_and_logged_with_it(tmp_path, capsys):
     _fit(_cfg(tmp_path, epochs=1))
-    with pytest.raises(CheckpointError, match=r"lr: checkpoint 0\.01, now 0\.05.*pass --allow-changed lr "):
+    with pytest.raises(CheckpointError, match=r"lr: checkpoint 0\.01, now 0\.05.*pass allow_changed=\('lr',\)\. "):
         _fit(_cfg(tmp_path, lr=0.05), resume=True)
     t, s = _fit(_cfg(tmp_path, lr=0.05, quiet=False), resume=True, allow_changed=("lr",))
     assert "changed settings (allowed): lr: 0.01 -> 0.05 at step 8" in capsys.readouterr().out

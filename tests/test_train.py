@@ -123,7 +123,7 @@ def test_refuses_to_overwrite_a_run_unless_told(tmp_path):
     cfg = cfg_for(tmp_path, epochs=1)
     fit(cfg)
     with pytest.raises(FileExistsError, match="resume=True"):
-        fit(cfg)
+        fit(cfg_for(tmp_path, epochs=1, lr=0.5))  # another config (the same one is reused)
     model = build_model(cfg)
     Trainer(cfg, model, DATA).fit(overwrite=True)
     assert len(read_metrics(cfg.run_dir())) == 1
@@ -411,8 +411,35 @@ def test_an_existing_run_names_what_differs(tmp_path):
     fit(cfg_for(tmp_path, epochs=1))
     with pytest.raises(RunExistsError, match=r"complete at step 8; its config differs: epochs 1 -> 2, lr 0\.01 -> 0\.5\)"):
         fit(cfg_for(tmp_path, epochs=2, lr=0.5))
-    with pytest.raises(FileExistsError, match=r"same config\): pass resume=True"):
-        fit(cfg_for(tmp_path, epochs=1))
+    fit(cfg_for(tmp_path, "p", epochs=1, max_steps=3))  # a partial run: continued, never reused
+    with pytest.raises(FileExistsError, match=r"partial \(stopped by max_steps at step 3\); same config\): pass "
+                                              r"resume=True to continue that run, overwrite=True to start afresh, or "
+                                              r"choose another out_dir/name$"):
+        fit(cfg_for(tmp_path, "p", epochs=1, max_steps=3))
+
+
+def test_a_complete_run_of_the_same_config_is_reused(tmp_path, capsys):
+    """Issue 18: one rule for ``seq2d train`` and ``seq2d mnist``: a complete run of the same
+    config hash is reused (nothing trained, its summary returned); anything else is refused."""
+    cfg = cfg_for(tmp_path, epochs=1)
+    first, s1 = fit(cfg)
+    files = {p.name: p.read_bytes() for p in cfg.run_dir().iterdir() if p.is_file()}
+    steps = []
+
+    class Count:
+        def on_step_end(self, trainer, step):
+            steps.append(step)
+
+    capsys.readouterr()
+    again, s2 = fit(cfg_for(tmp_path, epochs=1, quiet=False, log_every=7), callbacks=[Count()])  # output fields may differ
+    assert steps == [] and s2["reused"] and "reused" not in s1
+    assert {k: s2[k] for k in ("final_test_acc", "steps", "epochs", "config_hash", "history")} == \
+        {k: s1[k] for k in ("final_test_acc", "steps", "epochs", "config_hash", "history")}
+    assert same_state(again.model.state_dict(), first.model.state_dict())  # the trained weights, loaded
+    out = capsys.readouterr().out
+    assert f"reusing the complete run in {cfg.run_dir()} (same config, hash {s1['config_hash']}): nothing to train; " \
+           "overwrite=True trains it again" in out
+    assert {p.name: p.read_bytes() for p in cfg.run_dir().iterdir() if p.is_file()} == files  # nothing written
 
 
 def test_progress_lines_when_not_on_a_terminal(capsys):

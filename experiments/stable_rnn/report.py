@@ -260,7 +260,8 @@ def verdict_section(assets: Path) -> str | None:
         holds.append(f"**Lemma 1** (random tanh RNNs, hidden {tr['config']['hidden']}, {len(st)} stable instances): the "
                      f"truncation gap never exceeds the bound ({viol} violations; largest gap / bound "
                      f"{max(r['max_gap_over_bound'] for r in st):.2f}) and decays geometrically in k, at the rate log "
-                     f"lambda for W = lambda Q (fitted slope minus log lambda {_rng([r['slope_minus_log_lambda'] for r in orth], '+.3f')} "
+                     "lambda for W = lambda Q (fitted slope minus log lambda "
+                     f"{_rng([r['slope_minus_log_lambda'] for r in orth], '+.3f')} "
                      "for lambda <= 0.9), faster (at the spectral radius) for Gaussian W.")
     if gg:
         R = gg["rules"]

@@ -20,5 +20,5 @@ from .model import CELLS, RNNLM, TruncatedLM, clip_embedding_, output_nll, outpu
 from .train import recurrent_weights, train_lm, weight_distance
 
 __all__ = ["CELLS", "VANISH_FRACTION", "RNNLM", "TruncatedLM", "clip_embedding_", "divergence", "evaluate",
-           "evaluate_truncated", "grad_norm_carried", "grad_norm_vs_distance", "lm_data_lambda", "output_nll", "output_scores", "perplexity", "recurrent_weights",
-           "train_lm", "vanishing_distance", "weight_distance"]
+           "evaluate_truncated", "grad_norm_carried", "grad_norm_vs_distance", "lm_data_lambda", "output_nll",
+           "output_scores", "perplexity", "recurrent_weights", "train_lm", "vanishing_distance", "weight_distance"]

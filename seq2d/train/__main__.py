@@ -17,7 +17,8 @@ import sys
 from ..errors import Seq2DError
 from .config import add_config_args, config_from_args
 from .identity import parse_allow_changed
-from .trainer import DivergenceError, run
+from .errors import cli_terms
+from .trainer import DivergenceError, reuse_line, run
 
 __all__ = ["build_parser", "main"]
 
@@ -43,7 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = config_from_args(args)
         allow = parse_allow_changed(args.allow_changed, where="--allow-changed")
-        run(cfg, resume=args.resume, overwrite=args.overwrite, allow_changed=allow)
+        with cli_terms():  # the run's errors name flags (--resume), not keyword arguments
+            summary = run(cfg, resume=args.resume, overwrite=args.overwrite, allow_changed=allow)
+            if summary.get("reused") and cfg.quiet:  # else the trainer said it
+                print(reuse_line(summary))
     except DivergenceError as e:  # every rank stops at the same step: one message is enough
         if int(os.environ.get("RANK", "0")) == 0:
             print(f"seq2d train: error: {e}", file=sys.stderr)

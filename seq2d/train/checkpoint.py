@@ -44,6 +44,7 @@ from .config import (
     config_from_dict,
     config_to_dict,
 )
+from .errors import spell
 from .identity import parse_allow_changed
 
 __all__ = [
@@ -253,7 +254,7 @@ def load_checkpoint(path: str | os.PathLike, map_location=None) -> dict:
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"no checkpoint at {str(path)!r}: the file does not exist (nothing to resume from; "
-                              "start the run without --resume / resume=True)")
+                              + spell("start the run without resume=True)", "start the run without --resume)"))
     if path.is_dir():
         raise CheckpointError(f"{str(path)!r} is a folder, expected a checkpoint file")
     size = path.stat().st_size
@@ -389,7 +390,7 @@ def check_resume_config(saved: Mapping, current: TrainConfig, path: str | os.Pat
         askable = [k for k in rest if k in ALLOW_CHANGED_FIELDS]
         if askable and not model:
             parts.append(f"To continue with the new {', '.join(askable)} from this checkpoint on (recorded in the "
-                         f"metrics), pass --allow-changed {','.join(askable)} (allow_changed={tuple(askable)!r})")
+                         "metrics), pass " + spell(f"allow_changed={tuple(askable)!r}", f"--allow-changed {','.join(askable)}"))
         raise CheckpointError(
             f"cannot resume from {str(path)!r}: " + ". ".join(parts)
             + f". Fields that may change on resume: {', '.join(RESUME_FREE_FIELDS)}"

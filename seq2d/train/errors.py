@@ -9,15 +9,39 @@
 
 All are :class:`~seq2d.errors.Seq2DError`\\ s (``CheckpointError`` lives in
 :mod:`seq2d.train.checkpoint`).
+
+Their messages speak the caller's language: keyword arguments (``resume=True``) from the
+Python API, flags (``--resume``) inside :func:`cli_terms` (the ``seq2d train`` command);
+:func:`spell` picks the wording.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 from pathlib import Path
 
 from ..errors import Seq2DError
 
-__all__ = ["DivergenceError", "NonFiniteLossError", "RunLockedError", "RunExistsError"]
+__all__ = ["DivergenceError", "NonFiniteLossError", "RunLockedError", "RunExistsError", "cli_terms", "spell"]
+
+_CLI_TERMS = contextvars.ContextVar("seq2d_train_cli_terms", default=False)
+
+
+@contextlib.contextmanager
+def cli_terms():
+    """Within this block the training errors name command-line flags (``--resume``), not
+    keyword arguments (``resume=True``): the command line wraps its run in it."""
+    token = _CLI_TERMS.set(True)
+    try:
+        yield
+    finally:
+        _CLI_TERMS.reset(token)
+
+
+def spell(api: str, cli: str) -> str:
+    """``cli`` inside :func:`cli_terms`, else ``api``: one wording per caller, never both."""
+    return cli if _CLI_TERMS.get() else api
 
 
 class DivergenceError(Seq2DError, RuntimeError):

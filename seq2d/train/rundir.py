@@ -35,7 +35,7 @@ from .config import TrainConfig, config_to_dict
 from .identity import config_hash
 from .errors import RunLockedError
 
-__all__ = ["RunDir", "LOCK_NAME", "RECORD_NAME", "read_record", "pid_alive", "process_start_time"]
+__all__ = ["RunDir", "LOCK_NAME", "RECORD_NAME", "read_record", "is_finished_run", "pid_alive", "process_start_time"]
 
 LOCK_NAME = "run.lock"
 RECORD_NAME = "run.json"
@@ -229,6 +229,13 @@ class RunDir:
 
     def record(self) -> dict | None:
         return read_record(self.path)
+
+
+def is_finished_run(record: Mapping | None, cfg: TrainConfig) -> bool:
+    """The reuse rule of ``seq2d train`` (:meth:`Trainer.fit` without resume/overwrite) and
+    ``seq2d mnist``: ``record`` (a run.json) is a complete run of ``cfg``'s effective config
+    (status ``complete``, equal :func:`~seq2d.train.identity.config_hash`)."""
+    return bool(record) and record.get("status") == "complete" and record.get("config_hash") == config_hash(cfg)
 
 
 def describe_record(record: Mapping | None) -> str:

@@ -82,11 +82,11 @@ from .config import TrainConfig, config_to_dict, save_config
 from .datasets import load_data, make_augment, split_data, synthetic_data
 from .distributed import DistContext, all_reduce_sum, barrier, cleanup, init_distributed, wrap_model
 from .divergence import DivergenceMonitor
-from .errors import DivergenceError, NonFiniteLossError, RunExistsError, RunLockedError
+from .errors import DivergenceError, NonFiniteLossError, RunExistsError, RunLockedError, spell
 from .identity import config_diff, config_hash, format_diff, parse_allow_changed
 from .metrics import METRIC_COLUMNS, read_metrics, write_metrics
 from .progress import EpochBar, epoch_line
-from .rundir import RunDir, describe_record
+from .rundir import RunDir, describe_record, is_finished_run, read_record
 from .runtime import run_settings
 from .seeds import derive_seed, epoch_permutation, seed_everything
 from .stepstats import StepStats, sync_interval
@@ -293,17 +293,22 @@ class Trainer:
 
         ``resume=True`` continues from ``<out_dir>/checkpoint.pt`` (CheckpointError when it
         is missing or does not fit; ``allow_changed`` names the fields among lr, optimizer,
-        weight_decay that may differ from its config). Without it, an existing checkpoint
-        there raises RunExistsError (a FileExistsError) unless ``overwrite=True`` (then it is
-        deleted first). The run folder is locked meanwhile (RunLockedError when another live
+        weight_decay that may differ from its config). Without it, a **complete** run of the
+        same config there (run.json: status complete, equal config hash; the rule of ``seq2d
+        mnist`` too) is reused: its checkpoint is loaded, nothing is trained, and its summary
+        is returned with ``reused`` True. Any other existing checkpoint there raises
+        RunExistsError (a FileExistsError) unless ``overwrite=True`` (then it is deleted
+        first). The run folder is locked meanwhile (RunLockedError when another live
         run holds it)."""
         cfg = self.config
         allow = parse_allow_changed(allow_changed, where="allow_changed")
         if allow and not resume:
-            raise InvalidValue("allow_changed (--allow-changed) only applies when resuming: pass resume=True (--resume)")
+            raise InvalidValue(spell("allow_changed only applies when resuming: pass resume=True",
+                                     "--allow-changed only applies when resuming: add --resume"))
         if resume and not self.checkpoint_path.exists() and not self.out_dir.is_dir():
             raise CheckpointError(f"cannot resume: the run folder {str(self.out_dir)!r} does not exist, so there is no "
-                                  f"checkpoint {str(self.checkpoint_path)!r} to resume from (start without --resume)")
+                                  f"checkpoint {str(self.checkpoint_path)!r} to resume from (start "
+                                  + spell("without resume=True)", "without --resume)"))
         with run_settings(cfg, self.dist) as (self.num_threads, why):
             self._lock()
             try:
@@ -337,13 +342,17 @@ class Trainer:
             self.load(allow_changed=allow)
         else:
             if self.checkpoint_path.exists() and not overwrite:
-                record = self.rundir.record() if self.rundir is not None else None
+                record = read_record(self.out_dir)  # every rank reads it: all take the same branch
+                if is_finished_run(record, cfg):
+                    return self._reuse()
                 diff = config_diff(record["config"], cfg) if record and isinstance(record.get("config"), dict) else {}
                 same = (f"its config differs: {format_diff(diff)}" if diff else "same config") if record else "config unknown"
                 raise RunExistsError(
-                    f"{str(self.checkpoint_path)!r} exists ({describe_record(record)}; {same}): pass resume=True "
-                    "(--resume) to continue that run, overwrite=True (--overwrite) to start afresh, or choose another "
-                    "out_dir/name")
+                    f"{str(self.checkpoint_path)!r} exists ({describe_record(record)}; {same}): "
+                    + spell("pass resume=True to continue that run, overwrite=True to start afresh, or choose another "
+                            "out_dir/name",
+                            "add --resume to continue that run, --overwrite to start afresh, or choose another "
+                            "--out-dir/--name"))
             if self.is_main and overwrite:
                 self.checkpoint_path.unlink(missing_ok=True)
             seed_everything(cfg.seed)
@@ -371,6 +380,16 @@ class Trainer:
         summary = self.summary()
         self._record(summary["status"])
         _call(self.callbacks, "on_train_end", self, summary)
+        return summary
+
+    def _reuse(self) -> dict:
+        """A complete run of this config is in ``out_dir``: load it (model, counters, metrics) and
+        return its summary (``reused`` True) without training or writing anything."""
+        self.load()
+        summary = self.summary()
+        summary["reused"] = True
+        if self.is_main and not self.config.quiet:
+            print(reuse_line(summary), flush=True)
         return summary
 
     def _record(self, status: str) -> None:
@@ -578,6 +597,12 @@ class Trainer:
             "changes": list(self._changes),
             "history": list(h),
         }
+
+
+def reuse_line(summary: Mapping) -> str:
+    """What a run that was reused (``summary["reused"]``) says about it, in the caller's terms."""
+    return (f"reusing the complete run in {summary['out_dir']} (same config, hash {summary['config_hash']}): nothing "
+            "to train; " + spell("overwrite=True", "--overwrite") + " trains it again")
 
 
 def _changes_text(changes) -> str:
