@@ -1,0 +1,83 @@
+"""Copy the small results of finished MNIST runs into the repository (never checkpoints).
+
+    python experiments/mnist_sparsity/collect.py --runs runs/mnist_full_ours \
+        --dest experiments/mnist_sparsity/results/full-ours
+
+A long ``seq2d mnist --full`` takes hours and may outlive a machine; each run that has
+finished is copied as soon as it has, so nothing already computed is lost. For every
+``RUNS/<model>/seed<k>/`` whose ``run.json`` says ``complete`` (and whose ``summary.json``, when
+``seq2d mnist`` wrote one, agrees) this copies ``summary.json``, ``run.json`` (config, its hash,
+status), ``metrics.csv`` and ``metrics.jsonl`` to ``DEST/<model>/seed<k>/``. Runs still going,
+partial runs (``--max-steps``) and checkpoints are left where they are. A copy already in DEST
+is replaced only by a run with the same config hash (``--force`` replaces any). Prints one line
+per run: copied, unchanged, skipped and why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+FILES = ("summary.json", "run.json", "metrics.csv", "metrics.jsonl")
+
+
+def _json(path: Path) -> dict | None:
+    try:
+        d = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return d if isinstance(d, dict) else None
+
+
+def collect(runs: Path, dest: Path, *, force: bool = False, log=print) -> list[Path]:
+    """Copy every finished run under ``runs`` to ``dest``; returns the run folders copied."""
+    copied = []
+    for run_dir in sorted(p.parent for p in runs.glob("*/seed*/run.json")):
+        rel = run_dir.relative_to(runs)
+        record = _json(run_dir / "run.json") or {}
+        summary = _json(run_dir / "summary.json")
+        if record.get("status") != "complete":
+            log(f"{rel}: skipped ({record.get('status', 'no run.json')}, epoch {record.get('epoch', '?')})")
+            continue
+        if summary is not None and (summary.get("complete") is not True
+                                    or summary.get("config_hash") != record.get("config_hash")):
+            log(f"{rel}: skipped (summary.json is partial or of another config)")
+            continue
+        target = dest / rel
+        old = _json(target / "run.json")
+        if old is not None and not force:
+            if old.get("config_hash") != record.get("config_hash"):
+                log(f"{rel}: skipped (DEST holds a run of another config {old.get('config_hash')}; --force replaces it)")
+                continue
+            if all((target / f).read_bytes() == (run_dir / f).read_bytes()
+                   for f in FILES if (run_dir / f).is_file() and (target / f).is_file()):
+                log(f"{rel}: unchanged")
+                continue
+        target.mkdir(parents=True, exist_ok=True)
+        for f in FILES:
+            if (run_dir / f).is_file():
+                shutil.copy2(run_dir / f, target / f)
+        log(f"{rel}: copied to {target}")
+        copied.append(target)
+    return copied
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", required=True, help="the --out folder of seq2d mnist / run.py")
+    ap.add_argument("--dest", required=True, help="where the small files go (a folder in the repository)")
+    ap.add_argument("--force", action="store_true", help="replace copies of another config")
+    args = ap.parse_args(argv)
+    runs = Path(args.runs)
+    if not runs.is_dir():
+        print(f"collect.py: error: --runs {runs} is not a folder", file=sys.stderr)
+        return 2
+    collect(runs, Path(args.dest), force=args.force)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
