@@ -145,6 +145,7 @@ python docs/make_gallery.py                              # this page and docs/ga
 seq2d draw mlp:784,256,128,10 -o mlp.png                 # the block graph (--kind graph, default)
 seq2d draw rnn:8,16,layers=2 -o rnn.svg --kind both      # rnn-graph.svg and rnn-spy.svg
 seq2d draw masked-random:784,256,10,density=0.05 -o r.png --kind spy --tile 32   # block-sparse spy plot
+seq2d draw mlp:784,256,10 -o fig.svg --kind both --style paper --slot-labels x,h,y   # for a paper
 seq2d show truncated-rnn:8,16,k=4                        # grid, per-block table, counts, graph facts
 seq2d show examples/specs/sparse_rnn_cell.toml           # a spec file (docs/spec.md); examples in examples/specs/
 seq2d show mlp sizes=784,256,10 activation=tanh          # a registered constructor with arguments
@@ -171,9 +172,16 @@ Presets: `mlp:SIZES[,act=relu]`, `rnn:IN,HIDDEN[,layers=1][,nonlinearity=tanh]`,
   boundaries as grey lines, `index, size` of each slot on the axes. Dark = a stored entry
   (trainable, or frozen and non-zero; the shade shows the local density when the picture is
   smaller than `N`); identity blocks are green diagonals, module blocks hatched; each block
-  large enough for the text carries its density (`t0`, `t1`: tie group). Above `N = 2000`
-  the mask is block-max pooled to at most 1000 x 1000 pixels. Block-sparse models (after
-  `model.to_blocksparse(tile)`) are read tile by tile from the engine.
+  carries its density (`t0`, `t1`: tie group) in a band above its block row, never over the
+  entries (a label with no room beside its neighbours is left out). A slot under 4% of the
+  side (`min_slot`, `--min-slot`; 0: to scale) is drawn that wide, its entries as wider
+  cells, so a 10-unit output slot is not a sliver; the axes keep the true sizes. Above
+  `N = 2000` the mask is block-max pooled to at most 1000 x 1000 pixels. Block-sparse models
+  (after `model.to_blocksparse(tile)`) are read tile by tile from the engine.
+- **For a paper.** `style="paper"` (`--style paper`): fonts 1.4x, a 0.02 in margin, no
+  generated title (the caption carries it); `slot_labels=["x", "h", "y"]` (`--slot-labels
+  x,h,y`) names the slots instead of numbering them. Epoch axes of the training plots have
+  whole-number ticks (`seq2d.plot.integer_ticks`).
 
 ## Gallery
 

@@ -134,9 +134,17 @@ def _cmd_draw(args) -> int:
     core = core_of(model)
     if args.tile is not None:
         core.to_blocksparse(args.tile)
+    labels = None if args.slot_labels is None else [x.strip() for x in args.slot_labels.split(",")]
+    if labels is not None and len(labels) != core.n:
+        raise InvalidValue(f"--slot-labels: expected {core.n} comma-separated names (one per slot), got {len(labels)}: "
+                           f"{args.slot_labels!r}")
+    if not 0 <= args.min_slot < 0.5:
+        raise InvalidValue(f"--min-slot must be a fraction in [0, 0.5), got {args.min_slot}")
     for what, path in paths:
-        fn = draw_graph if what == "graph" else spy
-        fn(model, path=path, dpi=args.dpi)
+        if what == "graph":
+            draw_graph(model, path=path, dpi=args.dpi, style=args.style, slot_labels=labels)
+        else:
+            spy(model, path=path, dpi=args.dpi, style=args.style, slot_labels=labels, min_slot=args.min_slot)
         print(f"wrote {path}")
     return 0
 
@@ -293,7 +301,8 @@ def _add_draw(sub) -> None:
                     "The suffix of -o (.png or .svg) picks the format."),
         epilog=_presets_epilog("  seq2d draw mlp:784,256,128,10 -o mlp.png\n"
                                "  seq2d draw rnn:8,16,layers=2 -o rnn.svg --kind both\n"
-                               "  seq2d draw masked-random:784,256,10,density=0.05 -o rand.png --kind spy --tile 32\n"),
+                               "  seq2d draw masked-random:784,256,10,density=0.05 -o rand.png --kind spy --tile 32\n"
+                               "  seq2d draw mlp:784,256,10 -o fig.svg --kind both --style paper --slot-labels x,h,y\n"),
         formatter_class=_FMT)
     p.add_argument("model", help=_MODEL_HELP)
     p.add_argument("kwargs", nargs="*", default=[], help="constructor arguments as key=value (only with a registered name)")
@@ -302,6 +311,13 @@ def _add_draw(sub) -> None:
     p.add_argument("--tile", type=int, default=None,
                    help="convert the linear blocks to the block-sparse engine with this tile size first (16, 32, 64, 128)")
     p.add_argument("--dpi", type=float, default=100, help="PNG resolution (default: 100)")
+    p.add_argument("--style", choices=("default", "paper"), default="default",
+                   help="paper: fonts 1.4x, a 0.02 in margin, no generated title (default: default)")
+    p.add_argument("--slot-labels", dest="slot_labels", default=None, metavar="A,B,...",
+                   help="comma-separated names of the slots, one per slot, shown instead of the indices")
+    p.add_argument("--min-slot", dest="min_slot", type=float, default=0.04, metavar="FRACTION",
+                   help="spy: the smallest drawn width of a slot as a fraction of the side; the axes keep the true "
+                        "sizes (default: 0.04; 0: to scale)")
     p.set_defaults(fn=_cmd_draw)
 
 

@@ -275,3 +275,15 @@ def test_show_without_a_model_names_only_the_model_as_required(capsys):
         with pytest.raises(SystemExit):
             main([command])
         assert "kwargs" not in capsys.readouterr().err.splitlines()[-1]
+
+
+def test_draw_for_a_paper_with_slot_labels(tmp_path, capsys):
+    out = tmp_path / "fig.png"
+    assert main(["draw", "mlp:784,256,10", "-o", str(out), "--kind", "both", "--style", "paper",
+                 "--slot-labels", "x,h,y", "--min-slot", "0.05"]) == 0
+    assert (tmp_path / "fig-graph.png").stat().st_size > 1024 and (tmp_path / "fig-spy.png").stat().st_size > 1024
+    capsys.readouterr()
+    assert main(["draw", "mlp:784,256,10", "-o", str(out), "--slot-labels", "x,y"]) == 2
+    assert "--slot-labels: expected 3 comma-separated names (one per slot), got 2" in capsys.readouterr().err
+    assert main(["draw", "mlp:784,256,10", "-o", str(out), "--kind", "spy", "--min-slot", "0.6"]) == 2
+    assert "--min-slot must be a fraction in [0, 0.5)" in capsys.readouterr().err

@@ -242,3 +242,124 @@ def test_options_are_checked():
         spy_image(seq2d.mlp([4, 3]), max_size=0)
     with pytest.raises(TypeError, match="Sequential2D"):
         spy(torch.nn.Linear(3, 4))
+
+
+# ---------------------------------------------------------------------------- pictures for a paper (issue 22 item 6)
+def _rendered(fig):
+    fig.canvas.draw()
+    return fig.canvas.get_renderer()
+
+
+def _margins_px(path):
+    """The white border around a saved PNG, in pixels (the smallest of the four sides)."""
+    import matplotlib.image as mpimg
+
+    img = mpimg.imread(path)[..., :3]
+    ink = np.argwhere((img < 0.98).any(axis=2))
+    (r0, c0), (r1, c1) = ink.min(axis=0), ink.max(axis=0)
+    return min(r0, c0, img.shape[0] - 1 - r1, img.shape[1] - 1 - c1)
+
+
+@pytest.mark.parametrize("epochs", [[1], [1, 2, 3, 4, 5], list(range(1, 101))])
+def test_integer_ticks_on_an_epoch_axis(epochs):
+    from seq2d.plot import integer_ticks
+    from seq2d.plot.common import _new_axes
+
+    fig, ax = _new_axes((7, 4))
+    ax.plot(epochs, [0.9] * len(epochs), marker="o")
+    integer_ticks(ax.xaxis)
+    _rendered(fig)
+    lo, hi = ax.get_xlim()
+    shown = [t for t in ax.get_xticks() if lo <= t <= hi]
+    assert shown and all(float(t).is_integer() for t in shown)  # never 0.96 .. 1.04 or 1.25
+
+
+@pytest.mark.parametrize("fn", [draw_graph, spy])
+def test_paper_style_has_larger_fonts_tight_margins_and_no_generated_title(fn, tmp_path):
+    model = build_preset("mlp:784,256,10")
+    default = fn(model, path=tmp_path / "default.png", dpi=100)
+    paper = fn(model, path=tmp_path / "paper.png", dpi=100, style="paper")
+
+    def sizes(fig):  # the labels the plot writes: slot and block labels, legend entries
+        return [t.get_fontsize() for t in fig.axes[0].texts + fig.axes[0].get_legend().get_texts()]
+
+    assert min(sizes(paper)) >= 1.3 * max(sizes(default))
+    assert default.axes[0].get_title() and paper.axes[0].get_title() == ""
+    assert fn(model, style="paper", title="mine").axes[0].get_title() == "mine"  # a given title stays
+    assert _margins_px(tmp_path / "paper.png") <= 3 < 8 <= _margins_px(tmp_path / "default.png")
+    with pytest.raises(ValueError, match=r"Unknown style 'journal'. Select from 'default' or 'paper'"):
+        fn(model, style="journal")
+
+
+def test_slot_labels_in_the_graph_and_the_spy_plot():
+    model = build_preset("mlp:784,256,10")
+    g = draw_graph(model, slot_labels=["x", "h", "y"])
+    assert {"x: 784\nidentity", "h: 256\nrelu", "y: 10\nidentity"} <= {t.get_text() for t in g.axes[0].texts}
+    ax = spy(model, slot_labels=["x", "h", "y"]).axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["x\n784", "h\n256", "y\n10"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["x: 784", "h: 256", "y: 10"]
+    assert "label" in ax.get_xlabel()
+    with pytest.raises(ValueError, match=r"slot_labels: expected 3 labels"):
+        spy(model, slot_labels=["x", "y"])
+    with pytest.raises(TypeError, match=r"slot_labels must be a sequence"):
+        draw_graph(model, slot_labels="xhy")
+
+
+def _strips(ax):
+    """(top, bottom) of each slot's strip of rows in the spy plot, from its images (drawn units)."""
+    return sorted({(im.get_extent()[3], im.get_extent()[2]) for im in ax.images})
+
+
+def test_spy_draws_small_slots_wider_and_names_their_true_size():
+    model = build_preset("mlp:784,256,10")
+    ax = spy(model).axes[0]
+    total = ax.get_xlim()[1]
+    top, bottom = _strips(ax)[-1]  # slot 2, 10 rows
+    assert bottom - top == pytest.approx(0.04 * total)  # at least 4% of the side, not a sliver of 10 / 1050
+    assert [t.get_text() for t in ax.get_xticklabels()][-1] == "2\n10"  # the true size on the axis
+    assert "drawn wider" in ax.get_title()
+    exact = spy(model, min_slot=0).axes[0]
+    assert [b - t for t, b in _strips(exact)] == [784, 256, 10] and exact.get_xlim() == (0, 1050)
+    with pytest.raises(ValueError, match="min_slot"):
+        spy(model, min_slot=0.7)
+
+
+def test_spy_widened_slot_shows_the_true_pattern():
+    # a 3-unit slot drawn wider still shows which of its entries are stored: the image rows of
+    # the strip repeat the true rows, in order
+    mask = torch.zeros(203, 203, dtype=torch.bool)
+    mask[200:, :200] = torch.eye(3, 200, dtype=torch.bool)  # output row r reads input r
+    model = seq2d.from_mask([200, 3], mask)
+    ax = spy(model, annotate=False).axes[0]
+    strip = [im for im in ax.images if im.get_extent()[3] > 199][0].get_array()
+    rows = [tuple(np.flatnonzero(r > 0)) for r in np.asarray(strip)]
+    assert len(rows) > 3 and sorted(set(rows)) == sorted(set(rows), key=rows.index)  # each true row once, in order
+    assert len(set(rows)) == 3
+
+
+@pytest.mark.parametrize("preset", ["random:784,256,128,10", "masked-random:40,30,10,density=0.2", "transformer:16,2,32",
+                                    "rnn:8,16,layers=2"])
+def test_spy_labels_never_overlap_each_other_or_the_entries(preset):
+    fig = spy(build_preset(preset))
+    ax = fig.axes[0]
+    r = _rendered(fig)
+    labels = [t.get_window_extent(r) for t in ax.texts]
+    assert labels
+    for k, a in enumerate(labels):
+        assert not any(a.overlaps(b) for b in labels[k + 1:])
+    for im in ax.images:  # the drawn entries
+        x0, x1, y1, y0 = im.get_extent()
+        (px0, py0), (px1, py1) = ax.transData.transform([(x0, y0), (x1, y1)])
+        for a in labels:
+            assert not (a.x0 < max(px0, px1) - 0.5 and a.x1 > min(px0, px1) + 0.5 and
+                        a.y0 < max(py0, py1) - 0.5 and a.y1 > min(py0, py1) + 0.5), (a, im.get_extent())
+    if preset.startswith("random:"):
+        assert sorted(t.get_text()[-1] for t in ax.texts) == ["%"] * 12  # each of the 3 x 4 blocks is labelled
+
+
+def test_graph_title_never_prints_none():
+    assert draw_graph(build_preset("rnn:8,16")).axes[0].get_title() == \
+        "RNN: 2 slots, one step per time step, depth = cyclic, 400 trainable parameters"
+    core = build_preset("rnn:8,16").core
+    title = draw_graph(core).axes[0].get_title()
+    assert "None" not in title and "steps given per call" in title

@@ -25,8 +25,15 @@ Reading the pictures:
   entry is *stored* (trainable, or frozen and non-zero: the support of
   ``model.linear_weight()``, counting entries whose current value happens to be zero);
   identity blocks are green diagonals, module blocks hatched rectangles, each non-empty
-  block is labelled with its density when it is big enough to hold the text. Above
-  ``N = 2000`` the mask is block-max pooled to at most ``max_size x max_size`` pixels.
+  block is labelled with its density in a band above its block row (never over the
+  entries; a label that would overlap its neighbour is left out). A slot narrower than
+  ``min_slot`` (4%) of the side is drawn that wide, its entries as wider cells; the axes
+  name the true sizes. Above ``N = 2000`` the mask is block-max pooled to at most
+  ``max_size x max_size`` pixels.
+
+For a paper: ``style="paper"`` (``seq2d draw --style paper``) sets fonts 1.4x, a 0.02 in
+margin and no generated title; ``slot_labels=["x", "h", "y"]`` (``--slot-labels x,h,y``)
+names the slots. :func:`integer_ticks` keeps an epoch or iteration axis on whole numbers.
 
 The package: :mod:`.graph_plot` (:func:`draw_graph`), :mod:`.spy_plot` (:func:`spy`,
 :func:`spy_image`), :mod:`.layout` (:func:`graph_layout`) and :mod:`.common` (path check,
@@ -38,7 +45,7 @@ from __future__ import annotations
 from .graph_plot import draw_graph
 from .layout import graph_layout
 from .spy_plot import SPY_DOWNSAMPLE_ABOVE, spy, spy_image
-from .common import SAVE_FORMATS
+from .common import SAVE_FORMATS, STYLES, PlotStyle, integer_ticks
 
 # every other name of the former single module seq2d/plot.py, importable from seq2d.plot as before
 from .common import _check_path, _fmt_count, _model_name, _new_axes, _pct, _save  # noqa: F401
@@ -48,4 +55,5 @@ from .layout import ROW_GAP, _columns, _pav, _place_column  # noqa: F401
 from .spy_plot import (_CHUNK, FROZEN_COLOR, IDENTITY_COLOR, MODULE_COLOR, SPY_COLOR, _alpha_cmap,  # noqa: F401
                        _pool_into, _slot_ticks, _spy_data, _spy_tiles, _tie_keys)
 
-__all__ = ["draw_graph", "spy", "graph_layout", "spy_image", "SAVE_FORMATS", "SPY_DOWNSAMPLE_ABOVE"]
+__all__ = ["draw_graph", "spy", "graph_layout", "spy_image", "SAVE_FORMATS", "SPY_DOWNSAMPLE_ABOVE", "STYLES", "PlotStyle",
+           "integer_ticks"]

@@ -14,7 +14,7 @@ from matplotlib.path import Path as MPath
 from ..errors import InvalidValue
 from ..core import core_of
 from ..graph import to_networkx
-from .common import _check_path, _fmt_count, _model_name, _new_axes, _save
+from .common import _check_path, _fmt_count, _model_name, _new_axes, _save, _slot_labels, _style
 from .layout import graph_layout
 
 ROLE_COLORS = {"input": "#9ecae1", "hidden": "#e0e0e0", "output": "#fdae6b"}
@@ -50,7 +50,7 @@ def _self_loop(c: tuple[float, float], r: float) -> MPath:
 
 
 def draw_graph(model, ax=None, path=None, *, size_scale: str = "log", title: str | None = None,
-               legend: bool = True, dpi: float = 100) -> Figure:
+               legend: bool = True, dpi: float = 100, style: str = "default", slot_labels=None) -> Figure:
     """Draw the block graph of ``model`` (see the module docstring for how to read it).
 
     Args:
@@ -58,15 +58,21 @@ def draw_graph(model, ax=None, path=None, *, size_scale: str = "log", title: str
         ax: matplotlib Axes to draw into (default: a new figure sized to the graph).
         path: save the figure here (``.png`` or ``.svg``; anything else is a ValueError).
         size_scale: node area from the slot size, ``"log"`` or ``"sqrt"``.
-        title: default ``"<Model>: n slots, steps, depth, trainable parameters"``.
+        title: default ``"<Model>: n slots, steps, depth, trainable parameters"`` (steps only when
+            the model has a default number; none with ``style="paper"``).
         legend: draw the legend (roles, edge kinds, recurrent edges, tie groups).
         dpi: resolution of a saved PNG.
+        style: ``"default"`` or ``"paper"`` (fonts 1.4x, a 0.02 in margin, no generated title;
+            :data:`seq2d.plot.STYLES`).
+        slot_labels: one string per slot, written instead of the slot index (``["x", "h", "y"]``).
 
     Returns:
         The Figure (``ax.figure`` when ``ax`` was given).
     """
     out = _check_path(path)
+    st = _style(style)
     core = core_of(model)
+    names = _slot_labels(slot_labels, core.n)
     g = to_networkx(core)
     pos = graph_layout(core, g)
     rad = _radii(g, size_scale)
@@ -103,7 +109,7 @@ def draw_graph(model, ax=None, path=None, *, size_scale: str = "log", title: str
                                     facecolor=RECURRENT_COLOR, alpha=0.06, edgecolor=RECURRENT_COLOR,
                                     linestyle=(0, (3, 2)), linewidth=0.8, zorder=0))
         ax.text(min(cx) - pad + 0.05, max(cy) + pad + 0.22, "recurrent core", color=RECURRENT_COLOR,
-                fontsize=7, va="top", ha="left", zorder=1)
+                fontsize=st.fs(7), va="top", ha="left", zorder=1)
         grow(max(cx) + pad, max(cy) + pad + 0.3)
 
     circles = {}
@@ -159,24 +165,24 @@ def draw_graph(model, ax=None, path=None, *, size_scale: str = "log", title: str
             if kind == "module":
                 blk = core.block(v, u)
                 mx, my = (x1 + x2) / 2, (y1 + y2) / 2 - rc / 2 * (x2 - x1)
-                ax.text(mx, my + 0.12, type(blk).__name__, fontsize=6, style="italic", color=KIND_STYLE["module"][0],
+                ax.text(mx, my + 0.12, type(blk).__name__, fontsize=st.fs(6), style="italic", color=KIND_STYLE["module"][0],
                         ha="center", va="bottom", zorder=4)
         ax.add_patch(arrow)
 
     for v, d in g.nodes(data=True):
         x, y = pos[v]
-        ax.text(x, y - rad[v] - 0.04, f"{v}: {d['size']}\n{d['activation']}", ha="center", va="top",
-                fontsize=7, zorder=5, linespacing=1.05,
+        ax.text(x, y - rad[v] - 0.04, f"{names[v]}: {d['size']}\n{d['activation']}", ha="center", va="top",
+                fontsize=st.fs(7), zorder=5, linespacing=1.05,
                 bbox=dict(boxstyle="round,pad=0.12", facecolor="white", edgecolor="none", alpha=0.8))
 
     ax.set_xlim(*bx)
     ax.set_ylim(*by)
     ax.set_aspect("equal")
     ax.axis("off")
-    depth = core.depth if core.depth is not None else "cyclic"
-    ax.set_title(title if title is not None else
-                 f"{_model_name(model)}: {core.n} slots, steps = {core.steps}, depth = {depth}, "
-                 f"{core.num_parameters():,} trainable parameters", fontsize=10)
+    if title is None and st.auto_title:
+        title = graph_title(model)
+    if title:
+        ax.set_title(title, fontsize=st.fs(10))
     if legend:
         handles = [Patch(facecolor=ROLE_COLORS[r], edgecolor="#333333", label=f"{r} slot")
                    for r in ("input", "hidden", "output") if any(d["role"] == r for _, d in g.nodes(data=True))]
@@ -192,9 +198,21 @@ def draw_graph(model, ax=None, path=None, *, size_scale: str = "log", title: str
             handles.append(Line2D([], [], color=TIE_COLORS[t % len(TIE_COLORS)], linewidth=2,
                                   label=f"tie group {t}: {_fmt_count(p)} params at {k} positions"))
         ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(4, len(handles)),
-                  fontsize=7, frameon=False, handlelength=2.6)
-    _save(fig, out, dpi)
+                  fontsize=st.fs(7), frameon=False, handlelength=2.6, borderpad=st.legend_pad)
+    _save(fig, out, dpi, st)
     return fig
+
+
+def graph_title(model) -> str:
+    """``"<Model>: n slots, steps = s, depth = d, p trainable parameters"``; a model without a
+    default number of steps (an RNN: one step per input) says so instead of ``steps = None``."""
+    core = core_of(model)
+    if core.steps is not None:
+        steps = f"steps = {core.steps}"
+    else:  # a wrapper (RNN) steps its core once per time step; a bare core takes steps in each call
+        steps = "one step per time step" if core is not model else "steps given per call"
+    depth = core.depth if core.depth is not None else "cyclic"
+    return f"{_model_name(model)}: {core.n} slots, {steps}, depth = {depth}, {core.num_parameters():,} trainable parameters"
 
 
 def _blocked(pos, u, v, rad) -> bool:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 from matplotlib.colors import LinearSegmentedColormap, PowerNorm
@@ -12,7 +14,7 @@ from matplotlib.patches import Patch, Rectangle
 
 from ..errors import InvalidValue
 from ..core import core_of
-from .common import _check_path, _model_name, _new_axes, _pct, _save
+from .common import _check_path, _model_name, _new_axes, _pct, _save, _slot_labels, _style
 
 SPY_DOWNSAMPLE_ABOVE = 2000  # N above which spy() pools the mask (never plot millions of points)
 
@@ -139,27 +141,52 @@ def _alpha_cmap(color: str) -> LinearSegmentedColormap:
     return LinearSegmentedColormap.from_list("a", [(r, g, b, 0.0), (r, g, b, 1.0)])
 
 
-def _slot_ticks(off, sizes, length_pt: float, fontsize: float, vertical: bool):
-    """Tick positions and labels at slot centres, thinned so labels do not overlap."""
-    N = off[-1]
-    ticks, labels = [], []
+def _drawn_sizes(sizes, min_slot: float) -> list[float]:
+    """The drawn width of each slot: its size, or ``min_slot`` of the drawn total when that is
+    more (a 10-unit output slot next to 784 inputs stays visible). The small slots S solve
+    ``D = sum(sizes outside S) / (1 - |S| min_slot)``; ``min_slot <= 0.5 / n`` keeps one slot at scale."""
+    n = len(sizes)
+    m = min(float(min_slot), 0.5 / n)
+    small: set[int] = set()
+    while True:
+        big = sum(s for k, s in enumerate(sizes) if k not in small)
+        total = big / (1.0 - len(small) * m)
+        grown = {k for k, s in enumerate(sizes) if s < m * total}
+        if grown == small:
+            return [max(float(s), m * total) if k in small else float(s) for k, s in enumerate(sizes)]
+        small = grown  # only grows (the total grows with it): at most n rounds
+
+
+def _pixel_index(off, sizes, d0, widths, start: float, length: float, pixels: int, f: int) -> np.ndarray:
+    """For each of ``pixels`` image pixels covering the drawn span ``[start, start + length)``:
+    the pooled index (true index // f) of the entry drawn at its centre."""
+    d0 = np.asarray(d0, dtype=np.float64)
+    u = start + (np.arange(pixels) + 0.5) * (length / pixels)
+    k = np.clip(np.searchsorted(d0, u, side="right") - 1, 0, len(sizes) - 1)
+    s = np.asarray(sizes)[k]
+    t = np.asarray(off[:-1])[k] + np.minimum(s - 1, np.floor((u - d0[k]) * s / np.asarray(widths)[k]).astype(np.int64))
+    return t // f
+
+
+def _slot_ticks(centres, labels, total: float, length_pt: float, fontsize: float, vertical: bool):
+    """The ticks at the slot centres (drawn units) that fit, thinned so labels do not overlap."""
+    ticks, out = [], []
     last = -1e9
-    for k, s in enumerate(sizes):
-        centre = off[k] + s / 2
-        label = f"{k}\n{s}" if not vertical else f"{k}: {s}"
-        need = (fontsize * 2.4) if not vertical else fontsize * 1.3
-        if not vertical:
-            need = max(need, 0.62 * fontsize * max(len(str(k)), len(str(s))) + 3)
-        at = centre / N * length_pt
+    for c, label in zip(centres, labels):
+        lines = label.split("\n")
+        need = fontsize * (1.3 * len(lines) if vertical else 0.1) + (0 if vertical else
+                                                                      0.62 * fontsize * max(map(len, lines)) + 3)
+        at = c / total * length_pt
         if at - last >= need:
-            ticks.append(centre)
-            labels.append(label)
+            ticks.append(c)
+            out.append(label)
             last = at
-    return ticks, labels
+    return ticks, out
 
 
 def spy(model, ax=None, path=None, annotate: bool = True, *, max_size: int = 1000, title: str | None = None,
-        legend: bool = True, dpi: float = 100) -> Figure:
+        legend: bool = True, dpi: float = 100, style: str = "default", slot_labels=None,
+        min_slot: float = 0.04) -> Figure:
     """Spy plot of the linear part of ``model`` (see the module docstring).
 
     Args:
@@ -167,15 +194,23 @@ def spy(model, ax=None, path=None, annotate: bool = True, *, max_size: int = 100
         ax: Axes to draw into (default: a new figure).
         path: save the figure here (``.png`` or ``.svg``; anything else is a ValueError).
         annotate: write each non-empty block's density (``I`` for identity, the class name
-            for a module) in the block when it is large enough for the text.
+            for a module) in a band above its block row, never over the entries; labels that
+            would overlap a neighbour are left out.
         max_size: the pooled image's side when ``N > SPY_DOWNSAMPLE_ABOVE``.
-        title, legend, dpi: as for :func:`draw_graph`.
+        title, legend, dpi, style, slot_labels: as for :func:`draw_graph`.
+        min_slot: the smallest drawn width of a slot, as a fraction of the drawn side (default
+            0.04; 0 draws every slot to scale). A widened slot's entries are drawn as wider
+            cells; the axes always name the true sizes.
 
     Returns:
         The Figure (``ax.figure`` when ``ax`` was given).
     """
     out = _check_path(path)
+    st = _style(style)
+    if isinstance(min_slot, bool) or not isinstance(min_slot, (int, float)) or not 0 <= min_slot < 0.5:
+        raise InvalidValue(f"min_slot must be a fraction in [0, 0.5), got {min_slot!r}")
     core = core_of(model)
+    names = _slot_labels(slot_labels, core.n)
     train, frozen, f, counts = _spy_data(core, max_size)
     ties = _tie_keys(core)
     off, sizes, N = core.offsets, core.sizes, core.offsets[-1]
@@ -184,62 +219,99 @@ def spy(model, ax=None, path=None, annotate: bool = True, *, max_size: int = 100
         fig, ax = _new_axes((7.0, 7.4))
     else:
         fig = ax.figure
-    M = train.shape[0]
-    extent = (0, M * f, M * f, 0)
-    # density shading: the image is averaged when drawn smaller than N x N, and the power norm
-    # keeps a sparse pattern visible instead of fading it to white
-    common = dict(extent=extent, interpolation="antialiased", interpolation_stage="data", aspect="equal", zorder=1)
-    ax.imshow(train.astype(np.float32), cmap=_alpha_cmap(SPY_COLOR), norm=PowerNorm(0.5, vmin=0, vmax=1), **common)
-    if frozen.any():
-        ax.imshow(frozen.astype(np.float32), cmap=_alpha_cmap(FROZEN_COLOR), norm=PowerNorm(0.5, vmin=0, vmax=1), **common)
-    kinds: set[str] = set()
-    for i, j, kind, blk in core.positions():
-        kinds.add(kind)
-        r0, c0 = off[i], off[j]
-        if kind == "identity":
-            ax.add_line(Line2D([c0, c0 + sizes[j]], [r0, r0 + sizes[i]], color=IDENTITY_COLOR, linewidth=1.6, zorder=3))
-        elif kind == "module":
-            ax.add_patch(Rectangle((c0, r0), sizes[j], sizes[i], fill=False, hatch="////", edgecolor=MODULE_COLOR,
-                                   linewidth=0.9, zorder=3))
-    for o in off[1:-1]:
-        ax.axhline(o, color="#999999", linewidth=0.5, zorder=2)
-        ax.axvline(o, color="#999999", linewidth=0.5, zorder=2)
-    ax.set_xlim(0, N)
-    ax.set_ylim(N, 0)
-
-    # axes length in points (for label thinning and block annotations)
+    # axes side in points (label sizes and bands)
     bbox = ax.get_position()
     fw, fh = fig.get_size_inches()
     side = min(bbox.width * fw, bbox.height * fh) * 72
-    fs = 7
-    xt, xl = _slot_ticks(off, sizes, side, fs, vertical=False)
-    yt, yl = _slot_ticks(off, sizes, side, fs, vertical=True)
+
+    widths = _drawn_sizes(sizes, min_slot)
+    D = sum(widths)
+    dx = [0.0]
+    for w in widths:
+        dx.append(dx[-1] + w)
+    # block labels: one band above each block row that has blocks, its height one label line
+    positions = list(core.positions())
+    label_fs = st.fs(7)
+    rows_with_blocks = sorted({i for i, _, _, _ in positions}) if annotate else []
+    band_pt = 1.6 * label_fs
+    if annotate and len(rows_with_blocks) * band_pt > 0.3 * side:
+        rows_with_blocks = []  # too many block rows to give each a band: no labels
+    frac = len(rows_with_blocks) * band_pt / side
+    band = band_pt / side * D / (1.0 - frac) if rows_with_blocks else 0.0
+    dy, y = [], 0.0  # the top of each slot's strip of rows
+    for i, w in enumerate(widths):
+        y += band if i in rows_with_blocks else 0.0
+        dy.append(y)
+        y += w
+    H = y
+
+    # the entries, one strip of rows per slot: the image is averaged when drawn smaller than its
+    # pixels, and the power norm keeps a sparse pattern visible instead of fading it to white
+    M = train.shape[0]
+    cols = _pixel_index(off, sizes, dx[:-1], widths, 0.0, D, max(1, math.ceil(D / f)), f)
+    images = [(train, SPY_COLOR)] + ([(frozen, FROZEN_COLOR)] if frozen.any() else [])
+    for i in range(core.n):
+        rows = _pixel_index(off, sizes, dy, widths, dy[i], widths[i], max(1, math.ceil(widths[i] / f)), f)
+        rows = np.clip(rows, 0, M - 1)
+        for img, color in images:
+            ax.imshow(img[np.ix_(rows, cols)].astype(np.float32), cmap=_alpha_cmap(color),
+                      norm=PowerNorm(0.5, vmin=0, vmax=1), extent=(0, D, dy[i] + widths[i], dy[i]),
+                      interpolation="antialiased", interpolation_stage="data", aspect="equal", zorder=1)
+    kinds: set[str] = set()
+    for i, j, kind, blk in positions:
+        kinds.add(kind)
+        x0, y0 = dx[j], dy[i]
+        if kind == "identity":
+            ax.add_line(Line2D([x0, x0 + widths[j]], [y0, y0 + widths[i]], color=IDENTITY_COLOR, linewidth=1.6,
+                               zorder=3))
+        elif kind == "module":
+            ax.add_patch(Rectangle((x0, y0), widths[j], widths[i], fill=False, hatch="////", edgecolor=MODULE_COLOR,
+                                   linewidth=0.9, zorder=3))
+    for x in dx[1:-1]:
+        ax.axvline(x, color="#999999", linewidth=0.5, zorder=2)
+    for i in range(core.n):
+        for yy in ({dy[i], dy[i] + widths[i]} if band else ({dy[i]} if i else set())):
+            ax.axhline(yy, color="#999999", linewidth=0.5, zorder=2)
+    ax.set_xlim(0, D)
+    ax.set_ylim(H, 0)
+    ax.set_aspect("equal")
+
+    fs = st.fs(7)
+    xt, xl = _slot_ticks([dx[k] + widths[k] / 2 for k in range(core.n)], [f"{names[k]}\n{s}" for k, s in
+                                                                            enumerate(sizes)], D, side * D / max(D, H),
+                         fs, vertical=False)
+    yt, yl = _slot_ticks([dy[k] + widths[k] / 2 for k in range(core.n)], [f"{names[k]}: {s}" for k, s in
+                                                                            enumerate(sizes)], H, side * H / max(D, H),
+                         fs, vertical=True)
     ax.xaxis.tick_top()
     ax.xaxis.set_label_position("top")
     ax.set_xticks(xt, xl, fontsize=fs)
     ax.set_yticks(yt, yl, fontsize=fs)
     ax.tick_params(length=0)
-    ax.set_xlabel("input slot j (columns): index, size", fontsize=8)
-    ax.set_ylabel("output slot i (rows): index: size", fontsize=8)
+    what = "index" if slot_labels is None else "label"
+    ax.set_xlabel(f"input slot j (columns): {what}, size", fontsize=st.fs(8))
+    ax.set_ylabel(f"output slot i (rows): {what}: size", fontsize=st.fs(8))
 
-    if annotate:
-        for i, j, kind, blk in core.positions():
+    if rows_with_blocks:
+        ax.apply_aspect()  # the box that aspect="equal" gives, as drawn: label extents in points
+        renderer = fig.canvas.get_renderer()
+        placed: dict[int, list] = {}
+        for i, j, kind, blk in sorted(positions, key=lambda p: (p[0], p[1])):
             if kind == "identity":
                 text = "I"
             elif kind == "module":
                 text = type(blk).__name__
             else:
                 text = _pct(counts[i, j] / (sizes[i] * sizes[j])) + (f" t{ties[(i, j)]}" if (i, j) in ties else "")
-            w_pt, h_pt = sizes[j] / N * side, sizes[i] / N * side
-            size = min(8.0, max(5.0, h_pt / 2.2))
-            if w_pt < 0.62 * size * len(text) + 2 or h_pt < size * 1.25:
-                text = text.replace(" ", "\n")  # narrow but tall: one word a line
-                size = 6.0
-                lines = text.split("\n")
-                if w_pt < 0.62 * size * max(map(len, lines)) + 2 or h_pt < size * 1.25 * len(lines):
-                    continue  # too small to hold the text
-            ax.text(off[j] + sizes[j] / 2, off[i] + sizes[i] / 2, text, ha="center", va="center", fontsize=size,
-                    zorder=4, bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none", alpha=0.85))
+            t = ax.text(dx[j] + widths[j] / 2, dy[i] - band / 2, text, ha="center", va="center", fontsize=label_fs,
+                        zorder=4, clip_on=False)
+            box = t.get_window_extent(renderer)
+            block = ax.transData.transform([(dx[j], dy[i] - band), (dx[j] + widths[j], dy[i])])
+            wide = box.x0 < block[:, 0].min() - 1 or box.x1 > block[:, 0].max() + 1
+            if wide or any(box.overlaps(b) for b in placed.get(i, [])):
+                t.remove()  # no room above its block: left out rather than drawn over a neighbour
+                continue
+            placed.setdefault(i, []).append(box)
 
     stored = int(counts.sum())
     t = f"{_model_name(model)}: linear part, N = {N:,}, {stored:,} stored entries ({_pct(stored / (N * N))})"
@@ -248,7 +320,12 @@ def spy(model, ax=None, path=None, annotate: bool = True, *, max_size: int = 100
         t += f"\nblock-sparse: tile {e.tile}, {e.nnz_tiles:,} stored tiles ({_pct(e.density)} of all tiles)"
     if f > 1:
         t += f"\nshown {M} x {M}: {f} x {f} block-max pooled"
-    ax.set_title(title if title is not None else t, fontsize=9, pad=10)
+    if any(w > s for w, s in zip(widths, sizes)):
+        t += f"\nslots under {100 * min_slot:.0f}% of the side drawn wider (true sizes on the axes)"
+    if title is None and st.auto_title:
+        title = t
+    if title:
+        ax.set_title(title, fontsize=st.fs(9), pad=10)
     if legend:
         handles = [Patch(facecolor=SPY_COLOR, label="stored (trainable)")]
         if frozen.any():
@@ -257,7 +334,7 @@ def spy(model, ax=None, path=None, annotate: bool = True, *, max_size: int = 100
             handles.append(Line2D([], [], color=IDENTITY_COLOR, linewidth=1.6, label="identity block"))
         if "module" in kinds:
             handles.append(Patch(facecolor="white", edgecolor=MODULE_COLOR, hatch="////", label="module block"))
-        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.02), ncol=len(handles), fontsize=7,
-                  frameon=False)
-    _save(fig, out, dpi)
+        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.02), ncol=len(handles),
+                  fontsize=st.fs(7), frameon=False, borderpad=st.legend_pad)
+    _save(fig, out, dpi, st)
     return fig
