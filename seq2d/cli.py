@@ -385,7 +385,7 @@ def _cmd_mnist(args) -> int:
         seeds = [int(x) for x in parts]
     base = load_config(proto)
     print(threads_line(base.num_threads))
-    rows = compare(configs_for(base, models), seeds, args.out, resume=not args.fresh)
+    rows = compare(configs_for(base, models), seeds, args.out, resume=not args.fresh, jobs=args.jobs)
     written = write_results(rows, args.out, config=base, protocol=proto, models=models, seeds=seeds, name=args.protocol)
     print()
     print(written["text"])
@@ -429,6 +429,7 @@ _TRAIN_DEFAULTS = {"num_threads": "auto"}
 
 def _add_run_commands(sub) -> None:
     from .mnist_comparison import MODELS, PROTOCOLS
+    from .parallel import jobs_arg
     from .threads import threads_arg
     from .train.config import add_config_args
 
@@ -446,7 +447,8 @@ def _add_run_commands(sub) -> None:
                "  seq2d mnist --protocol paper --epochs 4 --seeds 0,1,2\n"
                "  seq2d mnist --protocol ms-thesis\n"
                "  seq2d mnist --data full --epochs 5 --seeds 0,1,2 --models mlp,random-element,random-tile\n"
-               "  seq2d mnist --models random-element --iterations 6",
+               "  seq2d mnist --models random-element --iterations 6\n"
+               "  seq2d mnist --full --jobs 2 --out runs/mnist_full   (2 runs at once, 1 torch thread each)",
         formatter_class=_FMT, allow_abbrev=False)
     p.add_argument("--full", action="store_true", help="the paper's scale: full MNIST, 100 epochs, 5 seeds (with any --protocol)")
     p.add_argument("--protocol", default="ours", choices=list(PROTOCOLS),
@@ -465,14 +467,19 @@ def _add_run_commands(sub) -> None:
     p.add_argument("--download", action="store_true", help="download MNIST through torchvision when absent")
     p.add_argument("--iterations", type=int, default=None, help="Sequential2D steps of the randomized models (default 4)")
     p.add_argument("--device", default=None, help="auto (default), cpu or cuda")
-    p.add_argument("--num-threads", dest="num_threads", type=threads_arg, default="auto", metavar="INT|auto",
-                   help="torch threads per run; auto (default): the cores idle at the start of each run (seq2d.threads)")
+    p.add_argument("--jobs", type=jobs_arg, default="auto", metavar="INT|auto",
+                   help="runs trained at once, each in its own process (seq2d.parallel); auto (default): as many as "
+                        "cores are idle (seq2d.threads), at most one per run; 1: one after the other in this process")
+    p.add_argument("--num-threads", dest="num_threads", type=threads_arg, default=1, metavar="INT|auto",
+                   help="torch threads per run (default 1: small GEMMs at batch 64 gain little from more); auto: the "
+                        "cores idle at the start of each run, at most its process's share (seq2d.threads)")
     p.add_argument("--max-steps", dest="max_steps", type=int, default=None, help="stop each run after this many steps")
     p.add_argument("--out", default="runs/mnist", help="output folder (default runs/mnist)")
     p.add_argument("--fresh", action="store_true", help="retrain runs that already finished in --out")
     p.add_argument("--quiet", action="store_true",
                    help="no per-epoch lines or progress bars (shown by default: a bar on a terminal, else a line "
-                        "every 30 s, and a line per epoch)")
+                        "every 30 s, and a line per epoch; with several jobs only the line per epoch, tagged "
+                        "[model seed k])")
     p.add_argument("--progress", action="store_true", help=argparse.SUPPRESS)  # the default now; kept for old scripts
     p.set_defaults(fn=_cmd_mnist)
 

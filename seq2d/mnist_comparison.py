@@ -22,8 +22,9 @@ from pathlib import Path
 from .errors import InvalidValue
 from .train.config import TrainConfig, load_config
 
-__all__ = ["MODELS", "SCALES", "PROTOCOLS", "Protocol", "protocol_config", "protocol_table", "configs_for", "compare", "summarize", "difference", "format_table",
-           "write_results"]
+__all__ = ["MODELS", "SCALES", "PROTOCOLS", "PLOTS", "SEED_SUMMARY", "Protocol", "protocol_config", "protocol_table",
+           "protocols_section", "configs_for", "compare",
+           "train_one", "summarize", "difference", "format_table", "write_plots", "write_results"]
 
 # The models of the comparison: config overrides on top of the protocol.
 MODELS: dict[str, dict] = {
@@ -58,16 +59,24 @@ class Protocol:
     source: str
 
 
+# Where the recipes come from: the summary of the paper in the project's seeds (path from the
+# repository root), "Method Summary": Adam, lr 1e-3, batch 64, 100 epochs, 50x50 inputs normalised
+# with (0.1307, 0.3081), and "optional transformations like random erasing and perspective transformations".
+SEED_SUMMARY = "../shared/seeds/003_5467b9de8681185d.txt"
+
 PROTOCOLS: dict[str, Protocol] = {
     "ours": Protocol({}, ("mlp", "random-element", "random-tile"),
-                     "inputs normalised (0.1307, 0.3081), no augmentation, Adam lr 1e-3, batch 64; randomized models "
-                     "with exactly the MLP's trainable-parameter count, ReLU on hidden slots only",
-                     "our choice (the default; the 3-epoch full-MNIST numbers of docs/results/mnist.md)"),
+                     "inputs 50x50 normalised (0.1307, 0.3081), Adam lr 1e-3, batch 64, no augmentation; randomized "
+                     "models with exactly the MLP's trainable-parameter count, 4 iterations, ReLU on hidden slots only",
+                     f"the recipe of the paper's summary ({SEED_SUMMARY}, Method Summary) without its optional "
+                     "transformations (the default); the randomized models' details are our choices"),
     "paper": Protocol({"erasing_p": 0.5, "perspective_p": 0.5}, ("mlp", "random-element", "random-tile"),
                       "ours plus, on the training images only, random perspective (p 0.5, distortion 0.5) then random "
                       "erasing (p 0.5, scale (0.02, 0.33), ratio (0.3, 3.3), value 0 in normalised space, as after "
                       "Normalize): torchvision's defaults",
-                      "our reading of the paper's summary, which mentions optional random erasing + perspective"),
+                      "our reading of the summary's optional random erasing and perspective transformations: which "
+                      "parameters, in what order, on which images are not stated there; torchvision's defaults on the "
+                      "training images are our choice"),
     "ms-thesis": Protocol({"lr": 1e-4, "normalize": False}, ("mlp", "random-density"),
                           "Resize(50) + ToTensor without normalisation, Adam lr 1e-4; randomized model random-density: "
                           "every block of rows 1-4 masked at density 0.5108 with one bias per block, ReLU on every "
@@ -101,6 +110,38 @@ def protocol_table() -> str:
     return "\n".join(lines)
 
 
+def protocols_section() -> str:
+    """The "Protocols" section of docs/results/mnist.md (written by ``run.py --doc``): what each
+    protocol takes from the paper's summary, what is our choice, and :func:`protocol_table`."""
+    import textwrap
+
+    def para(text: str) -> str:
+        return textwrap.fill(text, 100, break_on_hyphens=False, break_long_words=False)
+
+    return "\n".join([
+        "## Protocols (`seq2d mnist --protocol NAME`)",
+        "",
+        para("Each protocol is a set of config fields (`seq2d.mnist_comparison.PROTOCOLS`, `protocol_config(name, scale)`) "
+        "on top of the scale (`quick`: bundled subset, 4 epochs; `--full`: full MNIST, 100 epochs). `ours` is the "
+        f"recipe of the summary of arXiv 2404.00880 (`{SEED_SUMMARY}`, \"Method Summary\": Adam, learning rate 1e-3, "
+        "batch size 64, 100 epochs, inputs 50x50 normalised with (0.1307, 0.3081)) without its \"optional "
+        "transformations like random erasing and perspective transformations\". `paper` adds those two; their "
+        "parameters, order, and whether they apply to the test set are not stated in the summary, so torchvision's "
+        "defaults on the training images are our choice. `--augment-test` (off by default; config field "
+        "`augment_test`) also applies the protocol's augmentation to the test set: one draw per run, seeded by the "
+        "run's seed, the same images every epoch (torchvision would draw anew on each pass); with a protocol that has "
+        "no augmentation it is refused. In every protocol the randomized models (exactly the MLP's trainable-parameter "
+        "count, element or 64 x 64 tile placement, 4 iterations, ReLU on hidden slots) and the 5 seeds of `--full` are "
+        "our choices. The `ms-thesis` row is our audit's description of the MS-thesis scripts, not re-read: we have "
+        "not read the MS-thesis scripts themselves."),
+        "",
+        protocol_table(),
+        "",
+        para("`python experiments/mnist_sparsity/run.py --protocol NAME` takes the same names (and writes this section "
+             "with `--doc`)."),
+    ])
+
+
 def configs_for(base: TrainConfig | Mapping | str | None, models: Sequence[str],
                 overrides: Mapping | None = None) -> dict[str, TrainConfig]:
     """One config per model name of :data:`MODELS` on top of ``base`` (and ``overrides``)."""
@@ -114,9 +155,9 @@ def configs_for(base: TrainConfig | Mapping | str | None, models: Sequence[str],
 
 
 def compare(configs: Mapping[str, TrainConfig], seeds: Sequence[int], out_dir: str | Path, *,
-            resume: bool = True, log=print) -> list[dict]:
+            resume: bool = True, log=print, jobs: int | str = 1) -> list[dict]:
     """Train every named config for every seed, one run per (model, seed) in
-    ``out_dir/<model>/seed<seed>``; one row per run.
+    ``out_dir/<model>/seed<seed>``; one row per run, in the order models, then seeds.
 
     With ``resume`` (the default), a run folder is used again only when its config matches:
 
@@ -128,60 +169,123 @@ def compare(configs: Mapping[str, TrainConfig], seeds: Sequence[int], out_dir: s
     - else the folder is trained afresh, and the log line names the fields that differ.
 
     A run stopped by ``max_steps`` gives a row with ``complete`` False and the accuracy
-    where it stopped (``format_table`` marks it)."""
+    where it stopped (``format_table`` marks it).
+
+    ``jobs`` (an int, or ``"auto"``: as many as idle cores, :func:`seq2d.parallel.resolve_jobs`):
+    the runs still to train go to that many worker processes (:func:`seq2d.parallel.run_jobs`),
+    each run exactly as here (:func:`train_one`; the trainer locks its folder), its output lines
+    prefixed with its ``[model seed k]`` tag. With one job (or one run to train) they run here,
+    one after the other, and the first error stops the call; with several, a failed run is
+    logged, the others finish, and then :class:`~seq2d.parallel.JobsFailedError` (a
+    Seq2DError: the failures were the user's to fix) or ``RuntimeError`` (a bug) is raised."""
+    from .train.identity import config_hash
+
+    out_dir = Path(out_dir)
+    plan = []  # (name, seed, cfg) in the order of the rows
+    for name, base_cfg in configs.items():
+        for seed in seeds:
+            run_dir = out_dir / name / f"seed{seed}"
+            plan.append((name, seed, dataclasses.replace(base_cfg, seed=seed, name=f"{name}-s{seed}", out_dir=str(run_dir))))
+    rows: list = [None] * len(plan)
+    todo = []
+    for k, (name, seed, cfg) in enumerate(plan):
+        old = _read_json(Path(cfg.out_dir) / "summary.json") if resume else None
+        if old is not None and old.get("complete") is True and old.get("config_hash") == config_hash(cfg):
+            log(f"{_tag(name, seed)} reusing finished run in {cfg.out_dir}")
+            rows[k] = old
+        else:
+            todo.append(k)
+    if not todo:
+        return rows
+    from .parallel import JobsFailedError, resolve_jobs, run_jobs
+
+    fixed = {plan[k][2].num_threads for k in todo}
+    threads = max(t for t in fixed if isinstance(t, int)) if any(isinstance(t, int) for t in fixed) else 1
+    n = resolve_jobs(jobs, len(todo), threads=threads)
+    if n == 1:
+        for k in todo:
+            rows[k] = train_one(*plan[k], resume=resume, log=log)
+        return rows
+    if not all(isinstance(t, int) for t in fixed):  # "auto"/None: each worker's share of the cores is its limit
+        from .threads import cpu_limit
+
+        threads = max(1, cpu_limit() // n)
+    log(f"{len(todo)} run(s) to train in {n} parallel worker processes, each starting with {threads} torch "
+        "thread(s); their lines are tagged [model seed k]")
+    results = run_jobs(_train_in_worker, [(*plan[k], resume) for k in todo], tags=[_tag(*plan[k][:2]) for k in todo],
+                       jobs=n, threads=threads, log=log)
+    failures = []
+    for k, res in zip(todo, results):
+        if isinstance(res, dict):
+            rows[k] = res
+        else:
+            failures.append(res)
+    if failures:
+        text = (f"{len(failures)} of {len(plan)} runs failed (the others finished; a new call reuses them): "
+                + "; ".join(f.line() for f in failures))
+        if all(f.user_error for f in failures):
+            raise JobsFailedError(text, failures=failures)
+        raise RuntimeError(text + " (a bug: the traceback is above)")
+    return rows
+
+
+def _tag(name: str, seed: int) -> str:
+    return f"[{name} seed {seed}]"
+
+
+def _train_in_worker(name: str, seed: int, cfg: TrainConfig, resume: bool) -> dict:
+    from .parallel import worker_log
+
+    return train_one(name, seed, cfg, resume=resume, log=worker_log)
+
+
+def train_one(name: str, seed: int, cfg: TrainConfig, *, resume: bool = True, log=print) -> dict:
+    """One run of :func:`compare` (``cfg`` has its seed and ``out_dir`` set), not reused as
+    finished: continue its checkpoint when the config allows, else train afresh; write
+    ``summary.json`` (the row) and return the row. The same function in-process and in a worker."""
     from .train.config import OUTPUT_FIELDS, config_to_dict
     from .train.identity import config_diff, config_hash, format_diff
     from .train.rundir import read_record
     from .train.trainer import run
 
-    out_dir = Path(out_dir)
-    rows = []
-    for name, base_cfg in configs.items():
-        for seed in seeds:
-            run_dir = out_dir / name / f"seed{seed}"
-            cfg = dataclasses.replace(base_cfg, seed=seed, name=f"{name}-s{seed}", out_dir=str(run_dir))
-            tag, digest = f"[{name} seed {seed}]", config_hash(cfg)
-            summary_path = run_dir / "summary.json"
-            old = _read_json(summary_path) if resume else None
-            if old is not None and old.get("complete") is True and old.get("config_hash") == digest:
-                log(f"{tag} reusing finished run in {run_dir}")
-                rows.append(old)
-                continue
-            if old is not None:
-                diff = config_diff(old["config"], cfg) if isinstance(old.get("config"), dict) else None
-                why = ("it is partial (stopped by max_steps at step " + str(old.get("steps", "?")) + ")"
-                       if old.get("complete") is False and not diff else
-                       f"its config differs: {format_diff(diff)}" if diff else "it was written by an older seq2d")
-                log(f"{tag} not reusing the result in {run_dir}: {why}")
-            can_resume = False
-            if resume and (run_dir / "checkpoint.pt").is_file():
-                record = read_record(run_dir) or {}
-                saved = record.get("config")
-                diff = config_diff(saved, cfg, ignore=OUTPUT_FIELDS + ("epochs", "max_steps")) if isinstance(saved, dict) else None
-                can_resume = diff == {}
-                if can_resume:
-                    log(f"{tag} continuing the checkpoint in {run_dir} (step {record.get('step', '?')})")
-                else:
-                    log(f"{tag} training afresh in {run_dir}: its checkpoint " + (
-                        f"has another config ({format_diff(diff)})" if diff else "has no run record (run.json)"))
-            summary_path.unlink(missing_ok=True)  # never left claiming a result while the run is redone
-            log(f"{tag} training ({cfg.epochs} epochs, data={cfg.data}"
-                + (f", max_steps={cfg.max_steps}" if cfg.max_steps is not None else "") + f") -> {run_dir}")
-            s = run(cfg, resume=can_resume, overwrite=not can_resume)
-            row = {"model": name, "seed": seed, "epochs": cfg.epochs, "test_acc": s["final_test_acc"],
-                   "best_test_acc": s.get("best_test_acc"), "params": s.get("params"),
-                   "time_per_epoch_s": s.get("time_per_epoch_s"), "device": s.get("device"),
-                   "iterations": cfg.iterations, "granularity": cfg.granularity if cfg.model == "random" else None,
-                   "data": cfg.data, "run_dir": str(run_dir), "complete": s["complete"] and s["final_test_acc"] is not None,
-                   "status": s["status"], "steps": s["steps"], "config_hash": digest, "config": config_to_dict(cfg)}
-            if not row["complete"]:
-                log(f"{tag} partial result: stopped by max_steps at step {s['steps']} (not reused as finished; "
-                    "run again without --max-steps to finish it)")
-            tmp = summary_path.with_name(f".summary.json.tmp-{os.getpid()}")
-            tmp.write_text(json.dumps(row, indent=1))
-            tmp.replace(summary_path)
-            rows.append(row)
-    return rows
+    run_dir = Path(cfg.out_dir)
+    tag, digest = _tag(name, seed), config_hash(cfg)
+    summary_path = run_dir / "summary.json"
+    old = _read_json(summary_path) if resume else None
+    if old is not None:
+        diff = config_diff(old["config"], cfg) if isinstance(old.get("config"), dict) else None
+        why = ("it is partial (stopped by max_steps at step " + str(old.get("steps", "?")) + ")"
+               if old.get("complete") is False and not diff else
+               f"its config differs: {format_diff(diff)}" if diff else "it was written by an older seq2d")
+        log(f"{tag} not reusing the result in {run_dir}: {why}")
+    can_resume = False
+    if resume and (run_dir / "checkpoint.pt").is_file():
+        record = read_record(run_dir) or {}
+        saved = record.get("config")
+        diff = config_diff(saved, cfg, ignore=OUTPUT_FIELDS + ("epochs", "max_steps")) if isinstance(saved, dict) else None
+        can_resume = diff == {}
+        if can_resume:
+            log(f"{tag} continuing the checkpoint in {run_dir} (step {record.get('step', '?')})")
+        else:
+            log(f"{tag} training afresh in {run_dir}: its checkpoint " + (
+                f"has another config ({format_diff(diff)})" if diff else "has no run record (run.json)"))
+    summary_path.unlink(missing_ok=True)  # never left claiming a result while the run is redone
+    log(f"{tag} training ({cfg.epochs} epochs, data={cfg.data}"
+        + (f", max_steps={cfg.max_steps}" if cfg.max_steps is not None else "") + f") -> {run_dir}")
+    s = run(cfg, resume=can_resume, overwrite=not can_resume)
+    row = {"model": name, "seed": seed, "epochs": cfg.epochs, "test_acc": s["final_test_acc"],
+           "best_test_acc": s.get("best_test_acc"), "params": s.get("params"),
+           "time_per_epoch_s": s.get("time_per_epoch_s"), "device": s.get("device"),
+           "iterations": cfg.iterations, "granularity": cfg.granularity if cfg.model == "random" else None,
+           "data": cfg.data, "run_dir": str(run_dir), "complete": s["complete"] and s["final_test_acc"] is not None,
+           "status": s["status"], "steps": s["steps"], "config_hash": digest, "config": config_to_dict(cfg)}
+    if not row["complete"]:
+        log(f"{tag} partial result: stopped by max_steps at step {s['steps']} (not reused as finished; "
+            "run again without --max-steps to finish it)")
+    tmp = summary_path.with_name(f".summary.json.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(row, indent=1))
+    tmp.replace(summary_path)
+    return row
 
 
 def _read_json(path: Path) -> dict | None:
@@ -269,15 +373,36 @@ def format_table(rows: Sequence[Mapping], reference: str = "mlp") -> str:
     return "\n".join(lines)
 
 
-def write_results(rows: Sequence[Mapping], out_dir: str | Path, *, config: TrainConfig,
-                  protocol: Mapping, models: Sequence[str], seeds: Sequence[int], name: str | None = None) -> dict:
-    """Write ``out_dir/results.json`` (``protocol``, ``models``, ``seeds`` and the ``rows`` of
-    :func:`compare`) and ``out_dir/results.md`` (the table of :func:`format_table`).
+# The pictures that write_results writes (seq2d.plot.comparison draws them).
+PLOTS = {"accuracy_vs_epoch": "accuracy_vs_epoch.png", "final_accuracy": "final_accuracy.png"}
 
-    Returns ``{"json": path, "md": path, "table": table, "text": report}``: ``report`` is the
-    heading naming the protocol of ``config`` (data, epochs, MLP sizes), the table and the
-    line saying where the runs and the table are. ``name``: the protocol's name (of
-    :data:`PROTOCOLS`), recorded as ``protocol_name`` and named in the heading."""
+
+def write_plots(rows: Sequence[Mapping], out_dir: str | Path) -> dict[str, Path]:
+    """``out_dir/accuracy_vs_epoch.png`` (test accuracy per epoch: each seed, the mean over
+    seeds and a +- std band, per model) and ``out_dir/final_accuracy.png`` (final accuracy per
+    model: seeds and mean +- std), drawn by :mod:`seq2d.plot.comparison`; ``{name: path}``."""
+    from .plot.comparison import plot_accuracy_vs_epoch, plot_final_accuracy
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {k: out_dir / v for k, v in PLOTS.items()}
+    plot_accuracy_vs_epoch(rows, paths["accuracy_vs_epoch"])
+    plot_final_accuracy(rows, paths["final_accuracy"])
+    return paths
+
+
+def write_results(rows: Sequence[Mapping], out_dir: str | Path, *, config: TrainConfig,
+                  protocol: Mapping, models: Sequence[str], seeds: Sequence[int], name: str | None = None,
+                  extra: Mapping | None = None, plots: bool = True) -> dict:
+    """Write ``out_dir/results.json`` (``protocol``, ``models``, ``seeds``, the ``rows`` of
+    :func:`compare`, then the keys of ``extra``), ``out_dir/results.md`` (the table of
+    :func:`format_table`) and, with ``plots``, the pictures of :func:`write_plots`. Both fronts
+    (``seq2d mnist`` and ``experiments/mnist_sparsity/run.py``) write their results here.
+
+    Returns ``{"json": path, "md": path, "plots": {name: path}, "table": table, "text": report}``:
+    ``report`` is the heading naming the protocol of ``config`` (data, epochs, MLP sizes), the
+    table and the lines saying where the runs, the table and the plots are. ``name``: the
+    protocol's name (of :data:`PROTOCOLS`), recorded as ``protocol_name`` and named in the heading."""
     out_dir = Path(out_dir)
     table = format_table(rows)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -285,18 +410,21 @@ def write_results(rows: Sequence[Mapping], out_dir: str | Path, *, config: Train
     record = {"protocol": dict(protocol), "models": list(models), "seeds": list(seeds), "rows": list(rows)}
     if name is not None:
         record = {"protocol_name": name, **record}
+    record.update(extra or {})
     json_path.write_text(json.dumps(record, indent=1))
     md_path.write_text(table + "\n")
+    pictures = write_plots(rows, out_dir) if plots else {}
     text = "\n".join([
         "MNIST sparsity comparison" + (f" (protocol {name})" if name else "")
         + (" with the test set augmented too" if config.augment_test else "") + f": data={config.data}, "
         f"{config.epochs} epochs, seeds {list(seeds)}, MLP {config.sizes} vs randomized models with its exact "
         "parameter count" + (" (random-density: its own count, in the table)" if "random-density" in models else ""),
         table,
-        f"\nper-run metrics and checkpoints under {out_dir}/<model>/seed<k>/; table in {out_dir}/results.md",
+        f"\nper-run metrics and checkpoints under {out_dir}/<model>/seed<k>/; table in {out_dir}/results.md"
+        + (f"; plots {', '.join(p.name for p in pictures.values())} in {out_dir}/" if pictures else ""),
     ])
     partial = [r for r in rows if r.get("complete") is False]
     if partial:
         text += (f"\nnote: {len(partial)} run(s) stopped by max_steps before their last epoch (partial, marked in the "
                  "table); they are continued, never reused as finished, by the next call")
-    return {"json": json_path, "md": md_path, "table": table, "text": text}
+    return {"json": json_path, "md": md_path, "plots": pictures, "table": table, "text": text}

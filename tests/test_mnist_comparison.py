@@ -65,7 +65,37 @@ def test_write_results_files_and_text(tmp_path):
     assert lines[0] == ("MNIST sparsity comparison: data=synthetic, 1 epochs, seeds [0, 1], MLP [4, 3, 2] "
                         "vs randomized models with its exact parameter count")
     assert w["table"] in w["text"] and lines[-2] == ""
-    assert lines[-1].endswith(f"table in {tmp_path / 'out'}/results.md")
+    out = tmp_path / "out"
+    assert lines[-1].endswith(f"table in {out}/results.md; plots accuracy_vs_epoch.png, final_accuracy.png in {out}/")
+    assert w["plots"] == {"accuracy_vs_epoch": out / "accuracy_vs_epoch.png", "final_accuracy": out / "final_accuracy.png"}
+    for path in w["plots"].values():  # rows without run folders: the final-accuracy plot, an empty curve plot
+        _check_png(path)
+
+
+@pytest.mark.parametrize("epochs", [1, 2, 3, 7, 100])
+def test_accuracy_vs_epoch_has_integer_epoch_ticks(epochs, tmp_path):
+    """No 0.5 / 1.25 ticks for short runs; each seed, the mean and the band are drawn."""
+    from seq2d.plot.comparison import plot_accuracy_vs_epoch
+
+    hist = {(r["model"], r["seed"]): [{"epoch": e, "test_acc": 0.9 + 0.001 * e * (r["seed"] + 1)}
+                                      for e in range(1, epochs + 1)] for r in ROWS}
+    fig = plot_accuracy_vs_epoch(ROWS, tmp_path / "acc.png", histories=hist)
+    ax = fig.axes[0]
+    lo, hi = ax.get_xlim()
+    ticks = [t for t in ax.get_xticks() if lo <= t <= hi]
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks
+    assert len(ax.lines) == len(ROWS) + 2  # a line per seed, a mean line per model
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["mlp (mean of 3 seeds)", "random-element (mean of 4 seeds)"]
+    _check_png(tmp_path / "acc.png")
+
+
+def _check_png(path):
+    """Written, not empty, and an image matplotlib reads back."""
+    import matplotlib.image
+
+    assert path.is_file() and path.stat().st_size > 1024, path
+    img = matplotlib.image.imread(path)
+    assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 100
 
 
 def test_seq2d_mnist_cli_quick(tmp_path, capsys):
@@ -209,3 +239,21 @@ def test_run_py_doc_rewrites_only_its_sections(tmp_path):
     for name in ("mnist-protocols", "mnist-sweep"):  # appended once, then replaced in place
         assert text.count(f"<!-- {name}:begin -->") == 1 and text.count(f"<!-- {name}:end -->") == 1
     assert (tmp_path / "mnist" / "accuracy_vs_epoch.png").is_file()
+    from seq2d.mnist_comparison import PLOTS, protocols_section
+
+    assert protocols_section() in text
+    for name in [*PLOTS.values(), "accuracy_vs_iterations.png"]:  # the plots of seq2d mnist, plus the sweep's
+        _check_png(tmp_path / "out" / name)
+
+
+def test_the_results_page_carries_the_generated_protocols_section():
+    """docs/results/mnist.md holds what the generator writes now (rerun run.py --doc, or write_section
+    with protocols_section(), after changing PROTOCOLS); the deviation table names the seed file."""
+    from seq2d.mnist_comparison import SEED_SUMMARY, protocols_section
+
+    doc = (ROOT / "docs" / "results" / "mnist.md").read_text()
+    assert protocols_section() in doc
+    deviations = doc.split("## Deviations from the paper")[1].split("<!-- mnist-run:begin -->")[0]
+    assert SEED_SUMMARY in deviations and "not stated in what we read" not in doc
+    for number in ("100 epochs", "50x50", "(0.1307, 0.3081)", "Adam, learning rate 1e-3, batch size 64", "92.7%"):
+        assert number in deviations, number

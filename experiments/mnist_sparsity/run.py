@@ -11,13 +11,16 @@ Sequential2Ds with exactly its trainable-parameter count, over several seeds.
 
 Each model's config is a TOML file in configs/ (also usable with ``seq2d train``); flags
 override epochs, data, seeds and device. Runs land in ``OUT/<model>/seed<k>/`` (metrics,
-checkpoint; finished runs are reused, interrupted ones resumed). Outputs: ``OUT/results.md``
-and ``OUT/results.json`` (the table: mean +- std test accuracy, parameters, time per epoch,
-device; differences to the MLP with 95% Welch intervals), plots ``OUT/accuracy_vs_epoch.png``
-(every run), ``OUT/final_accuracy.png`` (per model, with spread) and, with
-``--sweep-iterations``, ``OUT/accuracy_vs_iterations.png`` (the randomized model with 1..6
-iterations: the paper's open question). ``--doc`` writes the results page with the command,
-hardware and seeds.
+checkpoint; finished runs are reused, interrupted ones resumed), ``--jobs N`` of them at once
+in worker processes (default ``auto``: as many as cores are idle; 1 torch thread each unless
+``--num-threads``), exactly as ``seq2d mnist --jobs N``. Outputs, written by
+``seq2d.mnist_comparison.write_results`` as for ``seq2d mnist``: ``OUT/results.md`` and
+``OUT/results.json`` (the table: mean +- std test accuracy, parameters, time per epoch,
+device; differences to the MLP with 95% Welch intervals and TOST), plots
+``OUT/accuracy_vs_epoch.png`` (each seed, mean and +- std band per model) and
+``OUT/final_accuracy.png`` (per model, with spread); with ``--sweep-iterations``, also
+``OUT/accuracy_vs_iterations.png`` (the randomized model with 1..6 iterations: the paper's open
+question). ``--doc`` writes the results page with the command, hardware and seeds.
 """
 
 from __future__ import annotations
@@ -25,83 +28,26 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import json
 import shlex
 import sys
 from pathlib import Path
 
-import matplotlib
+import torch
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import torch  # noqa: E402
-
-from seq2d.envinfo import device_name  # noqa: E402
-from seq2d.report import write_section  # noqa: E402
-from seq2d.mnist_comparison import MODELS, PROTOCOLS, compare, format_table, protocol_table, summarize  # noqa: E402
-from seq2d.threads import available_cores, auto_threads, threads_arg  # noqa: E402
-from seq2d.train.config import load_config  # noqa: E402
-from seq2d.train.trainer import read_metrics  # noqa: E402
+from seq2d.envinfo import device_name
+from seq2d.mnist_comparison import (MODELS, PROTOCOLS, compare, format_table, protocols_section,
+                                    write_results)
+from seq2d.parallel import jobs_arg
+from seq2d.plot.comparison import plot_accuracy_vs_iterations
+from seq2d.report import threads_line, write_section
+from seq2d.threads import threads_arg
+from seq2d.train.config import load_config
+from seq2d.train.trainer import read_metrics
 
 HERE = Path(__file__).resolve().parent
 CONFIGS = {"mlp": "mlp.toml", "random-element": "random_element.toml", "random-tile": "random_tile.toml"}
 # models without a TOML file: mlp.toml with the model's fields of seq2d.mnist_comparison.MODELS
 EXTRA = {"random-density": MODELS["random-density"]}
-
-
-def plot_epochs(rows, path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    colors = {}
-    for r in rows:
-        hist = read_metrics(r["run_dir"])
-        c = colors.setdefault(r["model"], f"C{len(colors)}")
-        ax.plot([h["epoch"] for h in hist], [100 * h["test_acc"] for h in hist], color=c, alpha=0.8,
-                label=r["model"] if r["seed"] == min(x["seed"] for x in rows if x["model"] == r["model"]) else None,
-                marker="o", ms=3)
-    ax.set_xlabel("epoch")
-    ax.set_ylabel("test accuracy (%)")
-    ax.set_title("MNIST test accuracy per epoch (every run)")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def plot_final(rows, path: Path) -> None:
-    summ = summarize(rows)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for k, s in enumerate(summ):
-        accs = [100 * r["test_acc"] for r in rows if r["model"] == s["model"]]
-        ax.scatter([k] * len(accs), accs, color=f"C{k}", alpha=0.7, zorder=3)
-        err = 0 if len(accs) < 2 else 100 * s["std"]
-        ax.errorbar([k + 0.15], [100 * s["mean"]], yerr=[err], fmt="D", color="k", capsize=5, zorder=4)
-    ax.set_xticks(range(len(summ)), [s["model"] for s in summ])
-    ax.set_ylabel("final test accuracy (%)")
-    ax.set_title("final accuracy per model (dots: seeds; diamond: mean +- std)")
-    ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def plot_iterations(rows, path: Path) -> None:
-    its = sorted({r["iterations"] for r in rows})
-    fig, ax = plt.subplots(figsize=(6, 4))
-    means = []
-    for it in its:
-        accs = [100 * r["test_acc"] for r in rows if r["iterations"] == it]
-        ax.scatter([it] * len(accs), accs, color="C1", alpha=0.7)
-        means.append(sum(accs) / len(accs))
-    ax.plot(its, means, color="C1", marker="D", label="randomized model (element)")
-    ax.set_xlabel("iterations (Sequential2D steps per forward)")
-    ax.set_ylabel("final test accuracy (%)")
-    ax.set_title("randomized model: accuracy vs number of iterations")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def main(argv=None) -> int:
@@ -118,8 +64,10 @@ def main(argv=None) -> int:
     ap.add_argument("--data-root", default=None, help="MNIST root (default: $SEQ2D_DATA)")
     ap.add_argument("--download", action="store_true")
     ap.add_argument("--device", default=None, help="auto, cpu or cuda")
-    ap.add_argument("--num-threads", type=threads_arg, default="auto", metavar="INT|auto",
-                    help="torch threads per run; auto (default): the cores idle at the start of each run")
+    ap.add_argument("--jobs", type=jobs_arg, default="auto", metavar="INT|auto",
+                    help="runs trained at once, each in its own process; auto (default): as many as cores are idle")
+    ap.add_argument("--num-threads", type=threads_arg, default=1, metavar="INT|auto",
+                    help="torch threads per run (default 1); auto: the cores idle at the start of each run")
     ap.add_argument("--sweep-iterations", default=None, help="e.g. 1,2,3,4,5,6: also train random-element with each")
     ap.add_argument("--sweep-epochs", type=int, default=None, help="epochs of the sweep runs (default: --epochs)")
     ap.add_argument("--sweep-seeds", default="0", help="seeds of the sweep runs (default 0)")
@@ -153,16 +101,9 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = datetime.datetime.now()
-    if args.num_threads == "auto":
-        avail = available_cores()
-        print(f"torch threads: auto -> {auto_threads(available=avail, limit=torch.get_num_threads())} now "
-              f"({avail:.1f} cores idle); chosen again at the start of each run (num_threads in its metrics)")
-    else:
-        print(f"torch threads: {args.num_threads}")
-    rows = compare(configs, seeds, out, resume=not args.fresh)
+    print(threads_line(args.num_threads))
+    rows = compare(configs, seeds, out, resume=not args.fresh, jobs=args.jobs)
     table = format_table(rows)
-    plot_epochs(rows, out / "accuracy_vs_epoch.png")
-    plot_final(rows, out / "final_accuracy.png")
 
     sweep_rows, sweep_table = [], None
     if args.sweep_iterations:
@@ -172,21 +113,26 @@ def main(argv=None) -> int:
         if args.sweep_epochs is not None and not args.quick:
             sw["epochs"] = args.sweep_epochs
         sweep_cfgs = {f"random-element-it{i}": dataclasses.replace(base, **sw, iterations=i) for i in its}
-        sweep_rows = compare(sweep_cfgs, [int(s) for s in args.sweep_seeds.split(",")], out / "sweep", resume=not args.fresh)
-        plot_iterations(sweep_rows, out / "accuracy_vs_iterations.png")
+        sweep_rows = compare(sweep_cfgs, [int(s) for s in args.sweep_seeds.split(",")], out / "sweep",
+                             resume=not args.fresh, jobs=args.jobs)
+        plot_accuracy_vs_iterations(sweep_rows, out / "accuracy_vs_iterations.png")
         sweep_table = format_table(sweep_rows, reference="")
 
     dev = rows[0]["device"]
     env = {"date": started.strftime("%Y-%m-%d"), "command": "python " + " ".join(shlex.quote(a) for a in sys.argv),
            "hardware": device_name(dev), "torch": torch.__version__, "seeds": seeds,
-           "num_threads": args.num_threads,
+           "num_threads": args.num_threads, "jobs": args.jobs,
            "threads": sorted({h["num_threads"] for r in rows for h in read_metrics(r["run_dir"]) if h.get("num_threads")}),
            "protocol": {k: v for k, v in dataclasses.asdict(next(iter(configs.values()))).items()
                         if k in ("data", "epochs", "batch_size", "lr", "optimizer", "sizes", "image_size", "iterations",
                                  "normalize", "erasing_p", "perspective_p", "augment_test")},
            "protocol_name": args.protocol}
-    (out / "results.md").write_text(table + "\n" + (f"\n{sweep_table}\n" if sweep_table else ""))
-    (out / "results.json").write_text(json.dumps({"env": env, "rows": rows, "sweep": sweep_rows}, indent=1))
+    base = next(iter(configs.values()))
+    written = write_results(rows, out, config=base, protocol=env["protocol"], models=models, seeds=seeds,
+                            name=args.protocol, extra={"env": env, "sweep": sweep_rows})
+    if sweep_table:
+        with open(written["md"], "a") as f:
+            f.write(f"\n{sweep_table}\n")
     print(table)
     if sweep_table:
         print("\naccuracy vs iterations (randomized model, element granularity):")
@@ -218,7 +164,8 @@ def write_doc(doc: Path, out: Path, env: dict, table: str, sweep_table: str | No
         "",
         f"- command: `{env['command']}`",
         f"- date: {env['date']}; hardware: {env['hardware']}; torch {env['torch']}"
-        + (f"; torch threads used by the runs: {env['threads']} (--num-threads {env['num_threads']})" if env.get("threads") else ""),
+        + (f"; torch threads used by the runs: {env['threads']} (--num-threads {env['num_threads']}"
+           + (f", --jobs {env['jobs']}" if env.get("jobs") is not None else "") + ")" if env.get("threads") else ""),
         f"- protocol `{env.get('protocol_name', 'ours')}` (see \"Protocols\" below): data={p['data']}, epochs={p['epochs']}, "
         f"batch {p['batch_size']}, {p['optimizer']} lr {p['lr']}, inputs {p['image_size']}x{p['image_size']} "
         + ("normalised (0.1307, 0.3081)" if p.get("normalize", True) else "in [0, 1] (not normalised)")
@@ -235,19 +182,7 @@ def write_doc(doc: Path, out: Path, env: dict, table: str, sweep_table: str | No
         "",
         "![final accuracy per model](mnist/final_accuracy.png)",
     ]
-    protocols = [
-        "## Protocols (`seq2d mnist --protocol NAME`)",
-        "",
-        "Each protocol is a set of config fields (`seq2d.mnist_comparison.PROTOCOLS`, `protocol_config(name, scale)`) "
-        "on top of the scale (`quick`: bundled subset, 4 epochs; `--full`: full MNIST, 100 epochs). `--augment-test` "
-        "(off by default; config field `augment_test`) also applies the protocol's augmentation to the test set: one "
-        "draw per run, seeded by the run's seed, the same images every epoch (torchvision would draw anew on each "
-        "pass); with a protocol that has no augmentation it is refused. None of these is \"the paper's protocol\": the "
-        "paper's summary only mentions optional random erasing + perspective, and **we have not read the MS-thesis "
-        "scripts**; the `ms-thesis` row is our audit's description of them, not re-read.",
-        "",
-        protocol_table(),
-    ]
+    protocols = [protocols_section()]
     title = "# MNIST: MLP vs randomized Sequential2D of equal parameter count"
     write_section(doc, "mnist-run", "\n".join(run), title=title)
     write_section(doc, "mnist-protocols", "\n".join(protocols), title=title)

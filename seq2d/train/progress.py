@@ -19,11 +19,11 @@ class EpochBar:
     seconds; nothing unless ``show``."""
 
     def __init__(self, show: bool, *, total: int, initial: int, desc: str, log_every: int, tty: bool = True,
-                 heartbeat_s: float = HEARTBEAT_S) -> None:
+                 heartbeat_s: float | None = None) -> None:
         self.total, self.log_every, self.desc = total, log_every, desc
         self.bar = None
         self.lines = show and not tty
-        self.heartbeat_s = heartbeat_s
+        self.heartbeat_s = HEARTBEAT_S if heartbeat_s is None else heartbeat_s  # read now: a process may change it
         self.t0 = self.last = time.perf_counter()
         if show and tty:
             from tqdm.auto import tqdm

@@ -1,0 +1,137 @@
+"""The plots of the MNIST comparison (:mod:`seq2d.mnist_comparison`), from its rows.
+
+- :func:`plot_accuracy_vs_epoch`: test accuracy per epoch, one colour per model: every seed as
+  a thin line, the mean over the seeds as a thick line with a band of +- one standard
+  deviation (where at least 2 seeds reached that epoch);
+- :func:`plot_final_accuracy`: final test accuracy per model, a dot per seed and the mean
+  +- std;
+- :func:`plot_accuracy_vs_iterations`: final accuracy against the number of Sequential2D
+  iterations (the sweep of ``experiments/mnist_sparsity/run.py``).
+
+Each takes the rows of :func:`seq2d.mnist_comparison.compare` (the per-epoch curves come from
+each row's ``run_dir``/``metrics.jsonl``, or from ``histories``), saves to ``path`` when given
+(``.png`` or ``.svg``) and returns the Figure (Agg canvas, never registered with pyplot).
+Epoch and iteration axes have integer ticks only.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+
+from matplotlib.ticker import MaxNLocator
+
+from .common import _check_path, _new_axes, _save
+
+__all__ = ["plot_accuracy_vs_epoch", "plot_final_accuracy", "plot_accuracy_vs_iterations", "epoch_histories"]
+
+
+def epoch_histories(rows: Sequence[Mapping]) -> dict[tuple[str, int], list[dict]]:
+    """``{(model, seed): metrics rows}`` read from each row's ``run_dir`` (empty when it has none)."""
+    from ..train.metrics import read_metrics
+
+    out = {}
+    for r in rows:
+        try:
+            out[(r["model"], r["seed"])] = read_metrics(r["run_dir"])
+        except (OSError, KeyError, TypeError, ValueError):
+            out[(r["model"], r["seed"])] = []
+    return out
+
+
+def _models(rows: Sequence[Mapping]) -> list[str]:
+    return list(dict.fromkeys(r["model"] for r in rows))
+
+
+def _integer_ticks(axis) -> None:
+    # min_n_ticks=1: a one-epoch run gets the single tick 1, not a fallback to 0.5, 0.6, ...
+    axis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+
+
+def plot_accuracy_vs_epoch(rows: Sequence[Mapping], path=None, *, histories: Mapping | None = None, dpi: float = 110):
+    """Test accuracy (%) per epoch: per model a thin line per seed, the mean over seeds (thick)
+    and a +- std band. ``histories``: ``{(model, seed): metrics rows}`` (default: read from
+    each row's run folder, :func:`epoch_histories`)."""
+    path = _check_path(path)
+    hist = epoch_histories(rows) if histories is None else histories
+    fig, ax = _new_axes((7, 4.2))
+    xs_all = []
+    for k, model in enumerate(_models(rows)):
+        color = f"C{k}"
+        seeds = [r["seed"] for r in rows if r["model"] == model]
+        by_epoch: dict[float, list[float]] = {}
+        for seed in seeds:
+            h = [e for e in hist.get((model, seed), []) if e.get("test_acc") is not None]
+            x, y = [e["epoch"] for e in h], [100 * e["test_acc"] for e in h]
+            xs_all += x
+            ax.plot(x, y, color=color, alpha=0.35, lw=0.9, marker="o" if len(x) < 30 else None, ms=2.5)
+            for xe, ye in zip(x, y):
+                by_epoch.setdefault(xe, []).append(ye)
+        if not by_epoch:
+            continue
+        ep = sorted(by_epoch)
+        mean = [statistics.fmean(by_epoch[e]) for e in ep]
+        ax.plot(ep, mean, color=color, lw=2.2, marker="o" if len(ep) < 30 else None, ms=4,
+                label=f"{model} (mean of {len(seeds)} seed{'s' if len(seeds) != 1 else ''})")
+        band = [(e, m, statistics.stdev(by_epoch[e])) for e, m in zip(ep, mean) if len(by_epoch[e]) > 1]
+        if band:
+            ax.fill_between([b[0] for b in band], [b[1] - b[2] for b in band], [b[1] + b[2] for b in band],
+                            color=color, alpha=0.15, lw=0)
+    if xs_all:
+        ax.set_xlim(0.5 if min(xs_all) >= 1 else 0, max(xs_all) + 0.5)
+    _integer_ticks(ax.xaxis)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title("MNIST test accuracy per epoch\n(thin: each seed; thick: mean over seeds; band: +- std)")
+    ax.grid(alpha=0.3)
+    ax.margins(y=0.08)
+    if ax.get_legend_handles_labels()[0]:  # outside the axes: it never hides a curve
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    _save(fig, path, dpi)
+    return fig
+
+
+def plot_final_accuracy(rows: Sequence[Mapping], path=None, *, dpi: float = 110):
+    """Final test accuracy (%) per model: a dot per seed, the mean +- std as a diamond."""
+    path = _check_path(path)
+    fig, ax = _new_axes((6, 4))
+    models = _models(rows)
+    for k, model in enumerate(models):
+        accs = [100 * r["test_acc"] for r in rows if r["model"] == model and r.get("test_acc") is not None]
+        if not accs:
+            continue
+        ax.scatter([k] * len(accs), accs, color=f"C{k}", alpha=0.7, zorder=3)
+        err = statistics.stdev(accs) if len(accs) > 1 else 0.0
+        ax.errorbar([k + 0.15], [statistics.fmean(accs)], yerr=[err], fmt="D", color="k", capsize=5, zorder=4)
+    ax.set_xticks(range(len(models)), models)
+    ax.set_xlim(-0.5, len(models) - 0.5)
+    ax.set_ylabel("final test accuracy (%)")
+    ax.set_title("final accuracy per model (dots: seeds; diamond: mean +- std)")
+    ax.grid(alpha=0.3, axis="y")
+    _save(fig, path, dpi)
+    return fig
+
+
+def plot_accuracy_vs_iterations(rows: Sequence[Mapping], path=None, *, label: str = "randomized model (element)",
+                                dpi: float = 110):
+    """Final test accuracy (%) against ``iterations`` (one dot per run, the mean per count as a line)."""
+    path = _check_path(path)
+    fig, ax = _new_axes((6, 4))
+    its = sorted({r["iterations"] for r in rows if r.get("iterations") is not None and r.get("test_acc") is not None})
+    means = []
+    for it in its:
+        accs = [100 * r["test_acc"] for r in rows if r.get("iterations") == it and r.get("test_acc") is not None]
+        ax.scatter([it] * len(accs), accs, color="C1", alpha=0.7)
+        means.append(statistics.fmean(accs))
+    if its:
+        ax.plot(its, means, color="C1", marker="D", label=label)
+        ax.set_xlim(min(its) - 0.5, max(its) + 0.5)
+        ax.legend()
+    _integer_ticks(ax.xaxis)
+    ax.set_xlabel("iterations (Sequential2D steps per forward)")
+    ax.set_ylabel("final test accuracy (%)")
+    ax.set_title("randomized model: accuracy vs number of iterations")
+    ax.grid(alpha=0.3)
+    _save(fig, path, dpi)
+    return fig
+
