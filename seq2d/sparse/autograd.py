@@ -2,7 +2,10 @@
 
 Forward calls the backend's ``dds_t``; backward its fused ``backward`` (``dds`` for dX and
 ``sdd_t`` for dW, the latter only on stored tiles), honouring ``ctx.needs_input_grad``.
-No N x N matrix is formed unless the backend itself is the dense one.
+No N x N matrix is formed unless the backend itself is the dense one. The tiles may be any
+strided view (a transposed or stepped slice): they are made contiguous once here, so every
+backend sees the storage it indexes (``wp[a:b].view(k*T, T)``), and autograd returns dW to
+the view the caller passed.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ class BlockSparseMatmul(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, wp: torch.Tensor, layout: BlockSparseLayout, kernel: KernelBackend):
         ctx.layout, ctx.kernel = layout, kernel
+        wp = wp.contiguous()  # a no-op for the engines' own tiles; one copy for a strided view
         ctx.save_for_backward(x, wp)
         return kernel.dds_t(x, wp, layout)
 
