@@ -122,3 +122,14 @@ def test_train_config_device_cuda_without_a_gpu_says_cpu_or_auto(tmp_path):
     data = load_data(TrainConfig(data="synthetic", sizes=[16, 4]))
     with pytest.raises(InvalidValue, match=match):
         Trainer(cfg, build_model(cfg), data)
+
+
+def test_rnn_reads_like_nn_rnn_and_names_the_input_dtype():
+    m, ref = seq2d.rnn(3, 4, 2, bias=False), nn.RNN(3, 4, 2, bias=False)
+    for name in ("input_size", "hidden_size", "num_layers", "nonlinearity", "bias", "batch_first", "dropout",
+                 "bidirectional"):
+        assert getattr(m, name) == getattr(ref, name), name
+    assert m.proj_size == 0 and "bias=False" in repr(m)
+    with pytest.raises(InvalidType, match=r"RNN: input has dtype torch.float64, but the RNN's parameters are "
+                                          r"torch.float32"):
+        m(torch.randn(5, 2, 3, dtype=F64))

@@ -29,7 +29,15 @@ class RNN(nn.Module):
     unbatched ``(L, H_in)``, ``hx`` of shape ``(num_layers, N, H)`` or ``(num_layers, H)``.
     ``output`` holds the last layer's state for every time step, ``h_n`` every layer's
     final state. Internally this is :meth:`Sequential2D.sequence` with pipelining.
+
+    ``nn.RNN``'s attributes read the same: ``input_size``, ``hidden_size``, ``num_layers``,
+    ``nonlinearity``, ``bias``, ``batch_first``, and ``dropout = 0.0``, ``bidirectional = False``,
+    ``proj_size = 0`` (the only values seq2d models; see :func:`rnn`).
     """
+
+    dropout = 0.0
+    bidirectional = False
+    proj_size = 0
 
     def __init__(self, core: Sequential2D, *, batch_first: bool = False, nonlinearity: str = "tanh") -> None:
         super().__init__()
@@ -41,6 +49,7 @@ class RNN(nn.Module):
         self.input_size = core.sizes[core.inputs[0]]
         self.hidden_size = core.sizes[core.outputs[0]]
         self.num_layers = core.n - 1
+        self.bias = core.bias(1) is not None
 
     def layer_blocks(self, layer: int) -> tuple[LinearBlock, LinearBlock]:
         """(W_ih, W_hh) blocks of layer ``layer`` (1-based, as the slot index)."""
@@ -53,6 +62,8 @@ class RNN(nn.Module):
         s = f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}"
         if self.nonlinearity != "tanh":
             s += f", nonlinearity={self.nonlinearity!r}"
+        if not self.bias:
+            s += ", bias=False"
         if self.batch_first:
             s += ", batch_first=True"
         return s
@@ -72,6 +83,10 @@ class RNN(nn.Module):
                                "as for nn.RNN")
         if x.shape[-1] != self.input_size:
             raise InvalidInput(f"RNN: input must have {self.input_size} features (input_size), got shape {tuple(input.shape)}")
+        ref = next(self.core.parameters(), None)
+        if ref is not None and x.dtype != ref.dtype and x.is_floating_point():
+            raise InvalidType(f"RNN: input has dtype {input.dtype}, but the RNN's parameters are {ref.dtype}; convert "
+                              f"one of them (input.to({ref.dtype}) or rnn.to({input.dtype}))")
         if hx is not None and not isinstance(hx, Tensor):
             raise InvalidType(f"RNN: hx must be a tensor or None, got {type(hx).__name__}")
         L, B = self.num_layers, x.shape[1]
