@@ -3,6 +3,7 @@ the values seq2d does not model are refused by name, and the errors name the cal
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import pytest
@@ -133,3 +134,13 @@ def test_rnn_reads_like_nn_rnn_and_names_the_input_dtype():
     with pytest.raises(InvalidType, match=r"RNN: input has dtype torch.float64, but the RNN's parameters are "
                                           r"torch.float32"):
         m(torch.randn(5, 2, 3, dtype=F64))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU message needs a machine without CUDA")
+def test_cli_device_cuda_without_a_gpu_is_one_line_in_flags(tmp_path, capsys):
+    from seq2d.cli import main
+
+    rc = main(["train", "--data", "synthetic", "--sizes", "16,4", "--device", "cuda", "--out-dir", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert re.match(rf"seq2d: error: --device: {NO_CUDA}--device cpu or --device auto", err), err

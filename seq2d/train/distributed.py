@@ -32,6 +32,7 @@ from torch import nn
 
 from ..blocks import no_cuda_error
 from ..errors import InvalidValue
+from .errors import spell
 
 __all__ = ["DistContext", "init_distributed", "cleanup", "wrap_model", "all_reduce_sum", "barrier",
            "resolve_device", "unused_parameters"]
@@ -77,7 +78,9 @@ def resolve_device(device: str | torch.device = "auto", local_rank: int = 0) -> 
     if device == "cpu" or (device == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
     if not torch.cuda.is_available():
-        raise no_cuda_error("config field 'device'", device, "device = 'cpu' or 'auto' (cuda when available)")
+        raise no_cuda_error(spell("config field 'device'", "--device"), device,
+                            spell("device = 'cpu' or 'auto' (cuda when available)",
+                                  "--device cpu or --device auto (cuda when available)"))
     if device.startswith("cuda:"):
         return torch.device(device)
     return torch.device("cuda", local_rank % torch.cuda.device_count())
