@@ -40,8 +40,8 @@ dropout has three more slots, ``sa``, ``fd`` and ``ff``::
 (the default), every slot is computed once, level by level, in torch's order, and each
 dropout draws a tensor of torch's shape and memory layout (``drop1`` in the (T, B, d) layout
 of ``nn.MultiheadAttention``'s output), so in training mode a converted layer equals the torch
-layer under the same RNG state (up to rounding; tested for ``(B, T, d)`` and ``(T, d)``
-inputs). Run otherwise (``use_plan = False``, ``hold``, sequence mode), the dropouts draw
+layer under the same RNG state (up to rounding; tested on the CPU for ``(B, T, d)`` and
+``(T, d)`` inputs; on CUDA, where torch's dropout is a fused kernel, the equality is untested). Run otherwise (``use_plan = False``, ``hold``, sequence mode), the dropouts draw
 afresh at every step: a correct dropout sample, but not torch's draws. Without dropout
 (``p = 0``, the constructors' default) the grids are the smaller ones above; in eval mode
 dropout does nothing. Inputs are batch first: ``(*batch, T, d_model)``.
