@@ -23,10 +23,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .errors import InvalidInput, InvalidType, InvalidValue
+from .errors import InvalidInput, InvalidType, InvalidValue, Seq2DError
 
-__all__ = ["Identity", "LinearLike", "LinearBlock", "ContextModule", "block_kind", "block_context",
-           "check_block_output", "check_device", "check_dtype"]
+__all__ = ["Identity", "LinearLike", "LinearBlock", "ContextModule", "StoreView", "block_kind", "block_context",
+           "call_block", "check_block_output", "check_device", "check_dtype", "expected_input_width"]
 
 
 class Identity(nn.Module):
@@ -73,6 +73,48 @@ def check_block_output(y, x: Tensor, size: int, i: int, j: int):
         raise InvalidInput(f"block F[{i}][{j}] must map (*batch, {x.shape[-1]}) to (*batch, {size}): for an input of "
                            f"shape {tuple(x.shape)} it should return {want}, got {tuple(y.shape)}")
     return y
+
+
+def _elementwise(m: nn.Module) -> bool:
+    """Width-preserving layers an ``nn.Sequential`` may start with (activations, dropout)."""
+    return isinstance(m, (nn.Identity, nn.Dropout)) or (
+        type(m).__module__ == "torch.nn.modules.activation" and not isinstance(m, nn.MultiheadAttention))
+
+
+def expected_input_width(blk: nn.Module) -> int | None:
+    """The input width a module block declares: its own ``in_features`` (or a LayerNorm's last
+    normalized dim), else that of the first layer of an ``nn.Sequential`` after any leading
+    activations; None when it declares none (only used to name the width in an error)."""
+    fin = getattr(blk, "in_features", None)
+    if isinstance(fin, int) and not isinstance(fin, bool):
+        return fin
+    shape = getattr(blk, "normalized_shape", None)
+    if isinstance(shape, tuple) and shape:
+        return int(shape[-1])
+    if isinstance(blk, nn.Sequential):
+        first = next((m for m in blk if not _elementwise(m)), None)
+        return None if first is None else expected_input_width(first)
+    return None
+
+
+def call_block(blk: nn.Module, x: Tensor, size: int, i: int, j: int, context: dict | None = None) -> Tensor:
+    """The module block F[i][j] on ``x`` ``(*batch, s_j)`` (a ContextModule gets its context
+    keys), its output checked (:func:`check_block_output`). A module that fails on the slot's
+    width while declaring another (``nn.Linear(5, 4)`` reading a 3-slot) is reported as an
+    :class:`InvalidInput` naming the block and both widths; any other error from inside the
+    module is re-raised as it is, with a note naming the block."""
+    try:
+        y = blk(x, **block_context(blk, context)) if isinstance(blk, ContextModule) and context else blk(x)
+    except RuntimeError as e:
+        if isinstance(e, Seq2DError):
+            raise
+        fin = expected_input_width(blk)
+        if fin is not None and fin != x.shape[-1]:
+            raise InvalidInput(f"block F[{i}][{j}] ({type(blk).__name__}) expects inputs of width {fin}, but slot {j} "
+                               f"has width {x.shape[-1]} (input of shape {tuple(x.shape)})") from e
+        e.add_note(f"(raised by block F[{i}][{j}], {type(blk).__name__}, on an input of shape {tuple(x.shape)})")
+        raise
+    return check_block_output(y, x, size, i, j)
 
 
 def check_dtype(dtype, what: str):
@@ -149,6 +191,38 @@ class LinearLike(nn.Module):
     stored in a block-sparse engine. ``bias`` is the block's own bias (None when absent)."""
 
 
+class StoreView(Tensor):
+    """A view into a model's parameter store (a handle's ``blk.weight``, ``model.bias(i)``)
+    whose ``.grad`` is the store's gradient at the same region.
+
+    A view is not a leaf, so torch gives it no ``.grad`` of its own (``None``, with a warning);
+    code written for ``nn.Linear`` reads ``layer.weight.grad``, so the handles return this
+    subclass instead. Anything computed from it is a plain tensor. ``.grad`` is read-only:
+    gradients live in the store's Parameters (``model.zero_grad()``; in-place edits of
+    ``.grad`` write through to the store's gradient)."""
+
+    __torch_function__ = torch._C._disabled_torch_function_impl  # results are plain tensors
+
+    @staticmethod
+    def of(view: Tensor | None, grad_of) -> "StoreView | None":
+        """``view`` (a view of a store Parameter) as a StoreView whose ``.grad`` is ``grad_of()``."""
+        if view is None:
+            return None
+        out = view.as_subclass(StoreView)
+        out._grad_of = grad_of
+        return out
+
+    @property
+    def grad(self) -> Tensor | None:
+        return self._grad_of()
+
+    @grad.setter
+    def grad(self, value) -> None:
+        raise InvalidValue("this tensor is a view into the model's parameter store (a block's weight or a "
+                           "slot's bias): its gradient is the store's and cannot be set here; clear gradients "
+                           "with model.zero_grad(), or edit .grad in place (it is the store's region)")
+
+
 class LinearBlock(LinearLike):
     r"""A linear block ``x -> x @ W.T`` from a slot of ``in_features`` to one of ``out_features``.
 
@@ -171,7 +245,8 @@ class LinearBlock(LinearLike):
     model's parameter store (:mod:`seq2d.engines`) takes the values over and the block
     becomes a *handle*: ``weight``, ``mask``, ``frozen`` are views of the store's region
     (writes through them, ``blk.mask = m`` and in-place edits, are seen by the next
-    forward), ``grad`` is the region of the store's gradient, and the model's
+    forward), ``grad`` is the region of the store's gradient (so is ``weight.grad``:
+    ``weight`` is a :class:`StoreView`), and the model's
     ``parameters()`` yield the store's tensors, not the block's.
 
     Args:
@@ -269,7 +344,10 @@ class LinearBlock(LinearLike):
     def __getattr__(self, name):
         store = self.__dict__.get("_store")
         if store is not None and name in LinearBlock._HANDLE_ATTRS:
-            return store.region(self.__dict__["_key"], name)
+            key = self.__dict__["_key"]
+            if name == "weight":  # .grad reads the store's gradient (as blk.grad does)
+                return StoreView.of(store.region(key, name), lambda: store.region(key, "grad"))
+            return store.region(key, name)
         return super().__getattr__(name)
 
     def __setattr__(self, name, value):

@@ -334,7 +334,11 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         return tuple(i for i in range(self.n) if i not in self._rows)
 
     def bias(self, i: int) -> Tensor | None:
-        return self.slot_bias.view(i % self.n)
+        return self.slot_bias.handle(i % self.n)  # a view into the bias vector; its .grad works
+
+    def bias_grad(self, i: int) -> Tensor | None:
+        """Slot ``i``'s range of the bias vector's gradient (None: no bias or no backward yet)."""
+        return self.slot_bias.grad(i % self.n)
 
     def linear_weight(self) -> Tensor:
         """The N x N effective weight of all linear blocks over the concatenated state

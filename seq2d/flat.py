@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from .blocks import ContextModule, block_context, block_kind, check_block_output
+from .blocks import StoreView, block_kind, call_block
 
 __all__ = ["SlotBias", "Segments", "StepPlan", "build_plan", "run_plan", "elementwise_key"]
 
@@ -83,6 +83,15 @@ class SlotBias(nn.Module):
             return None
         o = self.pos[i]
         return self.bias[o:o + self.sizes[i]]
+
+    def handle(self, i: int) -> StoreView | None:
+        """``view(i)`` whose ``.grad`` is :meth:`grad` ``(i)`` (what ``model.bias(i)`` returns)."""
+        return StoreView.of(self.view(i), lambda: self.grad(i))
+
+    def grad(self, i: int) -> Tensor | None:
+        """Slot ``i``'s range of the bias vector's gradient (None: no bias, or no gradient yet)."""
+        g = None if i not in self.pos or self.bias is None else self.bias.grad
+        return None if g is None else g[self.pos[i]:self.pos[i] + self.sizes[i]]
 
     def __len__(self) -> int:
         return len(self.pos)
@@ -384,9 +393,7 @@ def _add_modules(model, plan: StepPlan, x: Tensor, pre: Tensor, context: dict) -
         if kind == "identity":
             y = xj
         else:
-            blk = model.blocks[f"{i}_{j}"]
-            y = blk(xj, **block_context(blk, context)) if isinstance(blk, ContextModule) else blk(xj)
-            check_block_output(y, xj, s, i, j)
+            y = call_block(model.blocks[f"{i}_{j}"], xj, s, i, j, context)  # widths checked, F[i][j] named
         k = where[u0]
         parts[k] = parts[k] + y
     return _cat(parts)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from .blocks import ContextModule, block_context, check_block_output
+from .blocks import call_block
 
 __all__ = ["reference_step", "reference_forward"]
 
@@ -25,9 +25,7 @@ def reference_step(model, x: list[Tensor | None], **context) -> list[Tensor | No
         acc = b if b is not None else 0
         for j in row:
             if x[j] is not None:
-                blk = model.block(i, j)
-                y = blk(x[j], **block_context(blk, context)) if isinstance(blk, ContextModule) else blk(x[j])
-                acc = acc + check_block_output(y, x[j], model.sizes[i], i, j)  # never broadcast
+                acc = acc + call_block(model.block(i, j), x[j], model.sizes[i], i, j, context)  # never broadcast
         acc = acc + like.new_zeros((*like.shape[:-1], model.sizes[i]))  # broadcast to (*batch, s_i)
         new[i] = model.acts[i](acc)
     return new

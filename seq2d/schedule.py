@@ -30,7 +30,7 @@ from torch import Tensor, nn
 
 from .errors import InvalidInput, InvalidType
 from .arguments import input_distances
-from .blocks import ContextModule, block_kind, check_block_output
+from .blocks import ContextModule, block_kind, call_block
 from .engines import DenseStore
 from .flat import elementwise_key
 
@@ -267,8 +267,8 @@ def _shift(V: Tensor, k: int, init: Tensor | None) -> Tensor:
 
 
 def _call(blk, x: Tensor, size: int, i: int, j: int) -> Tensor:
-    """The module block F[i][j] on ``x``, its output shape checked (:func:`check_block_output`)."""
-    return check_block_output(blk(x), x, size, i, j)
+    """The module block F[i][j] on ``x``, its widths checked (:func:`call_block`)."""
+    return call_block(blk, x, size, i, j)
 
 
 def _call_seq(blk, V: Tensor, k: int, init: Tensor | None, size: int, i: int, j: int) -> Tensor:

@@ -412,6 +412,50 @@ def test_module_block_right_width_still_runs():
     assert ref[2].shape == (2, 4)
 
 
+def _wide():  # declares 5 input features through its first layer; slot 1 (its input) has width 4
+    return nn.Sequential(nn.Tanh(), nn.Linear(5, 4))
+
+
+IN_WIDTH = r"block F\[2\]\[1\] \(Sequential\) expects inputs of width 5, but slot 1 has width 4 \(input of shape \(2, 4\)\)"
+IN_WIDTH_C = r"block F\[1\]\[1\] \(Sequential\) expects inputs of width 5, but slot 1 has width 4"
+
+MODULE_INPUTS = {
+    "tensor call": lambda: _acyclic(_wide())(X(2, 3)),
+    "state list": lambda: _acyclic(_wide())([X(2, 3), None, None], steps=2),
+    "step": lambda: _acyclic(_wide()).step([X(2, 3), X(2, 4), None]),
+    "reference loop": lambda: reference_forward(_acyclic(_wide()), [X(2, 3), None, None], 2),
+    "block-sparse": lambda: _acyclic(_wide()).to_blocksparse(16)(X(2, 3)),
+    "sequence by components": lambda: _sequence_by_components(_cyclic(_wide())),
+    "sequence step loop": lambda: _sequence_step_loop(_cyclic(_wide())),
+    "sequence feed-forward": lambda: _sequence_by_components(_acyclic(_wide())),
+}
+
+
+@pytest.mark.parametrize("name", list(MODULE_INPUTS))
+def test_module_block_input_width_refused(name):
+    """A module block that reads a slot of another width than its first layer declares: a typed
+    error naming F[i][j], the width expected and the width the slot has (not torch's matmul message)."""
+    with pytest.raises(InvalidInput, match=IN_WIDTH_C if "sequence" in name and "feed" not in name else
+                       IN_WIDTH.split(r" \(input")[0]):
+        _no_warn(MODULE_INPUTS[name])
+
+
+def test_module_block_loop_backend_input_width_and_other_errors():
+    m = _acyclic(_wide())
+    m.backend = "loop"
+    with pytest.raises(InvalidInput, match=IN_WIDTH):
+        m(X(2, 3))
+
+    class Opaque(nn.Module):  # declares no width: its own error, unchanged, with a note naming the block
+        def forward(self, x):
+            return x @ torch.ones(5, 4)
+
+    with pytest.raises(RuntimeError, match="mat1 and mat2") as info:
+        _acyclic(Opaque())(X(2, 3))
+    assert type(info.value) is RuntimeError
+    assert any("block F[2][1]" in n for n in info.value.__notes__)
+
+
 # ----------------------------------------------------------------------------- context keys
 class Alpha(ContextModule):
     context_keys = ("alpha",)

@@ -138,6 +138,38 @@ def test_tied_handle_gradient_is_the_sum_over_positions():
     torch.testing.assert_close(g, b1.grad + b2.grad, rtol=0, atol=1e-12)
 
 
+def test_gradients_read_through_the_handles_as_in_torch(recwarn):
+    """Code written for nn.Linear reads ``layer.weight.grad`` / ``layer.bias.grad``: through a
+    handle they are the store's gradient at the handle's region (not None), with no warning."""
+    torch.manual_seed(0)
+    a, b = LinearBlock(4, 3, dtype=D), LinearBlock(3, 3, dtype=D)
+    m = Sequential2D([4, 3, 3], {(1, 0): a, (2, 1): b, (2, 2): b}, bias=True, activations="tanh", steps=3, dtype=D)
+    assert m.bias_grad(1) is None and a.weight.grad is None and m.bias(1).grad is None  # before a backward
+    m(torch.randn(5, 4, dtype=D)).square().sum().backward()
+    for blk in (a, b):
+        assert blk.weight.grad is not None
+        assert torch.equal(blk.weight.grad, blk.grad)  # one region of one tensor, read twice
+    full = m.slot_bias.bias.grad
+    for i in (1, 2):
+        o = m.slot_bias.pos[i]
+        assert torch.equal(m.bias_grad(i), full[o:o + m.sizes[i]]) and m.bias_grad(i).abs().sum() > 0
+        assert torch.equal(m.bias(i).grad, m.bias_grad(i))
+    assert m.bias_grad(0) is None and m.bias(0) is None  # the input slot has no bias
+    assert not [w for w in recwarn if "non-leaf" in str(w.message)]
+    # what is computed from a handle's tensor is a plain tensor; writes into .grad reach the store
+    assert type(a.weight * 2) is torch.Tensor and type(m.bias(1).detach()) is torch.Tensor
+    a.weight.grad.zero_()
+    assert not a.grad.any()
+    with pytest.raises(ValueError, match="zero_grad"):
+        a.weight.grad = None
+    m.zero_grad()
+    assert m.bias_grad(1) is None and a.weight.grad is None
+    # an unbound block owns its Parameter: .grad is torch's own
+    c = LinearBlock(2, 3, dtype=D)
+    c(torch.randn(4, 2, dtype=D)).sum().backward()
+    assert isinstance(c.weight, nn.Parameter) and c.weight.grad is c.grad is not None
+
+
 def test_to_blocksparse_releases_the_old_handles_with_their_values():
     m, a, _ = _two_block_model()
     w = a.weight.detach().clone()
