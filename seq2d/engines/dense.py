@@ -265,6 +265,8 @@ class DenseStore(Engine):
         by a float mask is one memory pass; a bool one is converted in both passes."""
         if torch.compiler.is_compiling():  # inside a compiled graph the conversion is fused
             return m.to(W.dtype)
+        if torch._C._functorch.is_functorch_wrapped_tensor(m):  # a vmapped mask (seq2d.train.vectorized):
+            return m.to(W.dtype)  # a wrapper lives for one call, so its id may come back for another
         cache = self.__dict__.setdefault("_mask_cache", {})
         key = (id(m), m._version, W.dtype, W.device)
         hit = cache.get(k)
