@@ -47,7 +47,7 @@ def test_round_trip_with_the_safe_loader(good):
     assert ck["format"] == FORMAT and ck["version"] == FORMAT_VERSION
     assert ck["epoch"] == 3 and ck["step"] == 42 and ck["extra"] == {"batch": 0}
     assert ck["config"] == config_to_dict(TrainConfig(sizes=[6, 5, 3]))
-    assert all(torch.equal(ck["model"][k], v) for k, v in model.state_dict().items())
+    assert all(torch.equal(ck["model"][k], v) for k, v in model.state_dict().items())  # saved and loaded: bitwise
     opt2 = torch.optim.Adam(seq2d.mlp([6, 5, 3]).parameters())
     opt2.load_state_dict(ck["optimizer"])
     assert torch.equal(opt2.state_dict()["state"][0]["exp_avg"], opt.state_dict()["state"][0]["exp_avg"])

@@ -79,7 +79,7 @@ def test_identity_flag_is_a_python_bool_set_with_the_layout(monkeypatch):
 
     monkeypatch.setattr(torch, "equal", no_compare)
     assert eng.position_tiles() is not None
-    torch.testing.assert_close(m(x), y, rtol=0, atol=0)
+    torch.testing.assert_close(m(x), y, rtol=0, atol=0)  # bitwise: one model, one input, run twice
     tr = seq2d.create_model("truncated_rnn", input_size=16, hidden_size=16, k=3, dtype=torch.float64)
     monkeypatch.undo()
     tr.core.to_blocksparse(16, backend="cpu")
@@ -133,7 +133,7 @@ def test_reset_with_a_cpu_generator_draws_on_the_cpu_for_a_device_model():
     generator on their own device: an error on CUDA, nothing drawn on meta)."""
     cpu = seq2d.LinearBlock(20, 12, bias=True)
     dev = seq2d.LinearBlock(20, 12, bias=True, device=META)
-    assert torch.equal(_reset_draws(dev), _reset_draws(cpu))
+    assert torch.equal(_reset_draws(dev), _reset_draws(cpu))  # bitwise: the same draws on the CPU generator
     # the model's own biases (a Sequential2D cannot be built on meta: its store reads values)
     m_cpu = seq2d.mlp([20, 12, 6])
     m_dev = seq2d.mlp([20, 12, 6])
@@ -160,13 +160,14 @@ def test_reset_values_on_the_cpu_are_unchanged():
     torch.nn.init.kaiming_uniform_(w2, a=math.sqrt(5), generator=g)
     b1 = torch.empty(12).uniform_(-1 / math.sqrt(20), 1 / math.sqrt(20), generator=g)
     b2 = torch.empty(6).uniform_(-1 / math.sqrt(12), 1 / math.sqrt(12), generator=g)
+    # bitwise: the same init calls on the same generator
     assert torch.equal(m.blocks["1_0"].weight, w1) and torch.equal(m.blocks["2_1"].weight, w2)
     assert torch.equal(m.biases["1"], b1) and torch.equal(m.biases["2"], b2)
     eng = random_tile_engine((32, 32), 16, 1.0, generator=torch.Generator().manual_seed(0))
     g = torch.Generator().manual_seed(7)
     eng.reset_parameters(g)
     u = torch.rand(eng.data.shape, generator=torch.Generator().manual_seed(7), dtype=torch.float64) * 2 - 1
-    assert torch.equal(eng.data, u.float() * 0.125)  # fan-in 4 tiles x 16 = 64 for every output unit
+    assert torch.equal(eng.data, u.float() * 0.125)  # bitwise (same draws, a power-of-2 scale); fan-in 4 tiles x 16 = 64 for every output unit
 
 
 # ---------------------------------------------------------------------------- 2. 64-bit offsets in the kernels
@@ -283,6 +284,6 @@ def test_reset_parameters_passes_the_generator_to_tile_engines():
     torch.manual_seed(12345)
     torch.rand(1000)  # move the global RNG
     m.reset_parameters(generator=torch.Generator().manual_seed(7))
-    assert all(torch.equal(a, e.data) for a, e in zip(first, engines))
+    assert all(torch.equal(a, e.data) for a, e in zip(first, engines))  # bitwise: one seeded reset, twice
     m.reset_parameters(generator=torch.Generator().manual_seed(8))
     assert not all(torch.equal(a, e.data) for a, e in zip(first, engines))

@@ -50,6 +50,7 @@ def strip_time(rows):
 
 
 def same_state(a, b):
+    """Bitwise: only for one configuration run twice (straight vs resumed, deferred host reads)."""
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
@@ -107,6 +108,7 @@ def test_restore_rng_state_from_gpu_loaded_tensors():
     g2 = torch.Generator().manual_seed(99)
     restore_rng_state(gpu_state, {"augment": g2})
     got = (torch.rand(3), random.random(), np.random.rand(3), torch.rand(3, generator=g2))
+    # bitwise: the same generator states replayed
     assert torch.equal(got[0], expect[0]) and got[1] == expect[1]
     assert np.array_equal(got[2], expect[2]) and torch.equal(got[3], expect[3])
 
@@ -347,7 +349,7 @@ def test_augment_builds_its_constant_tensors_once_per_size_and_device(monkeypatc
     g.manual_seed(0)
     again = aug(x, g)
     assert made == []  # nothing built from Python lists (a host-to-device copy each on a GPU)
-    assert torch.equal(first, again)
+    assert torch.equal(first, again)  # bitwise: one augmentation, the same draws
 
 
 def test_deferred_reads_happen_at_multiples_of_host_sync_every(tmp_path):

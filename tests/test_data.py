@@ -213,7 +213,7 @@ def test_mnist_idx_shapes_labels_and_normalisation(idx_data):
     # the formula, pixel by pixel, on an image with many grey levels
     i = 7
     expect32 = (raw[i].flatten().float() / 255 - MEAN) / STD
-    assert torch.equal(X[i], expect32)
+    assert torch.equal(X[i], expect32)  # the same elementwise IEEE ops (correctly rounded on any CPU): bitwise
     expect64 = (raw[i].flatten().double() / 255 - 0.1307) / 0.3081
     assert torch.allclose(X[i].double(), expect64, atol=1e-6, rtol=0)
     assert X[i].min().item() == pytest.approx(-0.1307 / 0.3081, abs=1e-6)
@@ -272,6 +272,7 @@ def test_subset_file_and_composition():
         assert idx.dtype == torch.int64 and torch.equal(idx, idx.unique())  # sorted, distinct
         images, labels = load_subset_raw(split)
         assert images.shape == (n, 28, 28) and images.dtype == torch.uint8
+        # the same elementwise IEEE ops (correctly rounded on any CPU): bitwise
         assert torch.equal(load_subset(split, size=28)[0], ((images.float() / 255 - MEAN) / STD).flatten(1))
     d = get_data("subset")
     assert d["source"] == "subset" and d["n_train"] == 2500 and d["n_test"] == 1000

@@ -294,6 +294,7 @@ def test_train_lm_lr_decay_is_the_inverse_t_rule():
     a, b = fresh(), fresh()
     train_lm(a, train, valid, epochs=1, lr=1.0, bptt=10, max_batches=4, log=None)
     train_lm(b, train, valid, epochs=1, lr=1.0, bptt=10, max_batches=4, lr_decay=1e30, log=None)
+    # bitwise: lr / (1 + t / 1e30) is exactly lr, so both runs take the very same steps
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
     for bad in (0, -1.0, float("nan"), True):
         with pytest.raises(ValueError, match="lr_decay"):

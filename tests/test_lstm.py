@@ -73,7 +73,7 @@ def test_feasible_weights_are_left_bit_for_bit():
     emb_before = emb.weight.detach().clone()
     counts = LSTMProjection(m, embedding=emb).project()
     assert counts == {"rows": 0, "biases": 0, "embedding": 0}
-    for k, v in m.state_dict().items():
+    for k, v in m.state_dict().items():  # untouched: bitwise
         assert torch.equal(v, before[k]), k
     assert torch.equal(emb.weight, emb_before)
 
@@ -99,7 +99,7 @@ def test_only_offending_rows_move_to_exactly_the_bound():
             over = rows_l1(old) > bound
             n_over += int(over.sum())
             torch.testing.assert_close(rows_l1(new[over]), torch.full((int(over.sum()),), bound, dtype=new.dtype))
-            assert torch.equal(new[~over], old[~over])
+            assert torch.equal(new[~over], old[~over])  # rows within the bound: untouched, bitwise
             # scaled, not reshaped: every moved row is a positive multiple of the old one
             ratio = new[over] / old[over]
             torch.testing.assert_close(ratio, ratio[:, :1].expand_as(ratio))
@@ -114,8 +114,8 @@ def test_only_offending_rows_move_to_exactly_the_bound():
         pos = s0 > 0
         assert bool(pos.any()) and bool((~pos).any())
         torch.testing.assert_close(s[pos], torch.zeros_like(s[pos]), atol=1e-12, rtol=0)
-        assert torch.equal(s[~pos], s0[~pos])
-    assert torch.equal(emb.weight, emb_before.clamp(-1, 1))
+        assert torch.equal(s[~pos], s0[~pos])  # untouched: bitwise
+    assert torch.equal(emb.weight, emb_before.clamp(-1, 1))  # clamping is exact: bitwise
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -126,7 +126,7 @@ def test_projection_is_idempotent(dtype):
     assert first["rows"] > 0 and first["biases"] > 0
     after_one = state_dict_copy(m)
     assert proj() == {"rows": 0, "biases": 0, "embedding": 0}
-    for k, v in m.state_dict().items():
+    for k, v in m.state_dict().items():  # nothing left to move: bitwise unchanged
         assert torch.equal(v, after_one[k]), k
 
 
@@ -272,7 +272,7 @@ def test_clip_embedding():
     w0 = lm.encoder.weight.detach().clone()
     n = clip_embedding_(lm, 1.0)
     assert n == int((w0.abs() > 1).sum()) > 0
-    torch.testing.assert_close(lm.encoder.weight.detach(), w0.clamp(-1, 1), rtol=0, atol=0)
+    torch.testing.assert_close(lm.encoder.weight.detach(), w0.clamp(-1, 1), rtol=0, atol=0)  # clamping is exact
     assert clip_embedding_(lm.encoder, 1.0) == 0  # idempotent
     t = torch.tensor([-2.0, 0.5, 2.0])
     assert clip_embedding_(t, 0.5) == 2 and t.tolist() == [-0.5, 0.5, 0.5]
@@ -340,6 +340,6 @@ def test_projection_without_counts_is_identical_and_reads_nothing_on_the_host(cl
     getattr(L, cls)(a, embedding=emb_a).project()
     assert getattr(L, cls)(b, embedding=emb_b).project(counts=False) is None
     for p, q in zip(list(a.parameters()) + [emb_a.weight], list(b.parameters()) + [emb_b.weight]):
-        assert torch.equal(p, q)
+        assert torch.equal(p, q)  # the same ops (a multiply by exactly 1 where nothing moves): bitwise
     meta = nn.LSTM(6, 8, 2, device="meta")
     getattr(L, cls)(meta, embedding=nn.Embedding(20, 6, device="meta")).on_step_end(None, 1)

@@ -77,6 +77,7 @@ def test_state_dict_round_trip(name):
     b = seq2d.create_model(name, **SMALL.get(name, {}))
     x = example_input(a)
     b.load_state_dict(a.state_dict())
+    # bitwise: one constructor, one configuration, the same weights: the very same kernels
     torch.testing.assert_close(run(a, x), run(b, x), rtol=0, atol=0)
     buf = io.BytesIO()
     torch.save(a.state_dict(), buf)
@@ -103,7 +104,7 @@ def test_repr_and_pickle(name):
     text = repr(model)
     assert type(model).__name__ in text
     x = example_input(model)
-    clone = pickle.loads(pickle.dumps(model))
+    clone = pickle.loads(pickle.dumps(model))  # copies of one model run the same kernels: bitwise
     torch.testing.assert_close(run(model, x), run(clone, x), rtol=0, atol=0)
     deep = copy.deepcopy(model)
     torch.testing.assert_close(run(model, x), run(deep, x), rtol=0, atol=0)

@@ -94,7 +94,7 @@ def test_no_stored_tiles():
     L = BlockSparseLayout(16, (2, 3), row=[], col=[])
     k = get_kernel("cpu_bmm")
     x, dy, wp = torch.randn(4, 48), torch.randn(4, 32), torch.randn(0, 16, 16)
-    assert torch.equal(k.dds_t(x, wp, L), torch.zeros(4, 32))
+    assert torch.equal(k.dds_t(x, wp, L), torch.zeros(4, 32))  # exact: no tile, nothing summed
     assert torch.equal(k.dds(dy, wp, L), torch.zeros(4, 48))
     assert k.sdd_t(dy, x, L).shape == (0, 16, 16)
 

@@ -130,7 +130,7 @@ def test_certified_lambda_multi_slot_core_with_identity_and_sigmoid():
     expect = m.linear_weight().detach()[idx][:, idx].clone()
     expect[4:, :4] += torch.eye(4, dtype=F64)
     W = recurrent_matrix(m, {1, 2})
-    assert torch.equal(W, expect)
+    assert torch.equal(W, expect)  # bitwise: the same entries gathered, plus exact 1s for the identity block
     c = certified_lambda(m)
     assert c["cores"][0]["slots"] == [1, 2] and c["cores"][0]["lipschitz_act"] == 1.0
     assert c["lambda"] == pytest.approx(_norm(expect), rel=1e-12)
@@ -171,7 +171,7 @@ def test_spectral_clip_bounds_changes_only_large_singular_values_and_is_idempote
     rep2 = clip.project()
     assert not any(x["projected"] for x in rep2)
     assert max(float((a - b.detach()).abs().max()) for a, b in zip(before, r.parameters())) <= 1e-12
-    # W_ih and the biases are never touched
+    # W_ih and the biases are never touched (bitwise)
     assert torch.equal(wih, r.core.block(1, 0).weight)
 
 
@@ -181,7 +181,7 @@ def test_spectral_clip_float32_stays_within_the_bound():
     assert _norm(r.core.block(1, 1).weight) <= 0.95 + 1e-9
     s = r.core.block(1, 1).weight.detach().clone()
     SpectralClip(r, 0.95).project()
-    assert torch.equal(s, r.core.block(1, 1).weight)
+    assert torch.equal(s, r.core.block(1, 1).weight)  # already within the bound: left bitwise unchanged
 
 
 def test_spectral_clip_divides_by_the_activation_lipschitz_constant():
@@ -206,7 +206,7 @@ def test_project_spectral_function():
     assert float(s2[0]) <= bound + 1e-12 and torch.allclose(s2[3:], s[3:], atol=1e-12)
     W2 = W.clone()
     project_spectral_(W, bound)
-    assert torch.equal(W, W2)
+    assert torch.equal(W, W2)  # idempotent: left bitwise unchanged
     with pytest.raises(ValueError, match="positive"):
         project_spectral_(W, 0.0)
 

@@ -106,7 +106,7 @@ def test_weight_and_frozen_edits_through_handles():
     with torch.no_grad():
         a.weight.mul_(2.0)  # in place on the view
         b.weight = torch.eye(3, dtype=D) * 0.5  # assignment copies into the store
-    assert torch.equal(b.weight, torch.eye(3, dtype=D) * 0.5)
+    assert torch.equal(b.weight, torch.eye(3, dtype=D) * 0.5)  # copied through: bitwise
     _check_against_loop(m, x)
     mask = torch.zeros(3, 4, dtype=torch.bool)
     mask[:, :2] = True
@@ -212,6 +212,7 @@ def test_state_dict_from_per_block_layout_is_migrated():
     sd = {k: v for k, v in m.state_dict().items() if not k.startswith("store.")}
     sd.update(old)
     m.load_state_dict(sd)
+    # bitwise: values copied through the migration
     torch.testing.assert_close(a.weight, old["blocks.1_0.weight"], rtol=0, atol=0)
     torch.testing.assert_close(b.weight, old["blocks.2_1.weight"], rtol=0, atol=0)
     bad = dict(sd)
@@ -227,7 +228,7 @@ def test_compiled_flat_step_with_a_fixed_mask_is_one_graph():
     ref = m.step_flat(x)  # the step plan is built eagerly once
     f = torch.compile(m.step_flat, fullgraph=True, backend="eager")
     y = f(x)
-    torch.testing.assert_close(y, ref, rtol=0, atol=0)
+    torch.testing.assert_close(y, ref, rtol=0, atol=0)  # bitwise: backend="eager" runs the very same ops
     y.square().sum().backward()
     assert m.store.weight[0].grad is not None
 

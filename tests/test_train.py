@@ -56,6 +56,7 @@ def fit(cfg, *, resume=False, augment=None, callbacks=(), data=DATA):
 
 
 def same_state(a: dict, b: dict) -> bool:
+    """Bitwise: only for one configuration (a seed, a resumed run) compared with itself."""
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 

@@ -234,7 +234,7 @@ def test_encoder_with_module_activation_copies_each_layer():
     ours = encoder_from_torch(ref)
     acts = [ours.core.acts[s["f"]] for s in ours.layer_slots]
     assert acts[0] is not acts[1]
-    assert torch.equal(acts[0].weight, ref.layers[0].activation.weight)
+    assert torch.equal(acts[0].weight, ref.layers[0].activation.weight)  # copied through: bitwise
     assert torch.equal(acts[1].weight, ref.layers[1].activation.weight)
     assert not torch.equal(acts[0].weight, acts[1].weight)  # each layer's own value
     _assert_close(_compare(ours, ref, _encoder_pairs(ours, ref), _x(dtype), {}), dtype)
@@ -316,7 +316,7 @@ def test_attention_core_against_explicit_formula():
     assert (out - want).abs().max() <= 1e-12
     # mask alias and float masks give the same; no mask and is_causal=True == causal mask
     causal = nn.Transformer.generate_square_subsequent_mask(T, dtype=dtype)
-    assert torch.equal(core(x, mask=causal), core(x, src_mask=causal))
+    assert torch.equal(core(x, mask=causal), core(x, src_mask=causal))  # one path, two keyword names: bitwise
     assert (core(x, is_causal=True) - core(x, src_mask=causal)).abs().max() <= 1e-12
     float_mask = torch.zeros(T, T, dtype=dtype).masked_fill(bool_mask, float("-inf"))
     assert (core(x, src_mask=float_mask) - core(x, src_mask=bool_mask)).abs().max() <= 1e-12
@@ -420,7 +420,7 @@ def test_converters_copy_parameters():
     before = ours.torch_named_parameters()["layers.0.self_attn.in_proj_weight"].detach().clone()
     with torch.no_grad():
         ref.layers[0].self_attn.in_proj_weight.add_(1.0)
-    assert torch.equal(ours.torch_named_parameters()["layers.0.self_attn.in_proj_weight"], before)
+    assert torch.equal(ours.torch_named_parameters()["layers.0.self_attn.in_proj_weight"], before)  # untouched
     assert ours.core.acts[ours.norm_slot].eps == 1e-6  # enc.norm's eps, not the layers'
 
 
@@ -454,6 +454,7 @@ def test_registry_state_dict_and_pickle():
     buf.seek(0)
     loaded = torch.load(buf, weights_only=False)
     with torch.no_grad():
+        # bitwise: copies of one model (state_dict, pickle) run the same kernels
         assert torch.equal(other(x), layer(x)) and torch.equal(loaded(x), layer(x))
         assert torch.allclose(layer.double()(x.double()), layer(x.double()))
 
