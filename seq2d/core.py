@@ -236,7 +236,8 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
             mask = [[False] * self.n for _ in range(self.n)]
             for i, j, _ in linear:
                 mask[i][j] = True
-            kind, tile = choose_store(self.sizes, mask, store.device.type)
+            kind, tile = choose_store(self.sizes, mask, store.device.type,
+                                      boxes=[(box.rows, box.cols) for box in store.boxes])
             if kind == "tiled":
                 self.store = store
                 self.to_blocksparse(tile)

@@ -249,3 +249,23 @@ def test_auto_picks_the_store_from_the_measured_crossover():
     x = torch.randn(3, 64, dtype=D)
     torch.testing.assert_close(m(x), ref(x), rtol=0, atol=1e-12)
     assert m.num_parameters() == ref.num_parameters()
+
+
+def test_auto_measures_density_against_the_dense_box_not_the_whole_matrix():
+    """The randomized MNIST model's shape: every non-input row reads every column at about half
+    the entries. Against the whole N x N matrix its stored tiles look sparse (the input rows are
+    held), but the dense store multiplies only rows 1..n-1 x all columns, where every tile is
+    stored: dense. An MLP-shaped (acyclic) grid is dense per level."""
+    from seq2d.engines import choose_store
+
+    n = 5
+    region = [[i > 0 for _ in range(n)] for i in range(n)]
+    assert choose_store([256, 128, 64, 64, 64], region) == ("dense", None)
+    chain = [[i == j + 1 for j in range(n)] for i in range(n)]
+    boxes = [([i], [i - 1]) for i in range(1, n)]
+    assert choose_store([256, 128, 64, 64, 64], chain, boxes=boxes) == ("dense", None)
+    mask = torch.zeros(4, 4, dtype=torch.bool)
+    mask[1, 0] = mask[2, 1] = mask[3, 2] = True  # an MLP's grid through from_mask
+    m = seq2d.from_mask([256, 128, 64, 64], mask.repeat_interleave(torch.tensor([256, 128, 64, 64]), 0)
+                        .repeat_interleave(torch.tensor([256, 128, 64, 64]), 1), backend="auto", dtype=D)
+    assert type(m.store).__name__ == "DenseStore"

@@ -22,13 +22,18 @@ STORES = ("auto", "dense", "loop")
 TILED_CROSSOVER = {"cpu": {64: 0.5}}
 
 
-def choose_store(sizes: Sequence[int], block_mask, device_type: str = "cpu") -> tuple[str, int | None]:
+def choose_store(sizes: Sequence[int], block_mask, device_type: str = "cpu",
+                 boxes: Sequence[tuple[Sequence[int], Sequence[int]]] | None = None) -> tuple[str, int | None]:
     """``("tiled", T)`` or ``("dense", None)`` for a model with slot ``sizes`` and a bool
     ``block_mask[i][j]`` of linear positions (rows = outputs).
 
     The tile is the largest measured one (``TILED_CROSSOVER``) not larger than the smallest
     slot holding a linear block and wasting at most 1/8 of the flat state on padding; the
-    model goes tiled when its stored-tile density is below the crossover for that tile."""
+    model goes tiled when its stored-tile density is below the crossover for that tile. The
+    density is measured against what the dense store would multiply instead: its ``boxes``
+    (``(rows, cols)`` slot lists; default one box, every row holding a linear block x every
+    column one reads), not the whole N x N matrix (held rows, unread columns and, for an
+    acyclic model, the other levels' blocks cost the dense store nothing either)."""
     sizes = [int(s) for s in sizes]
     n = len(sizes)
     used = [i for i in range(n) if any(block_mask[i][j] or block_mask[j][i] for j in range(n))]
@@ -44,6 +49,11 @@ def choose_store(sizes: Sequence[int], block_mask, device_type: str = "cpu") -> 
             continue
         nt = [math.ceil(s / T) for s in sizes]
         stored = sum(nt[i] * nt[j] for i in range(n) for j in range(n) if block_mask[i][j])
-        density = stored / (sum(nt) ** 2)
+        if boxes is None:
+            rows = [i for i in range(n) if any(block_mask[i][j] for j in range(n))]
+            cols = [j for j in range(n) if any(block_mask[i][j] for i in range(n))]
+            boxes = [(rows, cols)]
+        area = sum(sum(nt[i] for i in r) * sum(nt[j] for j in c) for r, c in boxes)
+        density = stored / area
         return ("tiled", T) if density < table.get(T, 0.0) else ("dense", None)
     return "dense", None
