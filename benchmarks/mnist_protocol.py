@@ -39,6 +39,7 @@ import torch
 
 from seq2d.core import core_of
 from seq2d.mnist_comparison import configs_for, protocol_config
+from seq2d.report import write_section
 from seq2d.train import Trainer, build_model
 from seq2d.train.config import TrainConfig
 from seq2d.train.datasets import load_data
@@ -150,7 +151,16 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=2, help="parallel runs assumed by the projection")
     ap.add_argument("--quick", action="store_true", help="CI smoke run (synthetic data, tiny model, 8 steps, 1 round)")
     ap.add_argument("--json", help="write the measurements, projection and machine facts here")
+    ap.add_argument("--doc", help="write the tables into this page's 'mnist-protocol' section (docs/performance.md)")
+    ap.add_argument("--from-json", help="no measurement: print (and with --doc write) the tables of this JSON")
     args = ap.parse_args(argv)
+    if args.from_json:
+        record = json.loads(Path(args.from_json).read_text())
+        text = report(record)
+        print(text)
+        if args.doc:
+            write_section(args.doc, "mnist-protocol", text)
+        return 0
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     for v in variants:
@@ -168,16 +178,33 @@ def main(argv=None) -> int:
     res = measure(models, variants, data=data, steps=args.steps, rounds=args.rounds, image_size=image_size,
                   sizes=sizes)
     proj = project(res, models, variants, args.jobs)
-    print(table(res, proj, models, variants, args.jobs))
-    print(f"load average (1 min) during the run: {min(res['load']):.2f}-{max(res['load']):.2f}")
+    cmd = ["python", "benchmarks/mnist_protocol.py", *(argv if argv is not None else sys.argv[1:])]
+    record = {"command": " ".join(cmd), "cpu": cpu_name(), "capability": torch.backends.cpu.get_cpu_capability(),
+              "torch": torch.__version__, "cores": os.cpu_count(), "sizes": sizes, "models": models,
+              "variants": variants, "jobs": args.jobs, "quick": args.quick, **res, "projection": proj,
+              "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    text = report(record)
+    print(text)
     if args.json:
-        record = {"command": " ".join([Path(sys.argv[0]).as_posix(), *(argv if argv is not None else sys.argv[1:])]),
-                  "cpu": cpu_name(), "capability": torch.backends.cpu.get_cpu_capability(),
-                  "torch": torch.__version__, "cores": os.cpu_count(), "sizes": sizes, "models": models,
-                  "variants": variants, "jobs": args.jobs, "quick": args.quick, **res, "projection": proj,
-                  "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         Path(args.json).write_text(json.dumps(record, indent=1))
+    if args.doc:
+        write_section(args.doc, "mnist-protocol", text)
     return 0
+
+
+def report(record: dict) -> str:
+    """The tables of a measurement record and the line saying how it was made."""
+    models, variants, jobs = record["models"], record["variants"], record["jobs"]
+    loads = [x for x in record["load"] if x == x]
+    load = f"{min(loads):.2f}-{max(loads):.2f}" if loads else "n/a"
+    return "\n".join([
+        f"Measured {record['time_utc']} with `{record['command']}`: {record['cpu']} (CPU capability "
+        f"{record['capability']}), {record['cores']} cores, torch {record['torch']}, 1 torch thread per run, data "
+        f"{record['data']}, {record['steps']} steps x {record['rounds']} rounds per (variant, model), load average "
+        f"(1 min) {load} during the run.",
+        "",
+        table(record, record["projection"], models, variants, jobs),
+    ])
 
 
 if __name__ == "__main__":
