@@ -385,7 +385,8 @@ def _cmd_mnist(args) -> int:
         seeds = [int(x) for x in parts]
     base = load_config(proto)
     print(threads_line(base.num_threads))
-    rows = compare(configs_for(base, models), seeds, args.out, resume=not args.fresh, jobs=args.jobs)
+    rows = compare(configs_for(base, models), seeds, args.out, resume=not args.fresh, jobs=args.jobs,
+                   vectorize_seeds=args.vectorize_seeds)
     written = write_results(rows, args.out, config=base, protocol=proto, models=models, seeds=seeds, name=args.protocol)
     print()
     print(written["text"])
@@ -470,6 +471,10 @@ def _add_run_commands(sub) -> None:
     p.add_argument("--jobs", type=jobs_arg, default="auto", metavar="INT|auto",
                    help="runs trained at once, each in its own process (seq2d.parallel); auto (default): as many as "
                         "cores are idle (seq2d.threads), at most one per run; 1: one after the other in this process")
+    p.add_argument("--vectorize-seeds", dest="vectorize_seeds", action="store_true",
+                   help="train each model's seeds as one batched computation in this process (seq2d.train.vectorized; "
+                        "each seed's run equals its single-seed run); models that cannot be batched (random-tile) and "
+                        "runs continuing a checkpoint are trained one seed at a time, with --jobs")
     p.add_argument("--num-threads", dest="num_threads", type=threads_arg, default=1, metavar="INT|auto",
                    help="torch threads per run (default 1: small GEMMs at batch 64 gain little from more); auto: the "
                         "cores idle at the start of each run, at most its process's share (seq2d.threads)")

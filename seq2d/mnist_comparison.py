@@ -155,7 +155,7 @@ def configs_for(base: TrainConfig | Mapping | str | None, models: Sequence[str],
 
 
 def compare(configs: Mapping[str, TrainConfig], seeds: Sequence[int], out_dir: str | Path, *,
-            resume: bool = True, log=print, jobs: int | str = 1) -> list[dict]:
+            resume: bool = True, log=print, jobs: int | str = 1, vectorize_seeds: bool = False) -> list[dict]:
     """Train every named config for every seed, one run per (model, seed) in
     ``out_dir/<model>/seed<seed>``; one row per run, in the order models, then seeds.
 
@@ -177,7 +177,13 @@ def compare(configs: Mapping[str, TrainConfig], seeds: Sequence[int], out_dir: s
     prefixed with its ``[model seed k]`` tag. With one job (or one run to train) they run here,
     one after the other, and the first error stops the call; with several, a failed run is
     logged, the others finish, and then :class:`~seq2d.parallel.JobsFailedError` (a
-    Seq2DError: the failures were the user's to fix) or ``RuntimeError`` (a bug) is raised."""
+    Seq2DError: the failures were the user's to fix) or ``RuntimeError`` (a bug) is raised.
+
+    ``vectorize_seeds``: first, each model's runs to train afresh (no checkpoint in their folder,
+    or ``resume`` off) are trained as one batched computation in this process
+    (:func:`_train_vectorized`, :mod:`seq2d.train.vectorized`: each seed's run and folder as a
+    single run's); a model that cannot be batched (random-tile) and the runs with a checkpoint to
+    continue go the usual way."""
     from .train.identity import config_hash
 
     out_dir = Path(out_dir)
@@ -195,6 +201,8 @@ def compare(configs: Mapping[str, TrainConfig], seeds: Sequence[int], out_dir: s
             rows[k] = old
         else:
             todo.append(k)
+    if vectorize_seeds and todo:
+        todo = _train_vectorized(plan, todo, rows, resume=resume, log=log)
     if not todo:
         return rows
     from .parallel import JobsFailedError, resolve_jobs, run_jobs
@@ -243,13 +251,13 @@ def train_one(name: str, seed: int, cfg: TrainConfig, *, resume: bool = True, lo
     """One run of :func:`compare` (``cfg`` has its seed and ``out_dir`` set), not reused as
     finished: continue its checkpoint when the config allows, else train afresh; write
     ``summary.json`` (the row) and return the row. The same function in-process and in a worker."""
-    from .train.config import OUTPUT_FIELDS, config_to_dict
-    from .train.identity import config_diff, config_hash, format_diff
+    from .train.config import OUTPUT_FIELDS
+    from .train.identity import config_diff, format_diff
     from .train.rundir import read_record
     from .train.trainer import run
 
     run_dir = Path(cfg.out_dir)
-    tag, digest = _tag(name, seed), config_hash(cfg)
+    tag = _tag(name, seed)
     summary_path = run_dir / "summary.json"
     old = _read_json(summary_path) if resume else None
     if old is not None:
@@ -272,13 +280,22 @@ def train_one(name: str, seed: int, cfg: TrainConfig, *, resume: bool = True, lo
     summary_path.unlink(missing_ok=True)  # never left claiming a result while the run is redone
     log(f"{tag} training ({cfg.epochs} epochs, data={cfg.data}"
         + (f", max_steps={cfg.max_steps}" if cfg.max_steps is not None else "") + f") -> {run_dir}")
-    s = run(cfg, resume=can_resume, overwrite=not can_resume)
+    return _finish_row(name, seed, cfg, run(cfg, resume=can_resume, overwrite=not can_resume), log)
+
+
+def _finish_row(name: str, seed: int, cfg: TrainConfig, s: Mapping, log=print, **extra) -> dict:
+    """The row of a trained run (its summary ``s``, then ``extra``), written as ``summary.json`` in its folder."""
+    from .train.config import config_to_dict
+    from .train.identity import config_hash
+
+    run_dir, tag, digest = Path(cfg.out_dir), _tag(name, seed), config_hash(cfg)
+    summary_path = run_dir / "summary.json"
     row = {"model": name, "seed": seed, "epochs": cfg.epochs, "test_acc": s["final_test_acc"],
            "best_test_acc": s.get("best_test_acc"), "params": s.get("params"),
            "time_per_epoch_s": s.get("time_per_epoch_s"), "device": s.get("device"),
            "iterations": cfg.iterations, "granularity": cfg.granularity if cfg.model == "random" else None,
            "data": cfg.data, "run_dir": str(run_dir), "complete": s["complete"] and s["final_test_acc"] is not None,
-           "status": s["status"], "steps": s["steps"], "config_hash": digest, "config": config_to_dict(cfg)}
+           "status": s["status"], "steps": s["steps"], "config_hash": digest, "config": config_to_dict(cfg), **extra}
     if not row["complete"]:
         log(f"{tag} partial result: stopped by max_steps at step {s['steps']} (not reused as finished; "
             "run again without --max-steps to finish it)")
@@ -286,6 +303,38 @@ def train_one(name: str, seed: int, cfg: TrainConfig, *, resume: bool = True, lo
     tmp.write_text(json.dumps(row, indent=1))
     tmp.replace(summary_path)
     return row
+
+
+def _train_vectorized(plan: Sequence, todo: list[int], rows: list, *, resume: bool, log=print) -> list[int]:
+    """``compare(vectorize_seeds=True)``: per model, its runs in ``todo`` without a checkpoint to
+    continue (any, when not ``resume``) trained as one batch (:func:`seq2d.train.vectorized.train_copies`);
+    fills their ``rows`` and returns the runs left to train the usual way."""
+    from .train.vectorized import NotVectorizable, train_copies
+
+    left = []
+    groups: dict[str, list[int]] = {}
+    for k in todo:
+        name, _, cfg = plan[k]
+        if resume and (Path(cfg.out_dir) / "checkpoint.pt").is_file():
+            left.append(k)  # train_one continues it (or retrains it, saying why)
+        else:
+            groups.setdefault(name, []).append(k)
+    for name, ks in groups.items():
+        seeds, cfgs = [plan[k][1] for k in ks], [plan[k][2] for k in ks]
+        for cfg in cfgs:
+            (Path(cfg.out_dir) / "summary.json").unlink(missing_ok=True)
+        log(f"[{name}] training seeds {', '.join(map(str, seeds))} as one batch ({cfgs[0].epochs} epochs, "
+            f"data={cfgs[0].data}" + (f", max_steps={cfgs[0].max_steps}" if cfgs[0].max_steps is not None else "")
+            + f") -> {Path(cfgs[0].out_dir).parent}")
+        try:
+            summaries = train_copies(cfgs, overwrite=True)
+        except NotVectorizable as e:
+            log(f"[{name}] not batched: {e}")
+            left += ks
+            continue
+        for k, s in zip(ks, summaries):
+            rows[k] = _finish_row(*plan[k], s, log, copies=len(ks))  # time_per_epoch_s: the batch's
+    return sorted(left)
 
 
 def _read_json(path: Path) -> dict | None:

@@ -131,3 +131,31 @@ def test_refusals(tmp_path):
     first = train_copies(configs, build=build64, data=DATA)
     again = train_copies(configs, build=build64, data=DATA)
     assert all(s.get("reused") for s in again) and [s["history"] for s in again] == [s["history"] for s in first]
+
+
+def test_compare_vectorize_seeds_batches_what_it_can(tmp_path):
+    """compare(vectorize_seeds=True): mlp's seeds as one batch; random-tile refused, so trained one
+    seed at a time; every folder then reused as a finished run, as after single-seed runs."""
+    from seq2d.mnist_comparison import compare, configs_for
+
+    base = {"data": "synthetic", "sizes": [64, 32, 10], "epochs": 1, "num_threads": 1, "quiet": True}
+    configs = {**configs_for(base, ["mlp"]), **configs_for({**base, "tile": 16}, ["random-tile"])}
+    lines = []
+    rows = compare(configs, [0, 1], tmp_path, log=lines.append, vectorize_seeds=True)
+    assert [(r["model"], r["seed"], r.get("copies")) for r in rows] == [
+        ("mlp", 0, 2), ("mlp", 1, 2), ("random-tile", 0, None), ("random-tile", 1, None)]
+    assert all(r["complete"] for r in rows)
+    assert any(line.startswith("[mlp] training seeds 0, 1 as one batch") for line in lines)
+    assert any(line.startswith("[random-tile] not batched:") and "vmap" in line for line in lines)
+    lines.clear()
+    again = compare(configs, [0, 1], tmp_path, log=lines.append, vectorize_seeds=True)
+    assert again == rows and all("reusing finished run" in line for line in lines) and len(lines) == 4
+
+
+def test_seq2d_mnist_vectorize_seeds(tmp_path, capsys):
+    from seq2d.cli import main
+
+    rc = main(["mnist", "--models", "mlp", "--seeds", "0,1", "--epochs", "1", "--max-steps", "2", "--num-threads", "1",
+               "--vectorize-seeds", "--quiet", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 0 and "training seeds 0, 1 as one batch" in out and "| mlp (partial: 2 of 2) | 2 |" in out
