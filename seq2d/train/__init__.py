@@ -16,7 +16,8 @@ determinism), :mod:`~seq2d.train.progress` (progress bar, epoch lines),
 :mod:`~seq2d.train.rundir` (the run folder's lock, ``run.json``), :mod:`~seq2d.train.identity`
 (the config hash, config differences), :mod:`~seq2d.train.divergence`
 (the loss-explosion rule), :mod:`~seq2d.train.builder` (the model a config names),
-:mod:`~seq2d.train.distributed` (torchrun/DDP). The command line is ``python -m seq2d.train``
+:mod:`~seq2d.train.distributed` (torchrun/DDP), :mod:`~seq2d.train.vectorized` (several seeds as one
+batched computation). The command line is ``python -m seq2d.train``
 (``torchrun --nproc_per_node=2 -m seq2d.train ...`` for data-parallel runs).
 
 Names are imported on first use, so ``import seq2d.train.config`` stays light and
@@ -43,6 +44,7 @@ _EXPORTS = {
     "datasets": ("load_data", "make_augment", "synthetic_data"),
     "seeds": ("derive_seed", "epoch_permutation"),
     "distributed": ("DistContext", "init_distributed", "cleanup", "wrap_model", "resolve_device"),
+    "vectorized": ("train_seeds", "train_copies", "NotVectorizable"),
 }
 _WHERE = {name: mod for mod, names in _EXPORTS.items() for name in names}
 
