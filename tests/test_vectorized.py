@@ -159,3 +159,17 @@ def test_seq2d_mnist_vectorize_seeds(tmp_path, capsys):
                "--vectorize-seeds", "--quiet", "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert rc == 0 and "training seeds 0, 1 as one batch" in out and "| mlp (partial: 2 of 2) | 2 |" in out
+
+
+def test_a_diverging_copy_stops_the_batch(tmp_path):
+    import json
+
+    from seq2d.train import DivergenceError
+
+    cfg = base(tmp_path, optimizer="sgd", lr=1e4, epochs=3)
+    configs = seed_configs(cfg, SEEDS)
+    with pytest.raises(DivergenceError, match=r"of seed 0 at epoch \d+, step \d+") as info:
+        train_copies(configs, build=build64, data=DATA)
+    assert info.value.step >= 1
+    status = [json.loads((c.run_dir() / "run.json").read_text())["status"] for c in configs]
+    assert status == ["diverged", "interrupted", "interrupted"]
