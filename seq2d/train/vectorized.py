@@ -34,7 +34,8 @@ Refused with :class:`NotVectorizable` (train those seeds one at a time):
   places, and its block-sparse product (:mod:`seq2d.sparse.autograd`) has no vmap rule;
 - configs that differ in more than ``seed``/``model_seed`` and the output fields; torchrun.
 
-Not supported here: resume (continue a copy alone with the Trainer), callbacks. A copy that
+Not supported here: resume (continue a copy alone with the Trainer), callbacks, models that draw
+random numbers in their forward pass (dropout: vmap refuses them). A copy that
 diverges stops every copy: it is recorded ``diverged``, the others ``interrupted``, each with
 its last epoch's checkpoint intact.
 """
@@ -112,10 +113,9 @@ def check_vectorizable(configs: Sequence[TrainConfig], models: Sequence[nn.Modul
     if models is None:
         return
     from ..core import Sequential2D
-    from ..engines import TiledStore
 
     for m in models[0].modules():
-        if isinstance(m, Sequential2D) and isinstance(m.store, TiledStore):
+        if isinstance(m, Sequential2D) and m.store is not None and m.store.block_sparse:
             raise NotVectorizable(
                 f"model {configs[0].model!r} (granularity {configs[0].granularity!r}) is block-sparse: its product "
                 "(seq2d.sparse.autograd.BlockSparseMatmul) has no vmap rule, and each seed stores its own number of "
