@@ -198,8 +198,8 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         if not isinstance(name, str) or name not in STORES:
             raise InvalidValue(f"Unknown backend {name!r}. Select from " + ", ".join(repr(k) for k in STORES))
         self._backend = name
-        if isinstance(self.store, DenseStore):
-            self.store.mode = "loop" if name == "loop" else "dense"
+        if self.store is not None:
+            self.store.set_reference_mode(name == "loop")
 
     def _build_store(self):
         """The model's parameter store (:mod:`seq2d.engines`), or None without linear blocks."""
@@ -312,7 +312,7 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
     @property
     def engine(self):
         """The block-sparse matrix (``seq2d.sparse.BlockSparseLinear``) of a tiled model, else None."""
-        return self.store.matrix if isinstance(self.store, TiledStore) else None
+        return self.store.matrix if self.store is not None and self.store.block_sparse else None
 
     @property
     def biases(self) -> dict[str, Tensor]:
@@ -564,7 +564,7 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
 
         if isinstance(tile, bool) or tile not in TILE_SIZES:
             raise InvalidValue(f"to_blocksparse: tile must be one of {', '.join(map(str, TILE_SIZES))}, got {tile!r}")
-        if isinstance(self.store, TiledStore):
+        if self.store is not None and self.store.block_sparse:
             raise InvalidValue("this model is already block-sparse")
         entries = [(i, j, blk) for i, j, _, blk in self.positions() if isinstance(blk, LinearBlock)]
         if not entries:

@@ -201,10 +201,7 @@ def build_plan(model, upd: Sequence[int], present: frozenset) -> StepPlan:
     pieces: list[list] = []
     for i in plan.upd:
         if i in lin:
-            if store.kind == "tiled":
-                src, start = store.row_source(i, plan.boxes[0])
-            else:
-                src, start = store.row_source(i)
+            src, start = store.row_source(i, plan.boxes[0])
         else:
             src, start = None, 0
         w = width[i]
@@ -279,7 +276,7 @@ def build_plan(model, upd: Sequence[int], present: frozenset) -> StepPlan:
                 dest.append((plan.u_to_flat[a] + (lo - a), hi - lo))
         plan.act_write.append(dest)
     # one dense box giving exactly the updated rows: the bias goes into the GEMM
-    plan.fuse_bias = (store is not None and store.kind == "dense" and len(plan.boxes) == 1
+    plan.fuse_bias = (store is not None and store.fuses_bias and len(plan.boxes) == 1
                       and len(plan.pre_pieces) == 1 and plan.pre_pieces[0][:2] == (plan.boxes[0], 0)
                       and plan.pre_pieces[0][2] == store.boxes[plan.boxes[0]].shape[0]
                       and (plan.bias is None or plan.bias[0] == "slice") and not plan.modules)
@@ -322,7 +319,7 @@ def run_plan(model, plan: StepPlan, x: Segments, context: dict, cache: dict | No
             # in place when ``pre`` is a product we own (the kernels save their inputs, not
             # their output): no second (batch, width) buffer
             # (not with held-input products: the store may return the call's cached y_held itself)
-            own = (len(parts) == 1 and ys and parts[0] is next(iter(ys.values())) and store.kind == "tiled"
+            own = (len(parts) == 1 and ys and parts[0] is next(iter(ys.values())) and store.output_writable
                    and not (cache and "const" in cache))
             pre = pre.add_(b) if own else pre + b
         else:

@@ -31,7 +31,6 @@ from torch import Tensor, nn
 from .errors import InvalidInput, InvalidType
 from .arguments import input_distances
 from .blocks import ContextModule, block_kind, call_block
-from .engines import DenseStore
 from .flat import elementwise_key
 
 __all__ = ["ENABLED", "components", "unsupported_reason", "sequence_by_components", "step_loop", "SequenceMode"]
@@ -141,9 +140,9 @@ def _plan(model, pipeline: bool):
         return cache[key]
     ctx = [f"block F[{i}][{j}] is a {type(b).__name__} (call-time context)" for i, j, _, b in model.positions()
            if isinstance(b, ContextModule)]
-    reason = ("the tiled (block-sparse) store" if store is not None and not isinstance(store, DenseStore) else
+    reason = (f"the {store.label} store" if store is not None and not store.component_products else
               "a linear block with its own bias" if model._block_biases()[0] else
-              "backend 'loop'" if store is not None and store.mode != "dense" else
+              "backend 'loop'" if store is not None and store.reference_mode else
               "an input slot with a non-empty row" if any(i in rows for i in model.inputs) else
               ctx[0] if ctx else None)
     if reason is not None:
@@ -482,7 +481,7 @@ class SequenceMode:
         upd_cache: dict = {}
         rows = self._all_rows_t
         # products with the input slots do not depend on the state: one GEMM for all T steps
-        hoisted = isinstance(self.store, DenseStore) and not self._reads_inputs_elsewhere() and \
+        hoisted = self.store is not None and not self._reads_inputs_elsewhere() and \
             self.store.hoist_inputs(xs, self.inputs, cache)
         xs_t = xs.unbind(0)  # one node for all T steps (xs[s] would zero-fill xs's gradient every step)
         for s in range(T + D):

@@ -30,13 +30,31 @@ def contiguous_runs(slots: Sequence[int], offsets: Sequence[int]) -> list[tuple[
 
 
 class Engine(nn.Module):
-    """Base of the parameter stores (``DenseStore``, ``TiledStore``).
+    """Base of the parameter stores (``DenseStore``, ``TiledStore``): what a step may ask of one.
+
+    Callers (the step plan in :mod:`seq2d.flat`, sequence mode, ``Sequential2D``) use only what
+    is declared here and ask for capabilities through the attributes below, never a store's
+    class or ``kind``; a new store is added in ``seq2d/engines`` alone (docs/concepts.md, "Where
+    things live", lists what it must implement; tests/test_engine_seam.py builds a tiny one).
 
     Subclasses set ``offsets`` (flat layout, length n + 1), ``rows`` (slots holding linear
-    blocks), ``boxes`` and implement ``product``, ``row_source``, ``num_trainable``,
-    ``dense_weight``."""
+    blocks), ``boxes`` and ``box_of_row``, and implement :meth:`product`, :meth:`row_source`,
+    :meth:`num_trainable` and :meth:`dense_weight`."""
 
     kind = "base"
+    #: a label for messages ("the tiled (block-sparse) store")
+    label = "base"
+    #: ``product(..., bias=b)`` adds ``b`` inside its GEMM (one box only)
+    fuses_bias = False
+    #: ``product``'s outputs are fresh tensors that no autograd node saved: a caller may add to
+    #: them in place (no second buffer)
+    output_writable = False
+    #: per-block weights for sequence mode's component-by-component evaluation
+    #: (:func:`seq2d.schedule.sequence_by_components` needs ``position_weight``)
+    component_products = False
+    #: the weights are the tiles of a ``seq2d.sparse.BlockSparseLinear``, held as the
+    #: submodule ``matrix`` (declared by such stores only: a class attribute would hide it)
+    block_sparse = False
 
     def __init__(self, sizes: Sequence[int]):
         super().__init__()
@@ -50,15 +68,39 @@ class Engine(nn.Module):
     def flat_size(self) -> int:
         return self.offsets[-1]
 
-    def boxes_for(self, rows) -> list[int]:
+    def boxes_for(self, rows) -> list:
         """The boxes holding any of ``rows``."""
         return sorted({self.box_of_row[i] for i in rows if i in self.box_of_row})
 
-    def product(self, x: Tensor, boxes: Sequence[int], cache: dict | None = None) -> dict[int, Tensor]:
+    def product(self, x, boxes: Sequence, cache: dict | None = None, bias: Tensor | None = None,
+                present: frozenset | None = None) -> dict:
+        """``{box: x_cols @ W_box.T}`` for the given boxes (``x``: a :class:`seq2d.flat.Segments`).
+        ``cache``: one dict per forward call (weights formed once; ``cache["const"]`` names the
+        slots no step of the call writes); ``bias``: only when :attr:`fuses_bias`; ``present``:
+        the slots holding a value (the others are zero)."""
         raise NotImplementedError
 
-    def row_source(self, i: int) -> tuple[int, int]:
+    def row_source(self, i: int, box=None) -> tuple:
+        """(box, offset of slot ``i``'s rows in that box's product); ``box``: the box the step
+        asked for (the tiled store's products depend on it)."""
         raise NotImplementedError
 
     def num_trainable(self) -> int:
         raise NotImplementedError
+
+    def dense_weight(self) -> Tensor:
+        """The N x N effective weight over the unpadded state (inspection and tests)."""
+        raise NotImplementedError
+
+    def hoist_inputs(self, xs: Tensor, inputs: Sequence[int], cache: dict) -> bool:
+        """Sequence mode: precompute the products with the input slots for all time steps, if
+        this store can (then ``True``, and ``cache`` holds them); the default cannot."""
+        return False
+
+    def set_reference_mode(self, on: bool) -> None:
+        """Switch to the per-block reference evaluation (``backend="loop"``) where the store has
+        one; the default has none and ignores it."""
+
+    @property
+    def reference_mode(self) -> bool:
+        return False

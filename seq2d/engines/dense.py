@@ -130,6 +130,9 @@ class DenseStore(Engine):
     """
 
     kind = "dense"
+    label = "dense"
+    fuses_bias = True
+    component_products = True
 
     def __init__(self, sizes: Sequence[int], entries: Sequence[tuple[int, int, LinearBlock]],
                  box_rows: Sequence[Sequence[int]] | None = None, *, mode: str = "dense"):
@@ -473,8 +476,15 @@ class DenseStore(Engine):
             rows.append(acc)
         return rows[0] if len(rows) == 1 else torch.cat(rows, dim=-1)
 
-    def row_source(self, i: int) -> tuple[int, int]:
-        """(box, offset of slot i's rows in that box's output)."""
+    def set_reference_mode(self, on: bool) -> None:
+        self.mode = "loop" if on else "dense"
+
+    @property
+    def reference_mode(self) -> bool:
+        return self.mode == "loop"
+
+    def row_source(self, i: int, box=None) -> tuple[int, int]:
+        """(box, offset of slot i's rows in that box's output); every step reads the same boxes."""
         b = self.box_of_row[i]
         return b, self.boxes[b].roff[i]
 

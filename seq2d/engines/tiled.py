@@ -29,6 +29,9 @@ class TiledStore(Engine):
     """The store of a block-sparse model: ``matrix`` is the BlockSparseLinear."""
 
     kind = "tiled"
+    label = "tiled (block-sparse)"
+    output_writable = True  # the kernels save their inputs, not their output
+    block_sparse = True
 
     def __init__(self, matrix: BlockSparseLinear, box_rows: Sequence[Sequence[int]] | None = None):
         super().__init__(matrix.sizes)
