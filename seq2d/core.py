@@ -15,7 +15,6 @@ import torch
 from torch import Tensor, nn
 
 from .errors import InvalidType, InvalidValue
-from .activations import activation_name
 from .arguments import (build_activations, check_block_fits, check_degenerate, check_factory, check_sizes, check_slot_list,
                         check_steps, depth_and_levels, far_output, normalize_grid, slot_biases, warn_steps)
 from .blocks import (ContextModule, Identity, LinearBlock, LinearLike, block_kind, draw_device,  # noqa: F401 (re-exported)
@@ -23,6 +22,7 @@ from .blocks import (ContextModule, Identity, LinearBlock, LinearLike, block_kin
 from .engines import STORES, DenseStore, TiledStore, choose_store
 from .engines.migrate import migrate_state_dict
 from .flat import Segments, SlotBias, build_plan, run_plan
+from .gridtext import grid_text
 from .schedule import SequenceMode
 from .state import State, StateIO
 
@@ -387,41 +387,8 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         return total
 
     def grid(self) -> str:
-        """The block grid as text. Legend: ``.`` absent, ``I`` identity, ``W`` dense linear,
-        ``w`` masked linear, ``F`` linear with frozen values, ``T`` a tiled block of the
-        block-sparse engine, ``M`` module; a digit after the
-        letter names the tied-weight group when one LinearBlock sits at several positions."""
-        n = self.n
-        groups: dict[int, int] = {}
-        counts: dict[int, int] = {}
-        for _, _, kind, blk in self.positions():
-            if kind == "linear":
-                counts[id(blk)] = counts.get(id(blk), 0) + 1
-        for _, _, kind, blk in self.positions():
-            if kind == "linear" and counts[id(blk)] > 1 and id(blk) not in groups:
-                groups[id(blk)] = len(groups)
-        cells = [["." for _ in range(n)] for _ in range(n)]
-        for i, j, kind, blk in self.positions():
-            if kind == "identity":
-                c = "I"
-            elif kind == "module":
-                c = "M"
-            else:
-                c = "F" if blk.frozen is not None else ("w" if blk.mask is not None else "W")
-                if not isinstance(blk, LinearBlock):
-                    c = "T" + c[1:]  # tiled (block-sparse engine)
-                if id(blk) in groups:
-                    c += str(groups[id(blk)])
-            cells[i][j] = c
-        w = max(3, max(len(c) for row in cells for c in row) + 1, len(str(n - 1)) + 1)
-        head = " " * 12 + "".join(f"{j:>{w}}" for j in range(n))
-        lines = [head]
-        for i in range(n):
-            role = "in" if i in self.inputs else ("out" if i in self.outputs else "")
-            name = activation_name(self.acts[i]) or type(self.acts[i]).__name__
-            label = f"{i:>2} {self.sizes[i]:>5} {role:>3}"
-            lines.append(f"{label:<12}" + "".join(f"{c:>{w}}" for c in cells[i]) + f"   {name}" + (" +b" if self.bias(i) is not None else ""))
-        return "\n".join(lines)
+        """The block grid as text (:func:`seq2d.gridtext.grid_text`: the legend is there)."""
+        return grid_text(self)
 
     def summary(self) -> str:
         """Grid, slot table and parameter count as text."""
