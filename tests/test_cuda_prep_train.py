@@ -203,7 +203,9 @@ def reference_run(cfg):
     try:
         seed_everything(cfg.seed)
         model = build_model(cfg)
-        opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay)
+        impl = {"fused": True} if cfg.optimizer_impl == "fused" else {"foreach": cfg.optimizer_impl == "foreach"}
+        opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
+                               weight_decay=cfg.weight_decay, **impl)  # the Trainer's implementation (one path)
         (X, y), (Xt, yt) = DATA["train"], DATA["test"]
         rows = []
         for epoch in range(cfg.epochs):
