@@ -187,7 +187,7 @@ def _check_matrix(name: str, value, shape: tuple[int, int], what: str) -> Tensor
 class LinearLike(nn.Module):
     """Base of linear blocks: ``in_features``, ``out_features``, ``effective_weight()``,
     ``trainable_mask()``, ``num_trainable()``, ``mask``/``frozen`` (None when absent).
-    :class:`LinearBlock` owns a dense weight; ``seq2d.sparse.TiledBlock`` is a view of tiles
+    :class:`LinearBlock` owns a dense weight; ``seq2d.engines.TiledBlock`` is a view of tiles
     stored in a block-sparse engine. ``bias`` is the block's own bias (None when absent)."""
 
 

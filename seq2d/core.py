@@ -580,5 +580,3 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         flat, present = self._segments(state)
         flat, present, _ = self._iterate(flat, present, steps, hold, context)
         return self._read_outputs(flat, present)
-
-    # ------------------------------------------------------------------ sequence mode
