@@ -24,7 +24,9 @@ prints one line per epoch. :func:`worker_log` sends a line as it is (already tag
 **Failures.** An exception in a task is caught in the worker and comes back as a
 :class:`JobFailure` (type name, message, traceback text, whether it is a
 :class:`~seq2d.errors.Seq2DError`); the parent logs it and the other tasks go on. A worker
-that dies (killed, out of memory) fails its task the same way.
+that dies (killed, out of memory) breaks the pool (``concurrent.futures`` stops the other
+workers with SIGTERM, see below): every task not finished yet is reported failed, and a new
+call resumes those runs from their checkpoints.
 
 **Ctrl-C** (or SIGTERM) in the parent (the workers ignore SIGINT, so one Ctrl-C is handled
 once): pending tasks are cancelled, every worker gets SIGTERM, which raises
@@ -47,6 +49,7 @@ import threading
 import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 
 from .errors import InvalidType, InvalidValue, Seq2DError
 
@@ -71,7 +74,7 @@ class JobFailure:
 
 class JobsFailedError(Seq2DError, RuntimeError):
     """Some parallel runs failed with errors that are the user's to fix (each logged as it
-    happened; the other runs finished). ``failures``: their :class:`JobFailure`\\ s."""
+    happened; the other runs finished, unless a worker died). ``failures``: their :class:`JobFailure`\\ s."""
 
     def __init__(self, message: str, *, failures: Sequence[JobFailure] = ()):
         super().__init__(message)
@@ -246,7 +249,12 @@ def run_jobs(fn: Callable, tasks: Sequence[tuple], *, tags: Sequence[str], jobs:
                 k = futures[f]
                 try:
                     status, value = f.result()
-                except Exception as e:  # the worker died (BrokenProcessPool) or the result did not unpickle
+                except BrokenProcessPool as e:  # a worker died: the pool stops every unfinished task
+                    status, value = "error", JobFailure(
+                        tags[k], type(e).__name__, "a worker process died (killed, or out of memory?) and the pool "
+                        "stopped the runs not finished yet; their last checkpoints stay, a new call resumes them",
+                        "", True)
+                except Exception as e:  # the result did not unpickle
                     status, value = "error", JobFailure(tags[k], type(e).__name__, str(e) or repr(e), "", False)
                 if status == "error":
                     log(value.line())

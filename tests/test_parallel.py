@@ -70,6 +70,36 @@ def test_a_failing_run_is_reported_and_the_others_finish(tmp_path):
     assert not list(tmp_path.rglob("run.lock"))  # both workers released their folders
 
 
+def _task(k: int, sleep: float, what: str = "ok"):
+    """A task of run_jobs (module level: the spawned workers import it)."""
+    import os
+    import time
+
+    time.sleep(sleep)
+    print(f"task {k} done")
+    if what == "raise":
+        raise ValueError(f"task {k} refuses")
+    if what == "die":
+        os._exit(3)
+    return 10 * k
+
+
+def test_run_jobs_keeps_the_order_reports_errors_and_survives_a_dead_worker():
+    from seq2d.parallel import JobFailure, run_jobs
+
+    lines = []
+    # the later tasks finish first; results come back in task order, printed lines tagged
+    res = run_jobs(_task, [(0, 1.5), (1, 0.0, "raise"), (2, 0.0)], tags=["[a]", "[b]", "[c]"], jobs=2, log=lines.append)
+    assert res[0] == 0 and res[2] == 20
+    assert isinstance(res[1], JobFailure) and res[1].type == "ValueError" and not res[1].user_error
+    assert res[1].line() == "[b] failed: ValueError: task 1 refuses" and "Traceback" in res[1].traceback
+    assert {"[a] task 0 done", "[b] task 1 done", "[c] task 2 done", "[b] failed: ValueError: task 1 refuses"} <= set(lines)
+    # a worker that dies breaks the pool: its task and the unfinished ones fail, nothing hangs
+    res = run_jobs(_task, [(0, 0.0), (1, 0.5, "die"), (2, 30.0)], tags=["[a]", "[b]", "[c]"], jobs=2, log=lines.append)
+    assert res[0] == 0
+    assert all(isinstance(r, JobFailure) and r.type == "BrokenProcessPool" and r.user_error for r in res[1:])
+
+
 def test_resolve_jobs():
     assert resolve_jobs(4, 3) == 3 and resolve_jobs(2, 5) == 2 and resolve_jobs(3, 0) == 1
     assert resolve_jobs("auto", 10, available=0.2) == 1  # a busy machine: one job

@@ -142,9 +142,11 @@ def test_config_rejects_bad_thread_values(value, exc):
         load_config(None, ["num_threads=fast"])
 
 
-def test_cli_defaults_to_auto_and_keeps_ints():
+def test_cli_defaults_and_keeps_ints():
     ap = build_parser()
-    assert ap.parse_args(["mnist"]).num_threads == "auto"
+    # seq2d mnist: 1 thread per run, runs in parallel processes (--jobs auto); auto on request
+    assert ap.parse_args(["mnist"]).num_threads == 1 and ap.parse_args(["mnist"]).jobs == "auto"
+    assert ap.parse_args(["mnist", "--num-threads", "auto"]).num_threads == "auto"
     assert ap.parse_args(["mnist", "--num-threads", "1"]).num_threads == 1
     from seq2d.cli import _TRAIN_DEFAULTS
     from seq2d.train.config import config_from_args
