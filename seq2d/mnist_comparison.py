@@ -24,7 +24,7 @@ from .train.config import TrainConfig, load_config
 
 __all__ = ["MODELS", "SCALES", "PROTOCOLS", "PLOTS", "SEED_SUMMARY", "Protocol", "protocol_config", "protocol_table",
            "protocols_section", "configs_for", "compare",
-           "train_one", "summarize", "difference", "format_table", "write_plots", "write_results"]
+           "train_one", "run_memory", "summarize", "difference", "format_table", "write_plots", "write_results"]
 
 # The models of the comparison: config overrides on top of the protocol.
 MODELS: dict[str, dict] = {
@@ -209,7 +209,7 @@ def compare(configs: Mapping[str, TrainConfig], seeds: Sequence[int], out_dir: s
 
     fixed = {plan[k][2].num_threads for k in todo}
     threads = max(t for t in fixed if isinstance(t, int)) if any(isinstance(t, int) for t in fixed) else 1
-    n = resolve_jobs(jobs, len(todo), threads=threads)
+    n = resolve_jobs(jobs, len(todo), threads=threads, memory=max(run_memory(plan[k][2]) for k in todo))
     if n == 1:
         for k in todo:
             rows[k] = train_one(*plan[k], resume=resume, log=log)
@@ -235,6 +235,17 @@ def compare(configs: Mapping[str, TrainConfig], seeds: Sequence[int], out_dir: s
             raise JobsFailedError(text, failures=failures)
         raise RuntimeError(text + " (a bug: the traceback is above)")
     return rows
+
+
+# images held by a run (train + test), by data set
+_IMAGES = {"full": 70_000, "subset": 3_500, "synthetic": 0}
+
+
+def run_memory(cfg: TrainConfig) -> int:
+    """About how many bytes one run of ``cfg`` holds (for ``jobs="auto"``): its images in float32
+    twice (the loaded set and its cached copy) plus 512 MiB for torch, the model and Adam. A full
+    MNIST run at 50x50 comes to 1.8 GiB (measured: 1.5-1.6 GiB resident)."""
+    return 2 * 4 * _IMAGES.get(cfg.data, 70_000) * cfg.image_size ** 2 + (512 << 20)
 
 
 def _tag(name: str, seed: int) -> str:

@@ -12,7 +12,8 @@ results in the order of the tasks, whatever order they finish in::
 **The cores are split between the workers**: each starts with ``torch.set_num_threads(threads)``
 (so a run's ``num_threads = "auto"`` picks at most its share; an int is used as is).
 :func:`resolve_jobs` gives ``"auto"``: as many workers as idle cores
-(:func:`seq2d.threads.available_cores`) divided by the threads per job, at most one per task.
+(:func:`seq2d.threads.available_cores`) divided by the threads per job, as many as the
+available memory holds (given what one task needs), at most one per task.
 
 **Output.** A worker's ``sys.stdout`` and ``sys.stderr`` are replaced by a writer that sends
 each complete line, prefixed with the task's tag, through a queue to the parent, where one
@@ -53,7 +54,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 from .errors import InvalidType, InvalidValue, Seq2DError
 
-__all__ = ["JobFailure", "JobsFailedError", "resolve_jobs", "jobs_arg", "run_jobs", "worker_log"]
+__all__ = ["JobFailure", "JobsFailedError", "available_memory", "resolve_jobs", "jobs_arg", "run_jobs", "worker_log"]
 
 AUTO = "auto"
 
@@ -93,13 +94,28 @@ def jobs_arg(text: str) -> int | str:
     raise argparse.ArgumentTypeError(f"expected a positive int or 'auto', got {text!r}")
 
 
-def resolve_jobs(jobs: int | str, tasks: int, *, threads: int = 1, available: float | None = None) -> int:
+def available_memory() -> int | None:
+    """Bytes of memory available now (``MemAvailable`` of ``/proc/meminfo``); None where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def resolve_jobs(jobs: int | str, tasks: int, *, threads: int = 1, available: float | None = None,
+                 memory: int | None = None, available_bytes: int | None = None) -> int:
     """How many worker processes for ``tasks`` tasks of ``threads`` torch threads each.
 
     ``jobs`` an int: it, at most ``tasks``. ``"auto"``: ``floor(available / threads + 0.25)``
     (the rule of :func:`seq2d.threads.auto_threads`; ``available`` defaults to
-    :func:`seq2d.threads.available_cores`), clamped to ``[1, cpu_limit() // threads]`` and at
-    most ``tasks``. Never less than 1 (0 tasks: 1)."""
+    :func:`seq2d.threads.available_cores`), clamped to ``[1, cpu_limit() // threads]``, at most
+    ``available_bytes // memory`` when ``memory`` (the bytes one task needs) is given
+    (``available_bytes`` defaults to :func:`available_memory`; unknown: no limit), and at most
+    ``tasks``. Never less than 1 (0 tasks: 1)."""
     from .threads import SLACK, available_cores, cpu_limit
 
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
@@ -111,6 +127,10 @@ def resolve_jobs(jobs: int | str, tasks: int, *, threads: int = 1, available: fl
             raise InvalidValue(f"jobs: expected a positive int or 'auto', got {jobs!r}")
         avail = available_cores() if available is None else available
         n = min(math.floor(avail / threads + SLACK), max(1, cpu_limit() // threads))
+        if memory:
+            free = available_memory() if available_bytes is None else available_bytes
+            if free is not None:
+                n = min(n, free // memory)
     elif jobs < 1:
         raise InvalidValue(f"jobs: expected a positive int or 'auto', got {jobs}")
     else:

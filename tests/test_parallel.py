@@ -106,6 +106,10 @@ def test_resolve_jobs():
     assert resolve_jobs("auto", 10, available=1.8) == min(2, resolve_jobs("auto", 10, available=64))
     assert resolve_jobs("auto", 1, available=64) == 1
     assert resolve_jobs("auto", 10, threads=2, available=1.0) == 1
+    cores = resolve_jobs("auto", 10, available=64)
+    assert resolve_jobs("auto", 10, available=64, memory=2 << 30, available_bytes=5 << 30) == min(2, cores)
+    assert resolve_jobs("auto", 10, available=64, memory=2 << 30, available_bytes=1 << 30) == 1  # never 0
+    assert resolve_jobs(3, 10, memory=2 << 30, available_bytes=1 << 30) == 3  # an explicit count is used as is
     for bad in (0, -1, "two", 1.5, True):
         with pytest.raises((TypeError, ValueError), match="jobs"):
             resolve_jobs(bad, 3)
