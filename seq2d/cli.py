@@ -470,7 +470,8 @@ def _add_run_commands(sub) -> None:
     p.add_argument("--device", default=None, help="auto (default), cpu or cuda")
     p.add_argument("--jobs", type=jobs_arg, default="auto", metavar="INT|auto",
                    help="runs trained at once, each in its own process (seq2d.parallel); auto (default): as many as "
-                        "cores are idle (seq2d.threads), at most one per run; 1: one after the other in this process")
+                        "cores are idle (seq2d.threads) and memory holds, at most one per run; 1: one after the "
+                        "other in this process")
     p.add_argument("--vectorize-seeds", dest="vectorize_seeds", action="store_true",
                    help="train each model's seeds as one batched computation in this process (seq2d.train.vectorized; "
                         "each seed's run equals its single-seed run); models that cannot be batched (random-tile) and "
