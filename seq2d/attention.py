@@ -8,12 +8,12 @@ import math
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from .errors import InvalidInput, InvalidType, InvalidValue
 from .blocks import ContextModule
 
-__all__ = ["AttentionCore", "check_dropout"]
+__all__ = ["AttentionCore", "SequenceFirstDropout", "check_dropout"]
 
 
 def _check_heads(d_model, nhead, what: str) -> None:
@@ -147,3 +147,17 @@ class AttentionCore(ContextModule):
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, nhead={self.nhead}" + (f", dropout={self.dropout}" if self.dropout else "")
+
+
+class SequenceFirstDropout(nn.Dropout):
+    """``nn.Dropout`` drawn in the memory layout of ``nn.MultiheadAttention``'s batch-first
+    output: a ``(B, T, d)`` tensor laid out as ``(T, B, d)``. torch's CPU dropout draws its
+    mask in memory order, so this is what makes ``dropout1`` of a converted layer draw torch's
+    mask (same values, a view of the same layout)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.p == 0 or x.dim() < 3:
+            return super().forward(x)  # (T, d): torch's layout is (T, 1, d), i.e. the same order
+        shape = x.shape
+        t = x.reshape(-1, shape[-2], shape[-1]).transpose(0, 1).contiguous()  # (T, B, d) in memory
+        return F.dropout(t, self.p, True, self.inplace).transpose(0, 1).reshape(shape)

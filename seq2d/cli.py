@@ -398,7 +398,8 @@ def _cmd_train(args) -> int:
     from .train.config import config_from_args
     from .train.errors import cli_terms
     from .train.identity import parse_allow_changed
-    from .train.trainer import reuse_line, run
+    from .train.rundir import reuse_line
+    from .train.trainer import run
 
     if args.config_file:
         if args.config and args.config != args.config_file:

@@ -23,28 +23,14 @@ output. An encoder of ``L`` layers is ONE Sequential2D with the layers' slots st
 steps (+1 for the optional final LayerNorm slot). The masks are call-time context
 (``**context`` of ``Sequential2D.forward``) given to every :class:`AttentionCore`.
 
-**Dropout** (``dropout=p > 0``) sits exactly where ``nn.TransformerEncoderLayer`` applies it:
-on the attention weights (inside :class:`AttentionCore`), on the attention output
-(``dropout1``), after the feed-forward activation (``dropout``) and on the feed-forward output
-(``dropout2``). The last three need a slot of their own (a slot activation acts on the whole
-row sum, and torch drops ``W_o attn + b_o`` before the residual is added), so a layer with
-dropout has three more slots, ``sa``, ``fd`` and ``ff``::
-
-    qkv = W_in x + b_in;  attn = M(qkv)           # M drops attention weights
-    sa  = drop1(W_o attn + b_o)                    # slot activation: dropout
-    h   = LN1(x + sa)
-    f   = act(W_1 h + b_1);  fd = drop(f)          # identity block, dropout activation
-    ff  = drop2(W_2 fd + b_2);  y = LN2(h + ff)
-
-(pre-norm likewise), depth 8 (post-norm) or 10 (pre-norm). Evaluated with ``steps >= depth``
-(the default), every slot is computed once, level by level, in torch's order, and each
-dropout draws a tensor of torch's shape and memory layout (``drop1`` in the (T, B, d) layout
-of ``nn.MultiheadAttention``'s output), so in training mode a converted layer equals the torch
-layer under the same RNG state (up to rounding; tested on the CPU for ``(B, T, d)`` and
-``(T, d)`` inputs; on CUDA, where torch's dropout is a fused kernel, the equality is untested). Run otherwise (``use_plan = False``, ``hold``, sequence mode), the dropouts draw
-afresh at every step: a correct dropout sample, but not torch's draws. Without dropout
-(``p = 0``, the constructors' default) the grids are the smaller ones above; in eval mode
-dropout does nothing. Inputs are batch first: ``(*batch, T, d_model)``.
+**Dropout** (``dropout=p > 0``) sits where ``nn.TransformerEncoderLayer`` applies it: on the
+attention weights (in :class:`AttentionCore`), and in three more slots (docs/concepts.md)
+``sa = drop1(W_o attn + b_o)``, ``fd = drop(f)``, ``ff = drop2(W_2 fd + b_2)`` (then
+``h = LN1(x + sa)``, ``y = LN2(h + ff)``): depth 8 (pre-norm 10). With ``steps >= depth`` (the
+default) each slot is computed once, in torch's order, on a tensor of torch's shape and memory
+layout, so in training mode a converted layer equals torch's under the same RNG state (tested
+on the CPU; untested on CUDA's fused dropout); other schedules draw afresh at every step.
+Inputs are batch first: ``(*batch, T, d_model)``.
 """
 
 from __future__ import annotations
@@ -59,7 +45,7 @@ from torch import Tensor, nn
 
 from ..errors import InvalidInput, InvalidType, InvalidValue
 from ..arguments import check_factory, unexpected_keywords
-from ..attention import AttentionCore, _check_heads, check_dropout
+from ..attention import AttentionCore, SequenceFirstDropout, _check_heads, check_dropout
 from ..blocks import LinearBlock
 from ..core import Sequential2D
 from .registry import register_model
@@ -246,20 +232,6 @@ def _layer_repr(d_model, nhead, dff, norm_first, act, eps, bias, dropout=0.0) ->
     if not bias:
         s += ", bias=False"
     return s
-
-
-class SequenceFirstDropout(nn.Dropout):
-    """``nn.Dropout`` drawn in the memory layout of ``nn.MultiheadAttention``'s batch-first
-    output: a ``(B, T, d)`` tensor laid out as ``(T, B, d)``. torch's CPU dropout draws its
-    mask in memory order, so this is what makes ``dropout1`` of a converted layer draw torch's
-    mask (same values, a view of the same layout)."""
-
-    def forward(self, x: Tensor) -> Tensor:
-        if not self.training or self.p == 0 or x.dim() < 3:
-            return super().forward(x)  # (T, d): torch's layout is (T, 1, d), i.e. the same order
-        shape = x.shape
-        t = x.reshape(-1, shape[-2], shape[-1]).transpose(0, 1).contiguous()  # (T, B, d) in memory
-        return F.dropout(t, self.p, True, self.inplace).transpose(0, 1).reshape(shape)
 
 
 # ---------------------------------------------------------------------------- wrappers

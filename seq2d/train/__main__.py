@@ -18,7 +18,8 @@ from ..errors import Seq2DError
 from .config import add_config_args, config_from_args
 from .identity import parse_allow_changed
 from .errors import cli_terms
-from .trainer import DivergenceError, reuse_line, run
+from .rundir import reuse_line
+from .trainer import DivergenceError, run
 
 __all__ = ["build_parser", "main"]
 

@@ -32,10 +32,11 @@ from pathlib import Path
 
 from ..errors import InvalidValue
 from .config import TrainConfig, config_to_dict
-from .identity import config_hash
-from .errors import RunLockedError
+from .identity import config_diff, config_hash, format_diff
+from .errors import RunExistsError, RunLockedError, spell
 
-__all__ = ["RunDir", "LOCK_NAME", "RECORD_NAME", "read_record", "is_finished_run", "pid_alive", "process_start_time"]
+__all__ = ["RunDir", "LOCK_NAME", "RECORD_NAME", "read_record", "is_finished_run", "run_exists_error", "reuse_line",
+           "pid_alive", "process_start_time"]
 
 LOCK_NAME = "run.lock"
 RECORD_NAME = "run.json"
@@ -236,6 +237,23 @@ def is_finished_run(record: Mapping | None, cfg: TrainConfig) -> bool:
     ``seq2d mnist``: ``record`` (a run.json) is a complete run of ``cfg``'s effective config
     (status ``complete``, equal :func:`~seq2d.train.identity.config_hash`)."""
     return bool(record) and record.get("status") == "complete" and record.get("config_hash") == config_hash(cfg)
+
+
+def run_exists_error(checkpoint: Path, record: Mapping | None, cfg: TrainConfig) -> RunExistsError:
+    """The refusal of a folder whose checkpoint is not a finished run of ``cfg`` (its status and
+    the fields that differ), in the caller's terms (:func:`~seq2d.train.errors.spell`)."""
+    diff = config_diff(record["config"], cfg) if record and isinstance(record.get("config"), dict) else {}
+    same = (f"its config differs: {format_diff(diff)}" if diff else "same config") if record else "config unknown"
+    return RunExistsError(
+        f"{str(checkpoint)!r} exists ({describe_record(record)}; {same}): "
+        + spell("pass resume=True to continue that run, overwrite=True to start afresh, or choose another out_dir/name",
+                "add --resume to continue that run, --overwrite to start afresh, or choose another --out-dir/--name"))
+
+
+def reuse_line(summary: Mapping) -> str:
+    """What a run that was reused (``summary["reused"]``) says about it, in the caller's terms."""
+    return (f"reusing the complete run in {summary['out_dir']} (same config, hash {summary['config_hash']}): nothing "
+            "to train; " + spell("overwrite=True", "--overwrite") + " trains it again")
 
 
 def describe_record(record: Mapping | None) -> str:

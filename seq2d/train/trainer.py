@@ -82,11 +82,12 @@ from .config import TrainConfig, config_to_dict, save_config
 from .datasets import load_data, make_augment, split_data, synthetic_data
 from .distributed import DistContext, all_reduce_sum, barrier, cleanup, init_distributed, wrap_model
 from .divergence import DivergenceMonitor
-from .errors import DivergenceError, NonFiniteLossError, RunExistsError, RunLockedError, spell
-from .identity import config_diff, config_hash, format_diff, parse_allow_changed
+from .errors import DivergenceError, NonFiniteLossError, RunLockedError, spell
+from .identity import config_hash, parse_allow_changed
 from .metrics import METRIC_COLUMNS, read_metrics, write_metrics
+from .optim import make_optimizer
 from .progress import EpochBar, epoch_line
-from .rundir import RunDir, describe_record, is_finished_run, read_record
+from .rundir import RunDir, is_finished_run, read_record, reuse_line, run_exists_error
 from .runtime import run_settings
 from .seeds import derive_seed, epoch_permutation, seed_everything
 from .stepstats import StepStats, sync_interval
@@ -182,7 +183,7 @@ class Trainer:
         self.augment = augment
         self.callbacks = tuple(callbacks)
         self.criterion = criterion or classification_loss
-        self.optimizer = self._make_optimizer()
+        self.optimizer = make_optimizer(cfg, self.model)
         self.train_model = wrap_model(self.model, self.dist, self.train_data[0][:2]) if self.dist.distributed else self.model
         self.out_dir = cfg.run_dir()
         self.checkpoint_path = self.out_dir / "checkpoint.pt"
@@ -201,26 +202,6 @@ class Trainer:
         self.num_threads: int = torch.get_num_threads()  # set for the run by fit()
 
     # ------------------------------------------------------------------ setup
-    def _make_optimizer(self) -> torch.optim.Optimizer:
-        cfg = self.config
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        if not params:
-            raise InvalidValue("the model has no trainable parameters")
-        if cfg.optimizer == "adam":
-            def make(**impl):
-                return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay, **impl)
-        else:
-            def make(**impl):
-                return torch.optim.SGD(params, lr=cfg.lr, momentum=0.9, weight_decay=cfg.weight_decay, **impl)
-        # optimizer_impl: torch's fused kernel where it has one for these devices and dtypes (it
-        # refuses the others when constructed), else foreach; "loop" is torch's CPU default
-        if cfg.optimizer_impl == "fused":
-            try:
-                return make(fused=True)
-            except RuntimeError:
-                return make(foreach=True)
-        return make(foreach=cfg.optimizer_impl == "foreach")
-
     @property
     def is_main(self) -> bool:
         return self.dist.is_main
@@ -293,13 +274,11 @@ class Trainer:
 
         ``resume=True`` continues from ``<out_dir>/checkpoint.pt`` (CheckpointError when it
         is missing or does not fit; ``allow_changed`` names the fields among lr, optimizer,
-        weight_decay that may differ from its config). Without it, a **complete** run of the
-        same config there (run.json: status complete, equal config hash; the rule of ``seq2d
-        mnist`` too) is reused: its checkpoint is loaded, nothing is trained, and its summary
-        is returned with ``reused`` True. Any other existing checkpoint there raises
-        RunExistsError (a FileExistsError) unless ``overwrite=True`` (then it is deleted
-        first). The run folder is locked meanwhile (RunLockedError when another live
-        run holds it)."""
+        weight_decay that may differ from its config). Without it, a complete run of the same
+        config there is reused (loaded, its summary returned with ``reused`` True, nothing
+        trained: :func:`~seq2d.train.rundir.is_finished_run`), any other checkpoint raises
+        RunExistsError (a FileExistsError) unless ``overwrite=True`` (then it is deleted first).
+        The run folder is locked meanwhile (RunLockedError when another live run holds it)."""
         cfg = self.config
         allow = parse_allow_changed(allow_changed, where="allow_changed")
         if allow and not resume:
@@ -345,14 +324,7 @@ class Trainer:
                 record = read_record(self.out_dir)  # every rank reads it: all take the same branch
                 if is_finished_run(record, cfg):
                     return self._reuse()
-                diff = config_diff(record["config"], cfg) if record and isinstance(record.get("config"), dict) else {}
-                same = (f"its config differs: {format_diff(diff)}" if diff else "same config") if record else "config unknown"
-                raise RunExistsError(
-                    f"{str(self.checkpoint_path)!r} exists ({describe_record(record)}; {same}): "
-                    + spell("pass resume=True to continue that run, overwrite=True to start afresh, or choose another "
-                            "out_dir/name",
-                            "add --resume to continue that run, --overwrite to start afresh, or choose another "
-                            "--out-dir/--name"))
+                raise run_exists_error(self.checkpoint_path, record, cfg)
             if self.is_main and overwrite:
                 self.checkpoint_path.unlink(missing_ok=True)
             seed_everything(cfg.seed)
@@ -383,11 +355,9 @@ class Trainer:
         return summary
 
     def _reuse(self) -> dict:
-        """A complete run of this config is in ``out_dir``: load it (model, counters, metrics) and
-        return its summary (``reused`` True) without training or writing anything."""
+        """Load the complete run of this config in ``out_dir``; its summary, nothing trained or written."""
         self.load()
-        summary = self.summary()
-        summary["reused"] = True
+        summary = {**self.summary(), "reused": True}
         if self.is_main and not self.config.quiet:
             print(reuse_line(summary), flush=True)
         return summary
@@ -597,12 +567,6 @@ class Trainer:
             "changes": list(self._changes),
             "history": list(h),
         }
-
-
-def reuse_line(summary: Mapping) -> str:
-    """What a run that was reused (``summary["reused"]``) says about it, in the caller's terms."""
-    return (f"reusing the complete run in {summary['out_dir']} (same config, hash {summary['config_hash']}): nothing "
-            "to train; " + spell("overwrite=True", "--overwrite") + " trains it again")
 
 
 def _changes_text(changes) -> str:
