@@ -19,9 +19,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 
-from matplotlib.ticker import MaxNLocator
-
-from .common import _check_path, _new_axes, _save
+from .common import _check_path, _new_axes, _save, integer_ticks
 
 __all__ = ["plot_accuracy_vs_epoch", "plot_final_accuracy", "plot_accuracy_vs_iterations", "epoch_histories"]
 
@@ -41,11 +39,6 @@ def epoch_histories(rows: Sequence[Mapping]) -> dict[tuple[str, int], list[dict]
 
 def _models(rows: Sequence[Mapping]) -> list[str]:
     return list(dict.fromkeys(r["model"] for r in rows))
-
-
-def _integer_ticks(axis) -> None:
-    # min_n_ticks=1: a one-epoch run gets the single tick 1, not a fallback to 0.5, 0.6, ...
-    axis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
 
 
 def plot_accuracy_vs_epoch(rows: Sequence[Mapping], path=None, *, histories: Mapping | None = None, dpi: float = 110):
@@ -79,7 +72,7 @@ def plot_accuracy_vs_epoch(rows: Sequence[Mapping], path=None, *, histories: Map
                             color=color, alpha=0.15, lw=0)
     if xs_all:
         ax.set_xlim(0.5 if min(xs_all) >= 1 else 0, max(xs_all) + 0.5)
-    _integer_ticks(ax.xaxis)
+    integer_ticks(ax.xaxis)
     ax.set_xlabel("epoch")
     ax.set_ylabel("test accuracy (%)")
     ax.set_title("MNIST test accuracy per epoch\n(thin: each seed; thick: mean over seeds; band: +- std)")
@@ -127,7 +120,7 @@ def plot_accuracy_vs_iterations(rows: Sequence[Mapping], path=None, *, label: st
         ax.plot(its, means, color="C1", marker="D", label=label)
         ax.set_xlim(min(its) - 0.5, max(its) + 0.5)
         ax.legend()
-    _integer_ticks(ax.xaxis)
+    integer_ticks(ax.xaxis)
     ax.set_xlabel("iterations (Sequential2D steps per forward)")
     ax.set_ylabel("final test accuracy (%)")
     ax.set_title("randomized model: accuracy vs number of iterations")
