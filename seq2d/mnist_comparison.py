@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .errors import InvalidValue
+from .fileio import atomic_write
 from .train.config import TrainConfig, load_config
 
 __all__ = ["MODELS", "SCALES", "PROTOCOLS", "PLOTS", "SEED_SUMMARY", "Protocol", "protocol_config", "protocol_table",
@@ -310,9 +311,7 @@ def _finish_row(name: str, seed: int, cfg: TrainConfig, s: Mapping, log=print, *
     if not row["complete"]:
         log(f"{tag} partial result: stopped by max_steps at step {s['steps']} (not reused as finished; "
             "run again without --max-steps to finish it)")
-    tmp = summary_path.with_name(f".summary.json.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(row, indent=1))
-    tmp.replace(summary_path)
+    atomic_write(summary_path, json.dumps(row, indent=1))
     return row
 
 

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from ..errors import InvalidType, Seq2DError
+from ..fileio import atomic_write
 from .config import (
     ALLOW_CHANGED_FIELDS,
     MODEL_FIELDS,
@@ -220,16 +221,7 @@ def save_checkpoint(
         "torch_version": str(torch.__version__),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda f: torch.save(payload, f), fsync=True)
     try:  # make the rename itself durable
         fd = os.open(path.parent, os.O_RDONLY)
     except OSError:  # pragma: no cover - e.g. Windows

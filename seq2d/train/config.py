@@ -32,6 +32,7 @@ from typing import Any
 
 from ..tablefile import read_table
 from ..errors import InvalidType, InvalidValue
+from ..fileio import atomic_write
 
 __all__ = [
     "TrainConfig",
@@ -456,9 +457,7 @@ def save_config(cfg: TrainConfig, path: str | os.PathLike) -> None:
     """Write ``cfg`` as commented TOML (atomically: a crash leaves the old file or the new one)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(config_to_toml(cfg), encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write(path, config_to_toml(cfg))
 
 
 # ---------------------------------------------------------------------- argparse

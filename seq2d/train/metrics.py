@@ -10,16 +10,12 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ..fileio import atomic_write
+
 __all__ = ["METRIC_COLUMNS", "write_metrics", "read_metrics"]
 
 METRIC_COLUMNS = ("epoch", "step", "train_loss", "train_acc", "test_loss", "test_acc", "epoch_time_s", "lr", "device", "world_size",
                   "num_threads")
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def write_metrics(out_dir: str | os.PathLike, rows: Sequence[Mapping]) -> None:
@@ -29,13 +25,13 @@ def write_metrics(out_dir: str | os.PathLike, rows: Sequence[Mapping]) -> None:
     cols = list(METRIC_COLUMNS)
     for r in rows:
         cols += [k for k in r if k not in cols]
-    _atomic_write(out / "metrics.jsonl", "".join(json.dumps(dict(r)) + "\n" for r in rows))
+    atomic_write(out / "metrics.jsonl", "".join(json.dumps(dict(r)) + "\n" for r in rows))
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
     w.writeheader()
     for r in rows:
         w.writerow({k: r.get(k, "") for k in cols})
-    _atomic_write(out / "metrics.csv", buf.getvalue())
+    atomic_write(out / "metrics.csv", buf.getvalue())
 
 
 def read_metrics(out_dir: str | os.PathLike) -> list[dict]:

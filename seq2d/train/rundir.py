@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..errors import InvalidValue
+from ..fileio import atomic_write
 from .config import TrainConfig, config_to_dict
 from .identity import config_diff, config_hash, format_diff
 from .errors import RunExistsError, RunLockedError, spell
@@ -67,12 +68,6 @@ def process_start_time(pid: int) -> int | None:
         return int(text.rsplit(")", 1)[1].split()[19])  # field 22, counted after "pid (comm)"
     except (OSError, ValueError, IndexError):
         return None
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _live_suffix(name: str) -> bool:
@@ -226,7 +221,7 @@ class RunDir:
         record = {"status": status, "config_hash": config_hash(cfg), "epoch": epoch, "step": step,
                   "pid": os.getpid(), "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                   "changes": list(changes), **extra, "config": config_to_dict(cfg)}
-        _atomic_write(self.record_path, json.dumps(record, indent=1, default=repr) + "\n")
+        atomic_write(self.record_path, json.dumps(record, indent=1, default=repr) + "\n")
 
     def record(self) -> dict | None:
         return read_record(self.path)
