@@ -20,6 +20,7 @@ _LAZY = {
                      "from_torch", "list_models", "mlp", "randomize", "register_model", "resolve_model", "rnn",
                      "transformer_encoder", "transformer_layer", "truncated_rnn"), ".models"),
     **dict.fromkeys(("from_spec", "load_spec", "save_spec", "to_spec"), ".spec"),
+    **dict.fromkeys(("from_iterativenn", "from_iterativenn_description"), ".models.iterativenn"),  # docs/porting.md
 }
 
 if TYPE_CHECKING:  # what the table resolves to, for type checkers and IDEs
@@ -33,6 +34,7 @@ if TYPE_CHECKING:  # what the table resolves to, for type checkers and IDEs
                          from_torch, list_models, mlp, randomize, register_model, resolve_model, rnn,
                          transformer_encoder, transformer_layer, truncated_rnn)
     from .spec import from_spec, load_spec, save_spec, to_spec
+    from .models.iterativenn import from_iterativenn, from_iterativenn_description
 
 __version__ = "0.1.0"
 
@@ -93,6 +95,8 @@ __all__ = [
     "TiledStore",
     "block_kind",
     "create_model",
+    "from_iterativenn",
+    "from_iterativenn_description",
     "from_mask",
     "from_torch",
     "list_models",
