@@ -4,7 +4,6 @@ levels). Each check raises a typed error that says what was expected and what ar
 
 from __future__ import annotations
 
-import difflib
 import warnings
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -12,7 +11,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor, nn
 
-from .errors import InvalidIndex, InvalidType, InvalidValue
+from .errors import InvalidIndex, InvalidType, InvalidValue, closest_name
 from .activations import is_identity, make_activation
 from .blocks import ContextModule, Identity, block_kind, check_device, check_dtype
 
@@ -284,7 +283,7 @@ def unexpected_keywords(where: str, given, accepted, own: Sequence[str] = (), ta
     msg += takes if takes is not None else (
         f"this model takes the context keys {sorted(accepted)}" if accepted else
         "this model takes no context keys (none of its blocks is a ContextModule)")
-    hints = [m for k in bad for m in difflib.get_close_matches(k, [*accepted, *own], n=1, cutoff=0.6)]
+    hints = [h for k in bad if (h := closest_name(k, [*accepted, *own])) is not None]
     if hints:
         msg += "; did you mean " + " or ".join(repr(h) for h in dict.fromkeys(hints)) + "?"
     return msg

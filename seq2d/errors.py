@@ -27,7 +27,37 @@ the traceback of anything else, saying it is a bug.
 
 from __future__ import annotations
 
-__all__ = ["Seq2DError", "InvalidValue", "InvalidType", "InvalidInput", "InvalidIndex", "MissingFile"]
+__all__ = ["Seq2DError", "InvalidValue", "InvalidType", "InvalidInput", "InvalidIndex", "MissingFile", "closest_name",
+           "did_you_mean"]
+
+# How close a misspelling must be to a valid name for a hint (difflib's ratio): one rule everywhere.
+HINT_CUTOFF = 0.7
+
+
+def closest_name(word, choices) -> str | None:
+    """The valid name closest to ``word``, or None: ``-`` read as ``_``, then difflib's ratio of at
+    least :data:`HINT_CUTOFF`, then a valid name contained in the word or containing it."""
+    import difflib
+
+    if not isinstance(word, str):
+        return None
+    alt = word.replace("-", "_")
+    if alt != word and alt in choices:
+        return alt
+    names = [c for c in choices if isinstance(c, str)]
+    close = difflib.get_close_matches(word, names, n=1, cutoff=HINT_CUTOFF)
+    if close:
+        return close[0]
+    # a valid name inside the word or the word inside one ('src_mask' -> 'mask'): the longest
+    inside = [c for c in names if len(min(c, word, key=len)) >= 3 and (c in word or word in c)]
+    return max(inside, key=len) if inside else None
+
+
+def did_you_mean(word, choices) -> str:
+    """``" (did you mean 'x'?)"`` for the valid name closest to ``word``, or ``""``: the hint every
+    unknown-name error gives (keys, choices, fields, keyword arguments)."""
+    c = closest_name(word, choices)
+    return f" (did you mean {c!r}?)" if c is not None else ""
 
 
 class Seq2DError(Exception):

@@ -189,3 +189,16 @@ def test_rnn_call_errors():
         r(torch.randn(6, 5, 3), torch.randn(1, 5, 4))
     with pytest.raises(RuntimeError, match="2 \\(unbatched\\) or 3 dims"):
         r(torch.randn(3))
+
+
+def test_one_did_you_mean_rule():
+    """seq2d.errors.did_you_mean is the hint of every unknown-name error: '-' read as '_', a close
+    spelling, or a valid name inside the word; nothing for a mere coincidence of letters."""
+    from seq2d.errors import closest_name, did_you_mean
+
+    assert closest_name("num-threads", ["num_threads", "seed"]) == "num_threads"
+    assert closest_name("optimzer", ["optimizer", "lr"]) == "optimizer"
+    assert closest_name("src_mask", ["mask", "src_key_padding_mask", "is_causal"]) == "mask"
+    assert closest_name("middle", ["input", "hidden", "output"]) is None
+    assert did_you_mean("relu6", ["relu", "tanh"]) == " (did you mean 'relu'?)"
+    assert did_you_mean(3, ["a"]) == ""

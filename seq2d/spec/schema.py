@@ -8,7 +8,6 @@ what arrived.
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,7 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..errors import InvalidType, InvalidValue
+from ..errors import InvalidType, InvalidValue, did_you_mean
 
 # ---------------------------------------------------------------------- schema tables
 TOP_KEYS = ("slots", "blocks", "steps", "inputs", "outputs", "seed", "backend", "name")
@@ -127,9 +126,7 @@ def _check_keys(d: Mapping, valid, where: str) -> None:
             continue
         if not isinstance(k, str):
             raise InvalidType(f"{where}: keys must be strs, got {_show(k)}. Valid keys: {_choices(valid)}")
-        close = difflib.get_close_matches(k, valid, n=1, cutoff=0.7)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise InvalidValue(f"{where}: unknown key {k!r}{hint}. Valid keys: {_choices(valid)}")
+        raise InvalidValue(f"{where}: unknown key {k!r}{did_you_mean(k, valid)}. Valid keys: {_choices(valid)}")
 
 
 def _table(v, where: str) -> Mapping:
@@ -170,9 +167,7 @@ def _enum(v, choices, where: str, what: str) -> str:
     if not isinstance(v, str):
         raise InvalidType(f"{where}: expected {what} (a str): one of {_choices(choices)}; got {_show(v)}")
     if v not in choices:
-        close = difflib.get_close_matches(v, choices, n=1, cutoff=0.7)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise InvalidValue(f"{where}: unknown {what} {v!r}{hint}. Select from {_choices(choices)}")
+        raise InvalidValue(f"{where}: unknown {what} {v!r}{did_you_mean(v, choices)}. Select from {_choices(choices)}")
     return v
 
 

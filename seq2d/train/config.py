@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import difflib
 import math
 import os
 import types
@@ -31,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..tablefile import read_table
-from ..errors import InvalidType, InvalidValue
+from ..errors import InvalidType, InvalidValue, did_you_mean
 from ..fileio import atomic_write
 
 __all__ = [
@@ -108,6 +107,8 @@ class TrainConfig:
     # ---- output
     name: str = _f("run", "run name; the default out_dir is runs/<name>")
     out_dir: str | None = _f(None, "where config.toml, metrics.jsonl/csv and checkpoint.pt go (None = runs/<name>)")
+    tensorboard: str | None = _f(None, "also write TensorBoard events to <tensorboard>/<name> (None = off; needs the "
+                                       "optional extra: pip install -e \".[tensorboard]\"; seq2d.train.tensorboard)")
     log_every: int = _f(50, "steps between progress-bar updates of loss/accuracy")
     eval_batch_size: int = _f(1000, "batch size of the per-epoch test-set evaluation")
     max_steps: int | None = _f(None, "stop after this many optimizer steps in total (smoke runs; None = no limit); the run "
@@ -150,7 +151,7 @@ MODEL_FIELDS = ("model", "sizes", "activation", "iterations", "granularity", "ti
 RESUME_FREE_FIELDS = (
     "epochs", "device", "dist_backend", "num_threads", "name", "out_dir", "log_every",
     "eval_batch_size", "max_steps", "quiet", "data_root", "download", "deterministic", "backend",
-    "checkpoint_every", "divergence_factor",
+    "checkpoint_every", "divergence_factor", "tensorboard",
 )
 
 # Fields a resume may change only when asked explicitly (``allow_changed`` / ``--allow-changed``):
@@ -162,7 +163,7 @@ ALLOW_CHANGED_FIELDS = ("lr", "optimizer", "weight_decay", "optimizer_impl")
 LEGACY_DEFAULTS: dict[str, Any] = {"optimizer_impl": "loop"}
 
 # Fields that only say where outputs go and how much is printed: left out of config_hash.
-OUTPUT_FIELDS = ("name", "out_dir", "quiet", "log_every", "checkpoint_every", "data_root", "download")
+OUTPUT_FIELDS = ("name", "out_dir", "quiet", "log_every", "checkpoint_every", "data_root", "download", "tensorboard")
 
 _HINTS: dict[str, Any] = typing.get_type_hints(TrainConfig)
 
@@ -253,9 +254,8 @@ def _check_values(cfg: TrainConfig) -> None:
     for name, choices in CHOICES.items():
         v = getattr(cfg, name)
         if v not in choices:
-            close = difflib.get_close_matches(v, choices, n=1, cutoff=0.6)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise InvalidValue(f"config field {name!r}: unknown value {v!r}{hint}. Select from " + ", ".join(map(repr, choices)))
+            raise InvalidValue(f"config field {name!r}: unknown value {v!r}{did_you_mean(v, choices)}. Select from "
+                               + ", ".join(map(repr, choices)))
     if len(cfg.sizes) < 2:
         raise InvalidValue(f"config field 'sizes': expected at least two positive ints (input ... classes), got {cfg.sizes}")
     for k, s in enumerate(cfg.sizes):
@@ -308,10 +308,7 @@ def _check_keys(keys, where: str) -> None:
             continue
         if not isinstance(k, str):
             raise InvalidType(f"{where}: keys must be strs, got {_show(k)}. Valid keys: {', '.join(valid)}")
-        alt = k.replace("-", "_")
-        close = [alt] if alt in valid else difflib.get_close_matches(k, valid, n=1, cutoff=0.6)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise InvalidValue(f"{where}: unknown key {k!r}{hint}. Valid keys: {', '.join(valid)}")
+        raise InvalidValue(f"{where}: unknown key {k!r}{did_you_mean(k, valid)}. Valid keys: {', '.join(valid)}")
 
 
 # ---------------------------------------------------------------------- dicts and files
@@ -487,8 +484,7 @@ def add_config_args(parser: argparse.ArgumentParser, *, files: bool = True,
             group.add_argument(flag, dest=f"cfg_{f.name}", nargs="+", metavar="N", default=None, help=help_text)
         else:
             metavar = {"int": "INT", "float": "FLOAT", "str": "STR"}.get(getattr(_optional(hint) or hint, "__name__", ""), "V")
-            if f.name == "num_threads":
-                metavar = "INT|auto"
+            metavar = {"num_threads": "INT|auto", "tensorboard": "DIR"}.get(f.name, metavar)
             group.add_argument(flag, dest=f"cfg_{f.name}", metavar=metavar, default=None, help=help_text)
     return parser
 

@@ -4,10 +4,9 @@ which two configs differ (:func:`config_diff`), and the fields a resume may chan
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping, Sequence
 
-from ..errors import InvalidType, InvalidValue
+from ..errors import InvalidType, InvalidValue, did_you_mean
 from .config import ALLOW_CHANGED_FIELDS, LEGACY_DEFAULTS, OUTPUT_FIELDS, RESUME_FREE_FIELDS, TrainConfig, _show, config_fields, config_to_dict
 
 __all__ = ["config_hash", "config_diff", "format_diff", "parse_allow_changed"]
@@ -84,8 +83,7 @@ def parse_allow_changed(value: str | Sequence[str] | None, *, where: str = "--al
             raise InvalidValue(f"{where}: field {k!r} cannot be changed on resume; only "
                                f"{', '.join(ALLOW_CHANGED_FIELDS)} can (and {', '.join(RESUME_FREE_FIELDS)} "
                                "may change without asking)")
-        close = difflib.get_close_matches(k, ALLOW_CHANGED_FIELDS, n=1, cutoff=0.6)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise InvalidValue(f"{where}: unknown field {k!r}{hint}; fields that may change on resume when allowed: "
+        raise InvalidValue(f"{where}: unknown field {k!r}{did_you_mean(k, ALLOW_CHANGED_FIELDS)}; fields that may "
+                           "change on resume when allowed: "
                            + ", ".join(ALLOW_CHANGED_FIELDS))
     return tuple(dict.fromkeys(items))
