@@ -407,3 +407,14 @@ def test_unknown_codes_raise_a_typed_error_naming_the_code_the_position_and_the_
 
 def test_exported_from_the_package():
     assert seq2d.from_iterativenn is from_iterativenn and "from_iterativenn_description" in seq2d.__all__
+
+
+def test_the_python_in_docs_porting_runs_as_written():
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "porting.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) == 3 and "52bb3bee534cd29737cf0f8683b36c490faf6f60" in text
+    for k, code in enumerate(blocks):
+        exec(compile(code, f"docs/porting.md python block {k}", "exec"), {})
