@@ -45,3 +45,13 @@ def test_only_complete_runs_are_copied_and_never_checkpoints(tmp_path):
     (runs / "mlp" / "seed0" / "summary.json").write_text(json.dumps({"complete": True, "config_hash": "zzz"}))
     assert collect.collect(runs, dest, log=lines.append) == []
     assert collect.collect(runs, dest, force=True, log=lines.append) == [dest / "mlp" / "seed0"]
+
+
+def test_status_table_lists_every_copied_run(tmp_path):
+    collect = _load()
+    runs, dest = tmp_path / "runs", tmp_path / "dest"
+    _run(runs, "mlp", 0, "complete", summary={"complete": True, "config_hash": "abc", "test_acc": 0.98,
+                                              "best_test_acc": 0.985, "epochs": 100, "time_per_epoch_s": 12.0})
+    collect.collect(runs, dest, log=lambda *_: None)
+    text = collect.status(dest)
+    assert "| mlp | 0 | 100 | 98.00 % | 98.50 % | 12.0 s |" in text and "1 finished run(s)" in text
