@@ -175,6 +175,41 @@ def test_the_peers_from_description_example_computes_the_reference_function():
     assert model.num_parameters() == int(np.block(masks).sum()) + 21
 
 
+def test_the_trainable_entries_get_the_peers_gradient():
+    # the peer trains U in W = weight_0 + U * mask (U = 0 at the start): d loss / d U is the
+    # gradient of W on the mask and zero off it; seq2d's trainable entries must get the same
+    rng = np.random.RandomState(1)
+    values, masks = ref_description(OUTS, INS, TYPES, inits(), TRAIN, rng)
+    model = from_iterativenn_description(OUTS, INS, TYPES, inits(), TRAIN, bias=False, dtype=torch.float64)
+    for a in range(3):
+        for b in range(3):
+            if model.block(3 + a, b) is not None:
+                put(model.block(3 + a, b), values[a][b], masks[a][b])
+    weight_0, mask = torch.as_tensor(np.block(values)), torch.as_tensor(np.block(masks)).double()
+    u = torch.zeros_like(weight_0, requires_grad=True)
+    x = torch.randn(6, 24, dtype=torch.float64)
+    (x @ (weight_0 + u * mask).T).pow(2).sum().backward()
+    model(x).pow(2).sum().backward()
+    for a in range(3):
+        for b in range(3):
+            blk = model.block(3 + a, b)
+            want = u.grad[sum(OUTS[:a]):sum(OUTS[:a + 1]), sum(INS[:b]):sum(INS[:b + 1])]
+            if blk is None or blk.num_trainable() == 0:
+                assert not bool(want.any()), (a, b)  # the peer trains nothing there either
+                continue
+            got = blk.weight.grad if blk.mask is None else blk.weight.grad * blk.mask
+            torch.testing.assert_close(got, want)
+
+
+def test_a_converted_description_writes_down_as_a_spec():
+    model = from_iterativenn_description([5, 7], [6, 8], [["W", "R=0.5"], ["S=3", "Row=2"]],
+                                         [["G", "U"], ["C=2", "G"]], [[True, "non-zero"], [False, True]],
+                                         dtype=torch.float64)
+    twin = seq2d.from_spec(seq2d.to_spec(model, weights=True), dtype=torch.float64)
+    x = torch.randn(3, 14, dtype=torch.float64)
+    assert torch.equal(twin(x), model(x)) and twin.num_parameters() == model.num_parameters()
+
+
 def test_a_single_block_description_takes_ints_as_the_peer_does():
     # notebooks/advanced/3-rcp-iterated-model-fish.ipynb: D, 1, trainable, no bias: the identity
     model = from_iterativenn_description(6, 6, "D", 1, True, bias=False)
