@@ -358,6 +358,8 @@ def test_the_chain_equals_the_mlp_after_its_depth(unfed):
         torch.testing.assert_close(ref[3], mlp(x))
         torch.testing.assert_close(model(x), mlp(x))
         torch.testing.assert_close(model([x, None, None, None], steps=3)[3], mlp(x))
+        # docs/porting.md: the ReLUs moved onto slots 1 and 2, the blocks linear
+        torch.testing.assert_close(seq2d.from_torch(mlp)(x), ref[3])
     assert (model.depth is None) == (unfed == "clear")  # clear: a zero self-block on slot 0
 
 
