@@ -372,6 +372,11 @@ def _cmd_mnist(args) -> int:
         proto["data_root"] = args.data_root
     proto["download"] = args.download
     proto["quiet"] = args.quiet
+    if args.tensorboard:
+        from .train.tensorboard import require_tensorboard
+
+        require_tensorboard("--tensorboard")  # one clear error before any run starts
+        proto["tensorboard"] = args.tensorboard
     models = [m.strip() for m in (args.models or ",".join(PROTOCOLS[args.protocol].models)).split(",") if m.strip()]
     bad = [m for m in models if m not in MODELS]
     if bad:
@@ -483,6 +488,10 @@ def _add_run_commands(sub) -> None:
     p.add_argument("--max-steps", dest="max_steps", type=int, default=None, help="stop each run after this many steps")
     p.add_argument("--out", default="runs/mnist", help="output folder (default runs/mnist)")
     p.add_argument("--fresh", action="store_true", help="retrain runs that already finished in --out")
+    p.add_argument("--tensorboard", default=None, metavar="DIR",
+                   help="also write TensorBoard events, each run to DIR/<model>-s<seed> (runs --vectorize-seeds would "
+                        "batch are trained one seed at a time; finished runs reused from --out write none: add --fresh); "
+                        'needs pip install -e ".[tensorboard]"')
     p.add_argument("--quiet", action="store_true",
                    help="no per-epoch lines or progress bars (shown by default: a bar on a terminal, else a line "
                         "every 30 s, and a line per epoch; with several jobs only the line per epoch, tagged "

@@ -91,13 +91,11 @@ from .rundir import RunDir, is_finished_run, read_record, reuse_line, run_exists
 from .runtime import run_settings
 from .seeds import derive_seed, epoch_permutation, seed_everything
 from .stepstats import StepStats, sync_interval
+from .tensorboard import config_callbacks
 
 __all__ = [
-    "Trainer",
-    "train",
-    "run",
-    "NonFiniteLossError",
-    "DivergenceError",
+    "Trainer", "train", "run",
+    "NonFiniteLossError", "DivergenceError",
     "METRIC_COLUMNS",
     "build_model",
     "load_data",
@@ -138,7 +136,8 @@ class Trainer:
         callbacks: objects with any of ``on_train_start(trainer)``,
             ``on_step_end(trainer, step)`` (after each optimizer step; e.g. a projection
             of the weights), ``on_epoch_end(trainer, epoch, row)`` (may return a dict of
-            extra metrics for the row), ``on_train_end(trainer, summary)``.
+            extra metrics for the row, which later callbacks see), ``on_train_end(trainer, summary)``;
+            a TensorBoard logger follows them when ``config.tensorboard`` is set (:mod:`.tensorboard`).
         dist: the :class:`~seq2d.train.distributed.DistContext` (default: an already started
             process group, else a single process).
         criterion: ``(output, y) -> (summed loss, number correct)``; default cross-entropy.
@@ -181,7 +180,7 @@ class Trainer:
             )
         self.targets_per_sample = ytr[0].numel()
         self.augment = augment
-        self.callbacks = tuple(callbacks)
+        self.callbacks = tuple(callbacks) + config_callbacks(cfg)  # the config's (TensorBoard) last: it logs the extras
         self.criterion = criterion or classification_loss
         self.optimizer = make_optimizer(cfg, self.model)
         self.train_model = wrap_model(self.model, self.dist, self.train_data[0][:2]) if self.dist.distributed else self.model
@@ -459,9 +458,9 @@ class Trainer:
         pending = [c for c in self._changes if isinstance(c, dict) and c.get("step", -1) >= since]
         if pending:  # settings changed on resume since the last row
             row["changes"] = _changes_text(pending)
-        for extra in _call(self.callbacks, "on_epoch_end", self, epoch + 1, row):
-            if isinstance(extra, Mapping):
-                row.update(extra)
+        for cb in self.callbacks:  # each sees the extra metrics of those before it
+            extra = _call([cb], "on_epoch_end", self, epoch + 1, row)
+            row.update(extra[0] if extra and isinstance(extra[0], Mapping) else {})
         self._last_row = row
         if stopped:
             self._save(epoch, rows=self.history + [row], extra=self._extra(done, sums), generators=gens)

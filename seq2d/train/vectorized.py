@@ -32,7 +32,8 @@ Refused with :class:`NotVectorizable` (train those seeds one at a time):
 
 - copies that differ in structure: a ``random-tile`` model stores as many tiles as its seed
   places, and its block-sparse product (:mod:`seq2d.sparse.autograd`) has no vmap rule;
-- configs that differ in more than ``seed``/``model_seed`` and the output fields; torchrun.
+- configs that differ in more than ``seed``/``model_seed`` and the output fields; torchrun;
+  configs that ask for TensorBoard logging (a Trainer callback).
 
 Not supported here: resume (continue a copy alone with the Trainer), callbacks, models that draw
 random numbers in their forward pass (dropout: vmap refuses them). A copy that
@@ -107,6 +108,9 @@ def check_vectorizable(configs: Sequence[TrainConfig], models: Sequence[nn.Modul
         if diff:
             raise NotVectorizable(f"the copies' configs may differ only in {', '.join(FREE_FIELDS[:2])} and the output "
                                   f"fields; seed {configs[0].seed} and seed {c.seed} differ in {format_diff(diff)}")
+    if any(c.tensorboard is not None for c in configs):
+        raise NotVectorizable("TensorBoard logging (tensorboard = DIR) is a Trainer callback, and the batched copies run "
+                              "no callbacks; train these seeds one at a time")
     dirs = [c.run_dir().resolve() for c in configs]
     if len(set(dirs)) != len(dirs):
         raise InvalidValue(f"the copies need one run folder each, got {[str(c.run_dir()) for c in configs]}")

@@ -1,0 +1,154 @@
+"""TensorBoard logging (seq2d.train.tensorboard, config field ``tensorboard``, ``--tensorboard DIR``).
+
+The event files are read back with tensorboard's own reader (EventAccumulator) and compared
+with metrics.jsonl. Tiny runs: an MLP 16 -> 8 -> 4 on synthetic clusters, one thread.
+Tests that need the package skip without it (CI installs the extra).
+"""
+
+import dataclasses
+import json
+import math
+import sys
+
+import pytest
+
+from seq2d.train import TrainConfig, Trainer, build_model, config_hash, synthetic_data
+from seq2d.train.tensorboard import SCALAR_TAGS, TensorBoardMissing, config_callbacks, require_tensorboard
+from seq2d.train.vectorized import NotVectorizable, check_vectorizable
+
+DATA = synthetic_data(16, 4, n_train=128, n_test=64)
+needs_tb = pytest.mark.skipif(
+    __import__("importlib").util.find_spec("tensorboard") is None,
+    reason='tensorboard not installed (pip install -e ".[tensorboard]")')
+
+
+def cfg_for(tmp_path, **kw):
+    base = dict(model="mlp", sizes=[16, 8, 4], data="synthetic", epochs=2, batch_size=32, lr=1e-2,
+                out_dir=str(tmp_path / "run"), num_threads=1, quiet=True, name="tiny",
+                tensorboard=str(tmp_path / "tb"))
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def read_events(path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(path), size_guidance={"scalars": 0, "images": 0, "tensors": 0})
+    acc.Reload()
+    return acc
+
+
+def scalars(acc) -> dict[str, list[tuple[int, float]]]:
+    return {t: [(e.step, e.value) for e in acc.Scalars(t)] for t in acc.Tags()["scalars"]}
+
+
+def metrics_rows(out_dir):
+    return [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def check_against_metrics(got: dict, rows: list[dict]) -> None:
+    for column, tag in SCALAR_TAGS.items():
+        want = [(r["step"], r[column]) for r in rows]
+        assert [s for s, _ in got[tag]] == [s for s, _ in want], tag
+        for (_, v), (_, w) in zip(got[tag], want):
+            assert v == pytest.approx(w, rel=1e-6), (tag, v, w)  # events hold float32
+
+
+@needs_tb
+def test_events_match_metrics_and_hold_config_and_pictures(tmp_path):
+    from tensorboard.plugins.hparams import metadata
+
+    class Extra:  # a callback before the logger: its extra metric reaches TensorBoard too
+        def on_epoch_end(self, trainer, epoch, row):
+            return {"my_metric": 0.5 * epoch}
+
+    cfg = cfg_for(tmp_path)
+    trainer = Trainer(cfg, build_model(cfg), DATA, callbacks=[Extra()])
+    summary = trainer.fit()
+    assert summary["status"] == "complete"
+    acc = read_events(tmp_path / "tb" / "tiny")  # <tensorboard>/<name>
+    got = scalars(acc)
+    rows = metrics_rows(tmp_path / "run")
+    assert len(rows) == 2
+    check_against_metrics(got, rows)
+    assert got["my_metric"] == [(rows[0]["step"], 0.5), (rows[1]["step"], 1.0)]
+    for tag in ("grad_norm/mean", "grad_norm/max"):
+        assert [s for s, _ in got[tag]] == [r["step"] for r in rows]
+        assert all(math.isfinite(v) and v > 0 for _, v in got[tag])
+    assert all(m <= x * (1 + 1e-6) for (_, m), (_, x) in zip(got["grad_norm/mean"], got["grad_norm/max"]))
+    # once per run: the pictures, the config as text and as hparams
+    assert sorted(acc.Tags()["images"]) == ["model/graph", "model/spy"]
+    assert acc.Images("model/spy")[0].width > 100
+    assert "config/text_summary" in acc.Tags()["tensors"]
+    content = acc.PluginTagToContent("hparams")
+    start = metadata.parse_session_start_info_plugin_data(content["_hparams_/session_start_info"])
+    assert start.hparams["lr"].number_value == pytest.approx(1e-2)
+    assert start.hparams["sizes"].string_value == "[16, 8, 4]"
+    assert "tensorboard" not in start.hparams and "out_dir" not in start.hparams  # output fields are not hparams
+    experiment = metadata.parse_experiment_plugin_data(content["_hparams_/experiment"])
+    assert {m.name.tag for m in experiment.metric_infos} == {"accuracy/test", "loss/test"}
+    assert "_hparams_/session_end_info" in content  # a complete run
+
+
+@needs_tb
+def test_max_steps_stop_then_resume_logs_each_row_once(tmp_path):
+    cfg = cfg_for(tmp_path, max_steps=3)
+    Trainer(cfg, build_model(cfg), DATA).fit()  # 4 steps per epoch: stops inside epoch 1
+    cfg2 = dataclasses.replace(cfg, max_steps=None)
+    Trainer(cfg2, build_model(cfg2), DATA).fit(resume=True)
+    got = scalars(read_events(tmp_path / "tb" / "tiny"))
+    rows = metrics_rows(tmp_path / "run")
+    assert [r["step"] for r in rows] == [4, 8]
+    assert got["epoch"][0] == (3, pytest.approx(0.75))  # the partial row where max_steps stopped
+    check_against_metrics({t: v[1:] for t, v in got.items()}, rows)  # then each full row once
+
+
+@needs_tb
+def test_cli_train_flag_end_to_end(tmp_path, capsys):
+    from seq2d.cli import main
+
+    out, tb = tmp_path / "out", tmp_path / "tb"
+    code = main(["train", "--data", "synthetic", "--sizes", "16", "8", "4", "--epochs", "2", "--batch-size", "64",
+                 "--max-steps", "3", "--num-threads", "1", "--quiet", "--name", "cli-run", "--out-dir", str(out),
+                 "--tensorboard", str(tb)])
+    assert code == 0
+    assert "partial run" in capsys.readouterr().out
+    got = scalars(read_events(tb / "cli-run"))
+    (row,) = metrics_rows(out)  # the partial row of the max_steps stop
+    assert got["accuracy/test"] == [(3, pytest.approx(row["test_acc"]))]
+    assert set(SCALAR_TAGS.values()) | {"grad_norm/mean", "grad_norm/max"} <= set(got)
+    assert "tensorboard = " in (out / "config.toml").read_text()
+
+
+def test_cli_flags_exist():
+    from seq2d.cli import build_parser
+    from seq2d.train.__main__ import build_parser as module_parser
+
+    for parser, argv in ((build_parser("train"), ["train", "--tensorboard", "tb"]),
+                         (build_parser("mnist"), ["mnist", "--tensorboard", "tb"]),
+                         (module_parser(), ["--tensorboard", "tb"])):
+        args = parser.parse_args(argv)
+        assert getattr(args, "cfg_tensorboard", None) == "tb" or getattr(args, "tensorboard", None) == "tb"
+
+
+def test_log_dir_is_not_part_of_the_run_identity(tmp_path):
+    a = cfg_for(tmp_path, tensorboard=None)
+    b = cfg_for(tmp_path, tensorboard=str(tmp_path / "elsewhere"))
+    assert config_hash(a) == config_hash(b)
+    assert config_callbacks(a) == ()
+
+
+def test_vectorized_seeds_refuse_tensorboard(tmp_path):
+    cfgs = [cfg_for(tmp_path, seed=s, out_dir=str(tmp_path / f"s{s}")) for s in (0, 1)]
+    with pytest.raises(NotVectorizable, match="TensorBoard"):
+        check_vectorizable(cfgs)
+
+
+def test_missing_package_is_one_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # import tensorboard -> ImportError
+    with pytest.raises(TensorBoardMissing, match=r'pip install -e "\.\[tensorboard\]"'):
+        require_tensorboard()
+    cfg = cfg_for(tmp_path)
+    with pytest.raises(TensorBoardMissing, match="optional extra"):
+        Trainer(cfg, build_model(cfg), DATA)  # before anything is trained or written
+    assert not (tmp_path / "run").exists()
