@@ -75,6 +75,8 @@ def main(argv=None) -> int:
     ap.add_argument("--doc", default=None, help="write the results page (markdown) here, images next to it")
     ap.add_argument("--quick", action="store_true", help="CI smoke run: bundled subset, 1 epoch, 1 seed")
     ap.add_argument("--fresh", action="store_true", help="retrain finished runs")
+    ap.add_argument("--tensorboard", default=None, metavar="DIR",
+                    help='also write TensorBoard events, each run to DIR/<model>-s<seed> (pip install -e ".[tensorboard]")')
     args = ap.parse_args(argv)
 
     overrides = {"quiet": True, **PROTOCOLS[args.protocol].config}
@@ -86,11 +88,18 @@ def main(argv=None) -> int:
         if args.sweep_iterations:
             args.sweep_iterations = ",".join(args.sweep_iterations.split(",")[:2])
     for key, val in (("epochs", args.epochs), ("data", args.data), ("data_root", args.data_root),
-                     ("device", args.device), ("num_threads", args.num_threads)):
+                     ("device", args.device), ("num_threads", args.num_threads), ("tensorboard", args.tensorboard)):
         if val is not None:
             overrides[key] = val
     if args.download:
         overrides["download"] = True
+    if args.tensorboard:
+        from seq2d.train.tensorboard import TensorBoardMissing, require_tensorboard
+
+        try:
+            require_tensorboard("--tensorboard")  # one clear error before any run starts
+        except TensorBoardMissing as e:
+            ap.error(str(e))
     models = [m for m in args.models.split(",") if m]
     unknown = [m for m in models if m not in CONFIGS and m not in EXTRA]
     if unknown:
