@@ -53,6 +53,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
 from .errors import InvalidType, InvalidValue, Seq2DError
+from .threads import threads_arg
 
 __all__ = ["JobFailure", "JobsFailedError", "available_memory", "resolve_jobs", "jobs_arg", "run_jobs", "worker_log"]
 
@@ -82,16 +83,8 @@ class JobsFailedError(Seq2DError, RuntimeError):
         self.failures = list(failures)
 
 
-def jobs_arg(text: str) -> int | str:
-    """argparse ``type=`` for ``--jobs``: a positive int or ``"auto"``."""
-    import argparse
-
-    t = text.strip().lower()
-    if t == AUTO:
-        return AUTO
-    if t.isdigit() and int(t) >= 1:
-        return int(t)
-    raise argparse.ArgumentTypeError(f"expected a positive int or 'auto', got {text!r}")
+# --jobs takes what --num-threads takes: a positive int or "auto" (one rule, in seq2d.threads)
+jobs_arg = threads_arg
 
 
 def available_memory() -> int | None:
