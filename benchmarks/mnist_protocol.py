@@ -39,7 +39,7 @@ import torch
 
 from seq2d.core import core_of
 from seq2d.mnist_comparison import configs_for, protocol_config
-from seq2d.report import write_section
+from seq2d.report import from_json, write_section
 from seq2d.train import Trainer, build_model
 from seq2d.train.config import TrainConfig
 from seq2d.train.datasets import load_data
@@ -155,11 +155,7 @@ def main(argv=None) -> int:
     ap.add_argument("--from-json", help="no measurement: print (and with --doc write) the tables of this JSON")
     args = ap.parse_args(argv)
     if args.from_json:
-        record = json.loads(Path(args.from_json).read_text())
-        text = report(record)
-        print(text)
-        if args.doc:
-            write_section(args.doc, "mnist-protocol", text)
+        from_json(args.from_json, report, args.doc, "mnist-protocol")
         return 0
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]

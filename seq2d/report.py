@@ -62,6 +62,19 @@ def write_section(doc: str | os.PathLike, name: str, body: str, *, title: str = 
     return doc
 
 
+def from_json(json_path: str | os.PathLike, render, doc: str | os.PathLike | None = None,
+              section: str | None = None) -> str:
+    """An experiment's ``--from-json`` mode: ``render(record)`` of the JSON record, printed, and
+    written as the ``section`` of the page ``doc`` when given (nothing is measured or trained)."""
+    import json
+
+    text = render(json.loads(Path(json_path).read_text()))
+    print(text)
+    if doc is not None:
+        write_section(doc, section, text)
+    return text
+
+
 def _yes(b: bool) -> str:
     return "yes" if b else "no"
 

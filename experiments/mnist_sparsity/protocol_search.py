@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 from seq2d.mnist_comparison import MODELS, compare, protocol_config
-from seq2d.report import write_section
+from seq2d.report import from_json, write_section
 from seq2d.train.config import TrainConfig
 
 PAPER_ACC = 0.927  # the summary's final test accuracy (003, "Key Results")
@@ -116,11 +116,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="CI smoke run: subset, 2 candidates, 1 epoch, 8 steps")
     args = ap.parse_args(argv)
     if args.from_json:
-        record = json.loads(Path(args.from_json).read_text())
-        text = report(record)
-        print(text)
-        if args.doc:
-            write_section(args.doc, "protocol-search", text)
+        from_json(args.from_json, report, args.doc, "protocol-search")
         return 0
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     cands = [c.strip() for c in args.candidates.split(",") if c.strip()]
