@@ -152,3 +152,37 @@ def test_missing_package_is_one_clear_error(tmp_path, monkeypatch):
     with pytest.raises(TensorBoardMissing, match="optional extra"):
         Trainer(cfg, build_model(cfg), DATA)  # before anything is trained or written
     assert not (tmp_path / "run").exists()
+
+
+@needs_tb
+def test_write_rows_and_the_stable_rnn_lambdas(tmp_path):
+    """experiments/stable_rnn/truncated_training.py --tensorboard: each model's epochs, then its lambda
+    estimates (the ones results.json holds) at its last step."""
+    import importlib.util
+    import pathlib
+
+    tests = pathlib.Path(__file__).resolve().parent
+    spec = importlib.util.spec_from_file_location("stable_rnn_truncated_training",
+                                                  tests.parent / "experiments" / "stable_rnn" / "truncated_training.py")
+    exp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(exp)
+    sys.path.insert(0, str(tests))
+    try:
+        from test_stable_rnn_experiments import _tiny_corpus
+    finally:
+        sys.path.remove(str(tests))
+    root = _tiny_corpus(tmp_path / "data")
+    exp.main(["--quick", "--data-root", str(root), "--tokens", "4000", "--eval-tokens", "300", "--emb", "8",
+              "--hidden", "8", "--ks", "2", "--batch-size", "5", "--runs", "stable", "--max-batches", "3",
+              "--carried-segments", "1", "--lambda-rows", "2", "--grad-distance", "3", "--control-eps", "0",
+              "--threads", "1", "--cutoffs", "", "--out", str(tmp_path / "o"), "--tensorboard", str(tmp_path / "tb")])
+    res = json.loads((tmp_path / "o" / "results.json").read_text())["runs"]["stable"]["models"]
+    for name in ("recurrent", "k=2"):
+        got = scalars(read_events(tmp_path / "tb" / "stable" / name))
+        model = res[name]
+        last = model["steps"]
+        assert got["lambda/certified"] == [(last, pytest.approx(model["certified_lambda"], rel=1e-6))]
+        assert got["lambda/data_max"] == [(last, pytest.approx(model["data_lambda"]["max"], rel=1e-6))]
+        assert got["ppl/test_recurrent"] == [(last, pytest.approx(model["test_ppl_recurrent"], rel=1e-6))]
+        assert [s for s, _ in got["loss/valid"]] == [last] and "ppl/train" in got
+    assert "ppl/test_truncated" in scalars(read_events(tmp_path / "tb" / "stable" / "k=2"))

@@ -124,6 +124,13 @@ def run_stability(stable: bool, args, out: Path) -> dict:
                                                     max_segments=args.carried_segments)
         dl = lm_data_lambda(lm, test[:args.lambda_rows])
         row["data_lambda"] = {"max": dl["max"], "mean": dl["mean"]}
+        if args.tensorboard:  # the epochs' rows, then the lambda estimates and test perplexities just computed
+            from seq2d.train.tensorboard import write_rows
+
+            write_rows(Path(args.tensorboard) / tag / name.replace(", ", "_").replace(" ", "_"), info["history"],
+                       final={"lambda/certified": row["certified_lambda"], "lambda/data_max": dl["max"],
+                              "lambda/data_mean": dl["mean"], "ppl/test_recurrent": row["test_ppl_recurrent"],
+                              "ppl/test_truncated": row.get("test_ppl_truncated")})
         row["eval_time_s"] = round(time.perf_counter() - t0, 2)
         models[name], rows[name] = lm, row
         print(f"[{tag} {name}] test ppl (own mode) "
@@ -377,6 +384,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--threads", type=int, default=None, help="torch threads per process (default: 1 with --jobs 2)")
     ap.add_argument("--jobs", type=int, default=1, choices=(1, 2), help="run the two stability settings in parallel")
     ap.add_argument("--doc", default=None, help="write the section of this results page (images next to it)")
+    ap.add_argument("--tensorboard", default=None, metavar="DIR",
+                    help="also write TensorBoard events, each model to DIR/<stable|unstable>/<model>: its epochs, then "
+                         'its lambda estimates and test perplexities (pip install -e ".[tensorboard]")')
     ap.add_argument("--from-json", default=None, help="write tables, plots and --doc from this results.json (no training)")
     return ap
 
@@ -400,6 +410,13 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit("--runs must list stable/unstable and --ks positive ints")
     if args.jobs == 2 and args.threads is None:
         args.threads = 1
+    if args.tensorboard:
+        from seq2d.train.tensorboard import TensorBoardMissing, require_tensorboard
+
+        try:
+            require_tensorboard("--tensorboard")  # one clear error before any model is trained
+        except TensorBoardMissing as e:
+            raise SystemExit(f"truncated_training.py: error: {e}") from None
     out = Path(args.out or f"runs/stable_rnn/truncated_training{'_quick' if args.quick else ''}")
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

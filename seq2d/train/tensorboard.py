@@ -25,6 +25,10 @@ What is written (``global_step`` = optimizer steps, the ``step`` column of ``met
   as images: ``model/graph`` (:func:`~seq2d.plot.draw_graph`) and ``model/spy``
   (:func:`~seq2d.plot.spy`, of the initial weights), cropped as ``seq2d draw`` saves them.
 
+Loops other than the Trainer write their rows in one go with :func:`write_rows`
+(``experiments/stable_rnn/truncated_training.py --tensorboard DIR``: each model's epochs, then
+its certified and data lambda estimates as ``lambda/*``).
+
 Only the main process writes (under torchrun, rank 0). A resumed run appends to the same
 folder and drops the events written after its checkpoint (``purge_step``), so a row repeated
 after a crash appears once. A finished run that is reused (nothing trained) writes nothing.
@@ -45,7 +49,7 @@ from pathlib import Path
 from ..errors import Seq2DError
 
 __all__ = ["TensorBoardLogger", "TensorBoardMissing", "SCALAR_TAGS", "INSTALL_HINT", "config_callbacks",
-           "require_tensorboard", "log_dir"]
+           "require_tensorboard", "log_dir", "write_rows"]
 
 INSTALL_HINT = 'pip install -e ".[tensorboard]" (or pip install tensorboard)'
 
@@ -59,6 +63,8 @@ SCALAR_TAGS = {
     "epoch_time_s": "time/epoch_s",
     "epoch": "epoch",
 }
+# the columns of seq2d.lm.train_lm's rows (write_rows) -> tag
+_LM_TAGS = {"valid_loss": "loss/valid", "train_ppl": "ppl/train", "valid_ppl": "ppl/valid"}
 # numeric columns that describe the run, not its progress: not logged as scalars
 _NOT_SCALARS = ("step", "world_size", "num_threads", "copies")
 
@@ -91,6 +97,34 @@ def config_callbacks(config) -> tuple:
         return ()
     require_tensorboard()
     return (TensorBoardLogger(log_dir(config)),)
+
+
+def write_rows(log_dir: str | os.PathLike, rows, *, final: Mapping | None = None, step_key: str = "step") -> Path:
+    """Write metric ``rows`` (dicts, one per epoch, as ``metrics.jsonl`` holds them) to TensorBoard in
+    one go, for training loops other than the Trainer (the stable-RNN experiments): each number of
+    a row at its ``step_key`` value (the row's index + 1 without it), the trainer's columns under the
+    tags of :data:`SCALAR_TAGS` (``train_lm``'s ``valid_loss``, ``*_ppl`` as ``loss/valid``,
+    ``ppl/train``, ``ppl/valid``), others under their own name; then the ``final`` scalars (e.g.
+    lambda estimates of the trained model) at the last row's step. Returns ``log_dir``."""
+    SummaryWriter = require_tensorboard("writing TensorBoard events (--tensorboard DIR)")
+    log_dir = Path(log_dir)
+    last = 0
+    with SummaryWriter(log_dir=str(log_dir)) as writer:
+        for k, row in enumerate(rows):
+            last = int(row.get(step_key, k + 1))
+            _add_row(writer, row, last)
+        for tag, value in (final or {}).items():
+            if value is not None and math.isfinite(value):
+                writer.add_scalar(tag, float(value), last)
+    return log_dir
+
+
+def _add_row(writer, row: Mapping, step: int) -> None:
+    """Every number of a metrics row as a scalar at ``step`` (not the run's descriptors)."""
+    for key, value in row.items():
+        if key in _NOT_SCALARS or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        writer.add_scalar(SCALAR_TAGS.get(key) or _LM_TAGS.get(key, key), float(value), step)
 
 
 def _hparam(value):
@@ -151,10 +185,7 @@ class TensorBoardLogger:
         if self.writer is None:
             return
         step = int(row.get("step", trainer.step))
-        for key, value in row.items():
-            if key in _NOT_SCALARS or isinstance(value, bool) or not isinstance(value, (int, float)):
-                continue
-            self.writer.add_scalar(SCALAR_TAGS.get(key, key), float(value), step)
+        _add_row(self.writer, row, step)
         if self._gcount:
             total, peak = (self._gsum.item(), self._gmax.item())  # one read per row
             self.writer.add_scalar("grad_norm/mean", total / self._gcount, step)
