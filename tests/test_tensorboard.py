@@ -186,3 +186,43 @@ def test_write_rows_and_the_stable_rnn_lambdas(tmp_path):
         assert got["ppl/test_recurrent"] == [(last, pytest.approx(model["test_ppl_recurrent"], rel=1e-6))]
         assert [s for s, _ in got["loss/valid"]] == [last] and "ppl/train" in got
     assert "ppl/test_truncated" in scalars(read_events(tmp_path / "tb" / "stable" / "k=2"))
+
+
+@needs_tb
+@pytest.mark.slow
+def test_torchrun_rank0_alone_writes_events(tmp_path):
+    import os
+    import subprocess
+
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_gloo_available()):
+        pytest.skip("torch.distributed with gloo is not available")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "seq2d.train",
+           "--data", "synthetic", "--sizes", "16", "8", "4", "--epochs", "2", "--batch-size", "32", "--device", "cpu",
+           "--num-threads", "1", "--quiet", "--name", "ddp", "--out-dir", str(tmp_path / "out"),
+           "--tensorboard", str(tmp_path / "tb")]
+    proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(list((tmp_path / "tb" / "ddp").iterdir())) == 1  # one event file: rank 0's
+    rows = metrics_rows(tmp_path / "out")
+    assert [r["world_size"] for r in rows] == [2, 2]
+    check_against_metrics(scalars(read_events(tmp_path / "tb" / "ddp")), rows)
+
+
+@needs_tb
+@pytest.mark.slow
+def test_cli_mnist_flag_writes_one_folder_per_run(tmp_path):
+    from seq2d.cli import main
+
+    tb = tmp_path / "tb"
+    assert main(["mnist", "--models", "mlp", "--seeds", "0,1", "--epochs", "1", "--max-steps", "2", "--jobs", "1",
+                 "--vectorize-seeds", "--quiet", "--out", str(tmp_path / "out"), "--tensorboard", str(tb)]) == 0
+    assert sorted(p.name for p in tb.iterdir()) == ["mlp-s0", "mlp-s1"]  # trained one seed at a time
+    for seed in (0, 1):
+        got = scalars(read_events(tb / f"mlp-s{seed}"))
+        (row,) = metrics_rows(tmp_path / "out" / "mlp" / f"seed{seed}")
+        assert got["accuracy/test"] == [(2, pytest.approx(row["test_acc"]))]
