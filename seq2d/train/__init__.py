@@ -17,7 +17,7 @@ determinism), :mod:`~seq2d.train.progress` (progress bar, epoch lines),
 (the config hash, config differences), :mod:`~seq2d.train.divergence`
 (the loss-explosion rule), :mod:`~seq2d.train.builder` (the model a config names),
 :mod:`~seq2d.train.distributed` (torchrun/DDP), :mod:`~seq2d.train.vectorized` (several seeds as one
-batched computation). The command line is ``python -m seq2d.train``
+batched computation), :mod:`~seq2d.train.tensorboard` (TensorBoard logging, the optional extra). The command line is ``python -m seq2d.train``
 (``torchrun --nproc_per_node=2 -m seq2d.train ...`` for data-parallel runs).
 
 Names are imported on first use, so ``import seq2d.train.config`` stays light and
@@ -45,6 +45,7 @@ _EXPORTS = {
     "seeds": ("derive_seed", "epoch_permutation"),
     "distributed": ("DistContext", "init_distributed", "cleanup", "wrap_model", "resolve_device"),
     "vectorized": ("train_seeds", "train_copies", "NotVectorizable"),
+    "tensorboard": ("TensorBoardLogger", "TensorBoardMissing"),
 }
 _WHERE = {name: mod for mod, names in _EXPORTS.items() for name in names}
 
