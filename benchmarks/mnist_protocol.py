@@ -130,6 +130,10 @@ def table(res: dict, proj: dict, models, variants, jobs: int) -> str:
             r = proj["after"]["ratio_to_mlp"][m]
             met = f"<= {tgt}x: {'met' if r <= tgt else 'MISSED'}"
         lines.append(f"| {m} | " + " | ".join(cells) + f" | {met} |")
+    if {"random-tile", "random-element"} <= set(models):
+        lines.append("")
+        lines.append("random-tile / random-element step: " + ", ".join(
+            f"{v} {res['step_s'][v]['random-tile'] / res['step_s'][v]['random-element']:.2f}" for v in variants))
     lines.append("")
     lines.append("| variant | full protocol, 1 core | full protocol, " + f"{jobs} parallel jobs | target |")
     lines.append("| --- | --- | --- | --- |")
@@ -153,9 +157,10 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="write the measurements, projection and machine facts here")
     ap.add_argument("--doc", help="write the tables into this page's 'mnist-protocol' section (docs/performance.md)")
     ap.add_argument("--from-json", help="no measurement: print (and with --doc write) the tables of this JSON")
+    ap.add_argument("--section", default="mnist-protocol", help="the page section --doc writes")
     args = ap.parse_args(argv)
     if args.from_json:
-        from_json(args.from_json, report, args.doc, "mnist-protocol")
+        from_json(args.from_json, report, args.doc, args.section)
         return 0
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
@@ -184,7 +189,7 @@ def main(argv=None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(record, indent=1))
     if args.doc:
-        write_section(args.doc, "mnist-protocol", text)
+        write_section(args.doc, args.section, text)
     return 0
 
 
