@@ -22,7 +22,7 @@ from .blocks import (ContextModule, Identity, LinearBlock, LinearLike, block_kin
 from .engines import STORES, DenseStore, TiledStore, choose_store
 from .engines.migrate import migrate_state_dict
 from .flat import Segments, SlotBias, build_plan, run_plan
-from .gridtext import grid_text
+from .gridtext import LEGEND, grid_text
 from .schedule import SequenceMode
 from .state import State, StateIO
 
@@ -396,7 +396,7 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
             f"Sequential2D: {self.n} slots, N = {self.offsets[-1]}, steps = {self.steps}, "
             f"depth = {self.depth if self.depth is not None else 'cyclic'}, "
             f"trainable parameters = {self.num_parameters():,}\n"
-            "rows = outputs, columns = inputs; slot size role | activation\n" + self.grid()
+            "rows = outputs, columns = inputs; slot size role | activation\n" + self.grid() + "\n" + LEGEND
         )
 
     def extra_repr(self) -> str:

@@ -5,7 +5,11 @@ from __future__ import annotations
 from .activations import activation_name
 from .blocks import LinearBlock
 
-__all__ = ["grid_text"]
+__all__ = ["grid_text", "LEGEND"]
+
+# the footer of Sequential2D.summary(): what the grid's letters mean (docs/concepts.md, "Reading summary()")
+LEGEND = ("cells: . absent, I identity, W dense linear, w masked linear, F linear with frozen values, "
+          "T tiled (block-sparse), M module; a digit after a letter: tied-weight group; +b: the slot has a bias")
 
 
 def grid_text(model) -> str:

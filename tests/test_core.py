@@ -197,3 +197,10 @@ def test_summary_and_repr():
     assert "trainable parameters = 39" in text and "relu" in text
     assert "sizes=[5, 4, 3]" in repr(m)
     assert m.num_parameters() == sum(p.numel() for p in m.parameters())
+
+
+def test_summary_ends_with_the_legend_of_the_grid_letters():
+    from seq2d.gridtext import LEGEND
+
+    text = seq2d.mlp([5, 4, 3]).summary()
+    assert text.endswith(LEGEND) and "W dense linear" in LEGEND and "+b" in LEGEND
