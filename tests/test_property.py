@@ -97,4 +97,6 @@ def test_fused_gradients_equal_docstring_loop(case):
         # a linear block reading a None slot multiplies zeros: a zero gradient where the loop has none
         a = torch.zeros_like(p) if a is None else a
         b = torch.zeros_like(p) if b is None else b
-        torch.testing.assert_close(a, b, rtol=0, atol=1e-11)
+        # two computation paths (the store's GEMMs, held-input products split off, vs one F.linear
+        # per block), float64: gradients of size ~100 differ in the 13th digit, so relative too
+        torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-11)
