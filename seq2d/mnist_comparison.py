@@ -63,7 +63,8 @@ class Protocol:
 # Where the recipes come from: the summary of the paper in the project's seeds (path from the
 # repository root), "Method Summary": Adam, lr 1e-3, batch 64, 100 epochs, 50x50 inputs normalised
 # with (0.1307, 0.3081), and "optional transformations like random erasing and perspective transformations".
-SEED_SUMMARY = "../shared/seeds/003_5467b9de8681185d.txt"
+# a citation of the project's source document by name (shared/seeds/ in the workspace), never read as a path
+SEED_SUMMARY = "seeds/003_5467b9de8681185d.txt"
 
 PROTOCOLS: dict[str, Protocol] = {
     "ours": Protocol({}, ("mlp", "random-element", "random-tile"),

@@ -1,7 +1,7 @@
 """The 92.7% question (issue 19 item 6): which of the seed's optional transformations, applied
 to the training images only or to the test images too, brings the MLP near 92.7%?
 
-The summary of Hershey et al. (``../shared/seeds/003_5467b9de8681185d.txt``, "Method Summary")
+The summary of Hershey et al. (``seeds/003_5467b9de8681185d.txt``, "Method Summary")
 gives Adam, learning rate 1e-3, batch size 64, 100 epochs, 50x50 inputs normalised with
 (0.1307, 0.3081) and "optional transformations like random erasing and perspective
 transformations"; its result is 92.7% test accuracy for both the MLP and the randomized model.

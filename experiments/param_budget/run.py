@@ -134,7 +134,7 @@ def plot(summ, path: Path, title: str) -> None:
 
 # ------------------------------------------------------------------ the page's generated sections
 #: Hershey et al.'s MNIST protocol and result as the summary of the paper states them
-#: (../shared/seeds/003_5467b9de8681185d.txt, "Method Summary" and "Key Results").
+#: (seeds/003_5467b9de8681185d.txt, "Method Summary" and "Key Results").
 SOURCE = "the summary of Hershey et al. (seeds 003)"
 SOURCE_PROTOCOL = {
     "data": "MNIST resized to 50x50 pixels, normalised with N(0.1307, 0.3081); optional random erasing and perspective "

@@ -6,7 +6,7 @@
     python experiments/stable_rnn/gradient_gaps.py --steps-list 30,100,300,1000 --sweep-ks 2,5,10 \
         --out runs/stable_rnn --doc docs/results/stability.md       # + weight gap vs N, doc section
 
-What the sources state (the slides, ``../shared/seeds/002_e0ce570a88c4aff3.txt``; constants
+What the sources state (the slides, ``seeds/002_e0ce570a88c4aff3.txt``; constants
 suppressed there): the gradients of the recurrent model's loss and of its k-truncation's loss
 with the same parameters differ by ``gamma k lambda^k`` (Lemma 2); and, under the assumptions of
 Lemmas 2 and 3, after N steps of projected gradient descent with step size ``alpha_t = alpha/t``,

@@ -167,7 +167,7 @@ def verdict(res: dict) -> str:
         "## Verdict", "",
         "<!-- Written by experiments/stable_rnn/lstm_certificate.py from its JSON; rerun it rather than editing numbers. -->",
         "", f"Command: `{REGEN}`. This page holds notes and derivations; the experiments' verdict is at the top of "
-        "[docs/results/stability.md](results/stability.md). The sources (`../shared/seeds/`, the slides `002`) give "
+        "[docs/results/stability.md](results/stability.md). The sources (`seeds/`, the slides `002`) give "
         "the stability condition of the classical RNN (`||W|| < 1/L_rho`) and list the LSTM without its condition; "
         "the LSTM condition below is our derivation, not the sources'.", "",
         f"- Holds (small LSTMs, float64): at the published gate constants our row-l1 reading certifies an l-infinity "

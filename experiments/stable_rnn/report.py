@@ -22,7 +22,7 @@ from pathlib import Path
 
 from seq2d.report import write_section as _write_section
 
-#: Proposition 2 as the slides state it (../shared/seeds/002_e0ce570a88c4aff3.txt, "Weights Are Close"),
+#: Proposition 2 as the slides state it (seeds/002_e0ce570a88c4aff3.txt, "Weights Are Close"),
 #: for N steps of projected gradient descent with step size alpha_t = alpha / t.
 PROP2_SOURCE = "||w_recurr^N - w_trunc^N|| <= alpha * gamma * k * lambda^k * N^(alpha*beta + 1)"
 #: Fig. 1's caption in the slides (002), its conclusion sentence.

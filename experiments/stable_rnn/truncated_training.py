@@ -2,7 +2,7 @@
 
 Miller & Hardt (arXiv 1805.10369) prove that for a stable recurrent model, gradient descent on
 the k-truncated feed-forward model and on the recurrent model end at nearby weights, the distance
-shrinking as k grows (the summary ``000`` and the slides ``002`` in ../shared/seeds/; the slides'
+shrinking as k grows (the summary ``000`` and the slides ``002`` in seeds/; the slides'
 Proposition 2 is for projected gradient descent with step alpha/t, see gradient_gaps.py); for
 unstable models nothing is promised. This script trains,
 from one initialisation, on the same batches in the same order with the same optimizer:

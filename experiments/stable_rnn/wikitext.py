@@ -90,7 +90,7 @@ MODELS = {  # name -> (cell, stable)
     "lstm-stable": ("lstm", True),
 }
 #: Test perplexities on WikiText-2, (unstable, stable), as the blog post's table gives them
-#: (../shared/seeds/001_67665dca4b881617.txt: "TanhRNN 146.7 143.5", "LSTM 92.3 95.1").
+#: (seeds/001_67665dca4b881617.txt: "TanhRNN 146.7 143.5", "LSTM 92.3 95.1").
 PAPER = {"tanh": (146.7, 143.5), "lstm": (92.3, 95.1)}
 PAPER_SOURCE = "the blog post's table (seeds 001)"
 
