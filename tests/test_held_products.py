@@ -14,7 +14,6 @@ from seq2d.reference import reference_forward
 from seq2d.testing import autograd_nodes, ulps
 
 D = torch.float64
-TOL = {"rtol": 1e-10, "atol": 1e-12}  # two computation paths (other GEMM splits), float64
 
 
 def _held_model(n: int = 7, size: int = 5, held=(0, 1, 2), density: float = 0.5, seed: int = 0, bias=True, **kw):
@@ -37,27 +36,32 @@ def _grads(model, loss):
     return torch.autograd.grad(loss, params, allow_unused=True)
 
 
-def _compare_to_reference(core, state, steps, hold=None):
+def _relative_gaps(core, state, steps, hold=None) -> tuple[float, float]:
+    """The largest relative difference between the model and the docstring loop: (outputs, every
+    parameter's gradient of a random projection of the outputs); absent outputs must match."""
     ours = core(state, steps, hold=hold) if hold is not None else core(state, steps)
     if hold is None:
         ref = reference_forward(core, state, steps)
-    else:  # the reference of hold: the same model with those rows emptied is not available; step by hand
+    else:  # the loop with the slots in ``hold`` kept: one reference step at a time
         ref = list(state)
         for _ in range(steps):
             new = reference_forward(core, ref, 1)
             ref = [ref[i] if i in hold else new[i] for i in range(core.n)]
+    assert [a is None for a in ours] == [b is None for b in ref]
     w = [torch.randn_like(t) if t is not None else None for t in ours]
     loss_a = sum((a * c).sum() for a, c in zip(ours, w) if a is not None)
     loss_b = sum((b * c).sum() for b, c in zip(ref, w) if b is not None)
-    for a, b in zip(ours, ref):
-        assert (a is None) == (b is None)
-        if a is not None:
-            torch.testing.assert_close(a, b, **TOL)
+
+    def gap(a, b):
+        return float((a - b).abs().max() / (b.abs().max() + 1e-300)) if a.numel() else 0.0
+
+    out = max(gap(a, b) for a, b in zip(ours, ref) if a is not None)
+    grads = 0.0
     for ga, gb in zip(_grads(core, loss_a), _grads(core, loss_b)):
-        if ga is None or gb is None:
-            assert ga is None or not ga.any()
-            continue
-        torch.testing.assert_close(ga, gb, **TOL)
+        ga = torch.zeros(()) if ga is None else ga
+        gb = torch.zeros_like(ga) if gb is None else gb
+        grads = max(grads, gap(ga, gb) if gb.abs().max() > 0 else float(ga.abs().max()))
+    return out, grads
 
 
 @pytest.mark.parametrize("store", ["dense", "tiled"])
@@ -70,7 +74,8 @@ def test_several_held_slots_equal_the_docstring_loop(store, start):
     if start != "inputs only":
         state[4] = torch.randn(4, m.sizes[4], dtype=D)  # a non-input slot present from the start
     for steps in (1, 2, 3, 5):
-        _compare_to_reference(m, state, steps)
+        out, grads = _relative_gaps(m, state, steps)
+        assert out < 1e-12 and grads < 1e-10, (steps, out, grads)
 
 
 @pytest.mark.parametrize("store", ["dense", "tiled"])
@@ -79,7 +84,8 @@ def test_hold_makes_more_slots_held_and_equals_the_loop(store):
     if store == "tiled":
         m.to_blocksparse(16)
     state = [torch.randn(3, s, dtype=D) for s in m.sizes]
-    _compare_to_reference(m, state, 3, hold=(2, 5))
+    out, grads = _relative_gaps(m, state, 3, hold=(2, 5))
+    assert out < 1e-12 and grads < 1e-10, (out, grads)
 
 
 @pytest.mark.parametrize("name", ["random", "random_mask", "rnn", "from_mask", "mlp", "truncated_rnn"])
@@ -90,7 +96,8 @@ def test_registered_constructors_equal_the_loop_with_held_products(name):
     core = core_of(model)
     steps = max(core.steps or 3, 2)
     state = [torch.randn(2, s, dtype=D) if i in core.inputs else None for i, s in enumerate(core.sizes)]
-    _compare_to_reference(core, state, steps)
+    out, grads = _relative_gaps(core, state, steps)
+    assert out < 1e-12 and grads < 1e-10, (name, out, grads)
 
 
 def test_off_switch_gives_the_same_values():
