@@ -1,0 +1,33 @@
+"""The committed runs keep their identity: a run's ``config_hash`` (seq2d/train/identity.py)
+recomputed from the config its ``run.json`` records equals the hash recorded there, its model is
+a registered name, and its folder is the `seq2d mnist` name (seq2d.mnist_comparison.MODELS) whose
+fields it records. A resumed 100-epoch run finds its checkpoint only while all three hold."""
+
+from pathlib import Path
+
+import json
+
+import pytest
+
+from seq2d.mnist_comparison import MODELS
+from seq2d.models import list_models
+from seq2d.train.identity import config_hash
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNS = sorted((ROOT / "experiments").glob("*/results/**/run.json"))
+
+
+def test_committed_runs_exist():
+    assert len(RUNS) >= 5, [str(p) for p in RUNS]
+
+
+@pytest.mark.parametrize("path", RUNS, ids=[str(p.relative_to(ROOT / "experiments")) for p in RUNS])
+def test_committed_run_identity(path):
+    record = json.loads(path.read_text())
+    cfg = record["config"]
+    assert config_hash(cfg) == record["config_hash"], path
+    assert cfg["model"] in list_models(), cfg["model"]
+    folder = path.parent.parent.name  # .../<mnist model name>/seed<k>/run.json
+    assert folder in MODELS, folder
+    for field, value in MODELS[folder].items():
+        assert cfg[field] == value, (path, field)
