@@ -44,3 +44,48 @@ def test_readme_trainer_snippet_runs_as_written(tmp_path):
     code = re.sub(r"\s+", " ", snippet).replace("[...]", "[Count()]")
     exec(code, {"Trainer": Trainer, "build_model": build_model, "load_data": load_data, "cfg": cfg, "Count": Count})
     assert seen == [1, 2]
+
+
+def _h2(text):
+    """(line number, heading) of each ``## `` heading outside code fences."""
+    out, fence = [], False
+    for k, line in enumerate(text.splitlines(), 1):
+        if line.startswith("```"):
+            fence = not fence
+        elif not fence and line.startswith("## "):
+            out.append((k, line))
+    return out
+
+
+def test_performance_page_opens_with_the_decision_box():
+    """docs/performance.md: the rule for to_blocksparse is the first section, in the first screen;
+    the raw logs sit in the appendix at the end; the sections benchmarks/mnist_protocol.py writes
+    (--section, default 'mnist-protocol') have their markers once, in order."""
+    text = (ROOT / "docs" / "performance.md").read_text()
+    heads = _h2(text)
+    line, first = heads[0]
+    assert first.startswith("## When to use `to_blocksparse`") and line <= 15, heads[0]
+    box = text.split(first, 1)[1].split("\n## ", 1)[0]
+    for needle in ("stored-tile density", "0.86x on AVX512", "0.92x with torch's AVX2 kernels", "Machines:",
+                   "no GPU has been measured"):
+        assert needle in box, needle
+    assert heads[-1][1].startswith("## Appendix"), heads[-1]
+    script = (ROOT / "benchmarks" / "mnist_protocol.py").read_text()
+    assert 'default="mnist-protocol"' in script
+    for name in ("mnist-protocol", "mnist-protocol-avx2"):
+        b, e = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+        assert text.count(b) == 1 and text.count(e) == 1 and text.index(b) < text.index(e), name
+
+
+def test_results_pages_open_with_their_verdict():
+    """Each results page's first section is its generated verdict (docs/results/mnist.md opens with
+    the 100-epoch run's status until that run is complete)."""
+    for page, marker in (("results/stability.md", "verdict"), ("results/param_budget.md", "param-budget-verdict"),
+                         ("stability.md", "stability-verdict")):
+        text = (ROOT / "docs" / page).read_text()
+        heads = _h2(text)
+        assert heads[0][1] == "## Verdict", (page, heads[0])
+        begin = text.index(f"<!-- {marker}:begin -->")
+        assert begin < text.index("## Verdict") < text.index(f"<!-- {marker}:end -->"), page
+        assert text[:begin].count("\n") <= 3, (page, "the verdict follows the title")
+    assert _h2((ROOT / "docs" / "results" / "mnist.md").read_text())[0][1].startswith("## The 100-epoch run")
