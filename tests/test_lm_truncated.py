@@ -12,7 +12,7 @@ from seq2d.data.wikitext import Corpus, batchify
 from seq2d.errors import InvalidInput
 from seq2d.lm import (RNNLM, evaluate, grad_norm_carried, lm_data_lambda, output_nll, output_scores, train_lm,
                       weight_distance)
-from seq2d.lstm import LSTMProjection, lstm_contraction_bound, lstm_state_map
+from seq2d.stability import LSTMProjection, lstm_contraction_bound, lstm_state_map
 from seq2d.stability import SpectralClip, certified_lambda, data_lambda
 from seq2d.stability.lstm_jacobian import lstm_step_jacobian
 

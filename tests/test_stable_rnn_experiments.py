@@ -208,7 +208,7 @@ def test_stability_notes_numbers_are_what_their_json_gives(tmp_path):
     committed JSON gives, and the JSON's certificate is the library's."""
     import shutil
 
-    from seq2d.lstm import LSTMProjection, lstm_contraction_bound
+    from seq2d.stability import LSTMProjection, lstm_contraction_bound
 
     docs = ROOT.parents[1] / "docs"
     page = tmp_path / "docs" / "stability.md"

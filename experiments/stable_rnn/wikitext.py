@@ -9,9 +9,9 @@ state carried and detached, the best-validation weights kept):
                     step (seq2d.stability.SpectralClip on the recurrent core)
     lstm-unstable   nn.LSTM, free
     lstm-stable     nn.LSTM projected after every step; --lstm-projection picks how:
-                    ours (default; our variant, seq2d.lstm.LSTMProjection: the published gate
+                    ours (default; our variant, seq2d.stability.LSTMProjection: the published gate
                     constants as row-l1 bounds, forget bias <= 0, embeddings clipped to [-1, 1])
-                    or author (seq2d.lstm.AuthorLSTMNormalization: the author's --stabilize as
+                    or author (seq2d.stability.AuthorLSTMNormalization: the author's --stabilize as
                     described in the audit of issue 12, not checked against the code: every
                     column of each gate block of weight_hh_l0 rescaled to the constants, the
                     forget block of weight_ih_l0 to 0.25, embeddings clipped to [-1, 1])
@@ -78,7 +78,7 @@ from seq2d.report import json_safe as _finite  # noqa: E402
 from seq2d.report import write_section  # noqa: E402
 from seq2d.lm import (VANISH_FRACTION, RNNLM, divergence, evaluate, grad_norm_carried, grad_norm_vs_distance,  # noqa: E402
                       lm_data_lambda, perplexity, train_lm, vanishing_distance)
-from seq2d.lstm import LSTM_STABILIZERS, lstm_contraction_bound, make_lstm_stabilizer  # noqa: E402
+from seq2d.stability import LSTM_STABILIZERS, lstm_contraction_bound, make_lstm_stabilizer  # noqa: E402
 from seq2d.train.checkpoint import save_checkpoint  # noqa: E402
 from seq2d.train.seeds import seed_everything  # noqa: E402
 from seq2d.train.trainer import write_metrics  # noqa: E402
@@ -125,7 +125,7 @@ def make_stabilizer(model: RNNLM, args):
 
 def certified_lambda(model: RNNLM) -> float:
     """tanh: ``seq2d.stability.certified_lambda`` (max over layers of ``||W_hh^l||_2``, tanh being
-    1-Lipschitz); LSTM: ``seq2d.lstm.lstm_contraction_bound`` with the embeddings' actual bound."""
+    1-Lipschitz); LSTM: ``seq2d.stability.lstm_contraction_bound`` with the embeddings' actual bound."""
     if model.cell == "tanh":
         from seq2d.stability import certified_lambda as rnn_lambda
 
@@ -337,7 +337,7 @@ def doc_section(results: dict, table: str, images: dict[str, str]) -> str:
               f"SGD lr {a['lr']} divided by 4 when validation stops improving, gradient clip {a['clip']}, batch "
               f"{a['batch_size']}, BPTT {a['bptt']}, {a['epochs']} epoch(s); corpus {c['train_tokens']:,} / "
               f"{c['valid_tokens']:,} / {c['test_tokens']:,} tokens, vocabulary {c['vocab']:,}.", "",
-              "Stable models: " + "; ".join(f"{k}: {v}" for k, v in results["stabilizers"].items()) + ".", "",
+              "Stable models: " + "; ".join(f"{k}: {_current_names(v)}" for k, v in results["stabilizers"].items()) + ".", "",
               table, "",
               "Reading the tables: \"paper\" columns are the test perplexities of the blog post's table (seeds 001: "
               "the best unstable tanh RNN and LSTM of a hyperparameter search, then retrained with the stability "
@@ -346,7 +346,7 @@ def doc_section(results: dict, table: str, images: dict[str, str]) -> str:
               "tokens; `RNNLM.truncated`). \"certified lambda\" is a bound on the contraction constant of the "
               "trained weights: for the tanh RNN the largest `||W_hh||_2` over layers (tanh is 1-Lipschitz; a per-layer "
               "rate: the stacked map contracts only in a weighted norm, see [docs/stability.md](../stability.md)), for "
-              "the LSTM the l-infinity bound of `seq2d.lstm.lstm_contraction_bound` (derivation in "
+              "the LSTM the l-infinity bound of `seq2d.stability.lstm_contraction_bound` (derivation in "
               "[docs/stability.md](../stability.md), \"LSTM stability\"); below 1 the model is provably stable, "
               "above 1 nothing is certified (the model may still behave stably on data). The gradient curve is "
               "`||d loss_{t+i} / d x_t||_2` (x_t the embedding input), twice: thick lines average it over the "
@@ -367,6 +367,17 @@ def doc_section(results: dict, table: str, images: dict[str, str]) -> str:
         lines += [f"![{title}]({rel})", ""]
     lines += [END]
     return "\n".join(lines)
+
+
+#: Library paths that moved since a run recorded them (old prefix -> new): a results JSON keeps
+#: the description as the run wrote it; the page names where the class lives now.
+MOVED = {"seq2d.lstm.": "seq2d.stability."}
+
+
+def _current_names(text: str) -> str:
+    for old, new in MOVED.items():
+        text = text.replace(old, new)
+    return text
 
 
 def write_doc(doc: Path, section: str) -> None:
@@ -401,8 +412,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="tanh-stable: bound on ||W_hh||_2 of every layer, the contraction rate (default 0.99)")
     ap.add_argument("--embedding-clip", type=float, default=1.0, help="lstm-stable: embeddings clipped to [-c, c]")
     ap.add_argument("--lstm-projection", choices=LSTM_STABILIZERS, default="ours",
-                    help="lstm-stable: 'ours' (default; our variant, seq2d.lstm.LSTMProjection, row-l1 bounds) or "
-                         "'author' (seq2d.lstm.AuthorLSTMNormalization: the author's --stabilize as described in the "
+                    help="lstm-stable: 'ours' (default; our variant, seq2d.stability.LSTMProjection, row-l1 bounds) or "
+                         "'author' (seq2d.stability.AuthorLSTMNormalization: the author's --stabilize as described in the "
                          "audit of issue 12, not checked against the code)")
     ap.add_argument("--author-all-layers", action="store_true",
                     help="with --lstm-projection author: normalise every layer (default: layer 0 only, as described)")

@@ -5,7 +5,6 @@ r"""The word-level LMs: :class:`RNNLM` (recurrent, or k-truncated with its own p
 from __future__ import annotations
 
 import copy
-import math
 
 import torch
 import torch.nn.functional as F
@@ -16,38 +15,11 @@ from ..core import Sequential2D
 from ..errors import InvalidInput, InvalidType, InvalidValue
 from ..models.recurrent import RNN, truncated_rnn
 from ..models.recurrent import rnn as _seq2d_rnn
+from ..stability.lstm_projection import clip_embedding_  # the LSTM projections' input bound
 
 __all__ = ["CELLS", "RNNLM", "TruncatedLM", "clip_embedding_", "output_nll", "output_scores"]
 
 CELLS = ("tanh", "lstm")
-
-
-@torch.no_grad()
-def clip_embedding_(embedding, bound: float = 1.0, *, count: bool = True) -> int | None:
-    """Clip an embedding's entries to ``[-bound, bound]`` in place; return how many moved.
-
-    ``embedding``: an :class:`RNNLM` (its ``encoder``), an ``nn.Embedding`` or a weight tensor.
-    ``count=False`` clamps unconditionally (the same values) and returns None: no host read,
-    so no GPU synchronisation. This is the input bound the LSTM certificate assumes for the first layer
-    (``seq2d.lstm``); both ``LSTMProjection`` and ``AuthorLSTMNormalization`` call it.
-    """
-    if isinstance(bound, bool) or not isinstance(bound, (int, float)) or not math.isfinite(bound) or bound < 0:
-        raise InvalidValue(f"clip_embedding_: bound must be a finite number >= 0, got {bound!r}")
-    if isinstance(embedding, RNNLM):
-        embedding = embedding.encoder
-    if isinstance(embedding, nn.Embedding):
-        w = embedding.weight
-    elif isinstance(embedding, Tensor):
-        w = embedding
-    else:
-        raise InvalidType(f"clip_embedding_: expected an RNNLM, nn.Embedding or tensor, got {type(embedding).__name__}")
-    if not count:
-        w.clamp_(-bound, bound)
-        return None
-    n = int((w.abs() > bound).sum())
-    if n:
-        w.clamp_(-bound, bound)
-    return n
 
 
 def _check_pos_int(name: str, v) -> int:

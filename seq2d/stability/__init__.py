@@ -48,8 +48,15 @@ Layout (one job per module; each imports only the ones above it):
   :func:`spectral_norm_bound`) and a core's block matrix (:func:`recurrent_matrix`).
 - :mod:`~seq2d.stability.contraction`: contraction constants (:func:`certified_lambda`,
   :func:`data_lambda`, :func:`rnn_constants`).
+- :mod:`~seq2d.stability.lstm_certificate`: the certified l-infinity contraction constant of an
+  ``nn.LSTM`` (:func:`lstm_contraction_bound`, :func:`lstm_certificate`) and the search for its
+  actual one (:func:`lstm_contraction_sup`); ``nn.LSTM`` is not a Sequential2D, so this works on
+  torch's weights.
 - :mod:`~seq2d.stability.lstm_jacobian`: the exact state Jacobian of an ``nn.LSTM`` step, the
   LSTM branch of :func:`data_lambda`.
+- :mod:`~seq2d.stability.lstm_projection`: stable LSTMs in training (:class:`LSTMProjection`,
+  our variant; :class:`AuthorLSTMNormalization`, the author's as described;
+  :func:`make_lstm_stabilizer`; :func:`clip_embedding_`).
 - :mod:`~seq2d.stability.projection`: projections onto the stable set
   (:func:`project_spectral_`, :class:`SpectralClip` with its trainer hook ``on_step_end``).
 - :mod:`~seq2d.stability.truncation`: Lemma 1 bounds (:func:`lemma1_bound`,
@@ -59,6 +66,9 @@ Layout (one job per module; each imports only the ones above it):
 from __future__ import annotations
 
 from .contraction import certified_lambda, data_lambda, rnn_constants
+from .lstm_certificate import GATES, lstm_certificate, lstm_contraction_bound, lstm_contraction_sup, lstm_state_map
+from .lstm_projection import (AUTHOR_FORGET_INPUT_SCALE, LSTM_STABILIZERS, PAPER_GATE_BOUNDS, AuthorLSTMNormalization,
+                              LSTMProjection, clip_embedding_, make_lstm_stabilizer)
 from .projection import SpectralClip, project_spectral_
 from .spectral import recurrent_matrix, spectral_norm, spectral_norm_bound
 from .truncation import lemma1_bound, stacked_lemma1_bound, stacked_truncation_length, truncation_length
@@ -76,4 +86,16 @@ __all__ = [
     "rnn_constants",
     "stacked_lemma1_bound",
     "stacked_truncation_length",
+    "GATES",
+    "lstm_certificate",
+    "lstm_contraction_bound",
+    "lstm_contraction_sup",
+    "lstm_state_map",
+    "PAPER_GATE_BOUNDS",
+    "AUTHOR_FORGET_INPUT_SCALE",
+    "LSTM_STABILIZERS",
+    "LSTMProjection",
+    "AuthorLSTMNormalization",
+    "make_lstm_stabilizer",
+    "clip_embedding_",
 ]

@@ -95,7 +95,7 @@ def data_lambda(model, xs: Tensor, *, iters: int = 20, generator: torch.Generato
     An ``nn.LSTM`` is measured by :func:`seq2d.stability.lstm_jacobian.lstm_data_lambda`
     instead: the exact Jacobian of each layer's ``(h, c)`` step, with both its spectral norm
     (``max``, ``mean``) and its l-infinity norm (``max_inf``, ``mean_inf``), the latter being
-    the norm :func:`seq2d.lstm.lstm_contraction_bound` certifies.
+    the norm :func:`~seq2d.stability.lstm_certificate.lstm_contraction_bound` certifies.
     """
     if isinstance(model, nn.LSTM):  # the LSTM's (h, c) state, its exact Jacobian per step
         from .lstm_jacobian import lstm_data_lambda

@@ -14,7 +14,7 @@ and its Jacobian ``J = d(h', c') / d(h, c)`` is, with ``W_* = W_hh``'s gate bloc
     dh'/dh = D(o (1 - o) tc) W_o + D(o (1 - tc^2)) dc'/dh,                   dh'/dc = D(o (1 - tc^2) f)
 
 formed exactly (``2H x 2H`` per sequence and step, in float64), so both its spectral norm and
-its l-infinity norm (max row l1 sum: the norm :func:`seq2d.lstm.lstm_contraction_bound`
+its l-infinity norm (max row l1 sum: the norm :func:`~seq2d.stability.lstm_certificate.lstm_contraction_bound`
 certifies) are exact, not power-iteration estimates. The tests check ``J`` against
 ``torch.func.jacrev`` of the step.
 """

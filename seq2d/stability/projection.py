@@ -10,7 +10,7 @@ stays ``lambda``-stable (Miller & Hardt, "Stable Recurrent Models").
                            ``on_step_end``), written back into the core's LinearBlocks.
 =========================  ===========================================================
 
-The LSTM's projection (row l1 norms of the gate blocks) lives in :mod:`seq2d.lstm`
+The LSTM's projection (row l1 norms of the gate blocks) lives in :mod:`seq2d.stability.lstm_projection`
 (``LSTMProjection``).
 """
 
