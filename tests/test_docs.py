@@ -89,3 +89,25 @@ def test_results_pages_open_with_their_verdict():
         assert begin < text.index("## Verdict") < text.index(f"<!-- {marker}:end -->"), page
         assert text[:begin].count("\n") <= 3, (page, "the verdict follows the title")
     assert _h2((ROOT / "docs" / "results" / "mnist.md").read_text())[0][1].startswith("## The 100-epoch run")
+
+
+def test_performance_page_links_resolve():
+    """docs/performance.md was reordered (decision box first, logs in an appendix): each of its
+    relative links names an existing file and each #anchor one of its headings (GitHub's slugs)."""
+    page = ROOT / "docs" / "performance.md"
+    text = page.read_text()
+
+    def slug(h):
+        return re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+
+    heads = {slug(line.lstrip("#")) for line in text.splitlines() if re.match(r"#{1,4} ", line)}
+    links = re.findall(r"\]\(([^)\s]+)\)", text)
+    assert links
+    for link in links:
+        if link.startswith("http"):
+            continue
+        path, _, anchor = link.partition("#")
+        if path:
+            assert (page.parent / path).exists(), link
+        elif anchor:
+            assert anchor in heads, link
