@@ -11,7 +11,7 @@ from torch import nn
 
 from .errors import InvalidType, InvalidValue
 
-__all__ = ["ACTIVATIONS", "make_activation", "activation_name"]
+__all__ = ["ACTIVATIONS", "make_activation", "activation_name", "elementwise_key"]
 
 
 def _layernorm(size: int, device=None, dtype=None) -> nn.Module:
@@ -89,3 +89,21 @@ def lipschitz(module: nn.Module) -> float | None:
     name = activation_name(module)
     return {"identity": 1.0, "relu": 1.0, "tanh": 1.0, "sigmoid": 0.25}.get(name)
 
+
+_ELEMENTWISE = (nn.Identity, nn.ReLU, nn.Tanh, nn.Sigmoid, nn.GELU, nn.SiLU, nn.LeakyReLU, nn.ELU, nn.Softplus)
+
+
+def elementwise_key(act: nn.Module):
+    """A hashable key shared by activations that act elementwise in the same way, else None."""
+    t = type(act)
+    if t not in _ELEMENTWISE:
+        return None
+    if t is nn.GELU:
+        return (t, act.approximate)
+    if t is nn.LeakyReLU:
+        return (t, act.negative_slope)
+    if t is nn.ELU:
+        return (t, act.alpha)
+    if t is nn.Softplus:
+        return (t, act.beta, act.threshold)
+    return (t,)

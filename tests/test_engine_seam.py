@@ -13,7 +13,7 @@ from torch import nn
 
 import seq2d
 from seq2d.engines import Engine
-from seq2d.reference import reference_forward
+from seq2d.core.reference import reference_forward
 
 ROOT = Path(__file__).resolve().parents[1]
 D = torch.float64

@@ -1,6 +1,6 @@
 """Held-input products (issue 19): when a call iterates, the product with the slots no step
 writes is computed once per call and steps whose other columns are all absent multiply
-nothing. Proven equal to the docstring loop (seq2d.reference) in float64, outputs and every
+nothing. Proven equal to the docstring loop (seq2d.core.reference) in float64, outputs and every
 gradient, for every registered constructor and for random masks with several held slots, on
 the dense and the tiled store; the work really skipped is counted with torch's FLOP counter."""
 
@@ -10,7 +10,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import seq2d
 from seq2d.core import core_of
-from seq2d.reference import reference_forward
+from seq2d.core.reference import reference_forward
 from seq2d.testing import autograd_nodes, ulps
 
 D = torch.float64

@@ -15,8 +15,8 @@ import seq2d
 from seq2d import ContextModule, LinearBlock, Sequential2D
 from seq2d.attention import AttentionCore
 from seq2d.errors import InvalidIndex, InvalidInput, InvalidType, InvalidValue, Seq2DError
-from seq2d.reference import reference_forward
-from seq2d.schedule import step_loop
+from seq2d.core.reference import reference_forward
+from seq2d.core.sequence import step_loop
 
 I64 = torch.int64
 NO_CUDA_99 = r"device 'cuda:99' (is not available|does not exist)"

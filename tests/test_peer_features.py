@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import seq2d
 from seq2d import LinearBlock, Sequential2D
-from seq2d.reference import reference_forward
+from seq2d.core.reference import reference_forward
 from seq2d.testing import ulps
 
 D = torch.float64
@@ -153,7 +153,7 @@ def test_block_bias_tied_across_positions_and_on_the_tiled_store():
     torch.testing.assert_close(tiled([x, None, None])[2], y[2], rtol=0, atol=1e-12)
     assert tiled.num_parameters() == model.num_parameters()
     # sequence mode falls back to the step loop (named) and still equals it
-    from seq2d.schedule import unsupported_reason
+    from seq2d.core.sequence import unsupported_reason
 
     assert "own bias" in unsupported_reason(model)
 

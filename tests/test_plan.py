@@ -12,7 +12,7 @@ from torch import nn
 
 import seq2d
 from seq2d import LinearBlock, Sequential2D
-from seq2d.reference import reference_forward
+from seq2d.core.reference import reference_forward
 from seq2d.testing import example_input
 
 

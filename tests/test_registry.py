@@ -11,7 +11,7 @@ import torch
 
 import seq2d
 from seq2d import Sequential2D
-from seq2d.reference import reference_forward
+from seq2d.core.reference import reference_forward
 from seq2d.testing import example_input
 
 # Small sizes for constructors whose defaults are large; other names use their defaults.
@@ -41,6 +41,7 @@ def run(model, x):
 
 def test_registry_has_the_constructors():
     assert {"mlp", "rnn", "truncated_rnn", "from_mask"} <= set(NAMES)
+
 
 
 @pytest.mark.parametrize("name", NAMES)

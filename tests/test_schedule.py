@@ -1,4 +1,4 @@
-"""Sequence mode by components (seq2d/schedule.py) equals the reference step loop.
+"""Sequence mode by components (seq2d/core/sequence.py) equals the reference step loop.
 
 Every case runs ``sequence`` twice on the same float64 tensors, scheduled and inside
 ``schedule.step_loop()``, and compares the outputs, the final state (None pattern too) and
@@ -10,10 +10,11 @@ import torch
 from torch import nn
 
 import seq2d
-from seq2d import schedule
+from seq2d.core import sequence as schedule
 from seq2d.blocks import ContextModule, LinearBlock
 from seq2d.core import Sequential2D
-from seq2d.schedule import components, sequence_by_components, step_loop, unsupported_reason
+from seq2d.core.sequence import sequence_by_components, step_loop, unsupported_reason
+from seq2d.core.topology import components
 from seq2d.testing import grads_of
 
 DT = torch.float64
@@ -141,7 +142,7 @@ def test_random_cyclic_masks(seed, pipeline):
     mask = _random_mask(n, 0.3, seed, held) if seed < 4 else _layered_mask(n, seed, held)
     sizes = [2 + (k * 3 + seed) % 4 for k in range(n)]
     m = seq2d.from_mask(sizes, mask, activations="tanh", seed=seed, inputs=[0], outputs=[n - 1, n - 2], dtype=DT)
-    comps = components(m)
+    comps = components(m._rows)
     assert sorted(i for c in comps for i in c) == sorted(m._rows)
     pos = {i: k for k, c in enumerate(comps) for i in c}
     assert all(pos[j] <= pos[i] for i in m._rows for j in m._rows[i] if j in pos)
@@ -187,7 +188,7 @@ def _mixed_model():
 def test_modules_identities_held_and_multi_delay(pipeline, T, given):
     m = _mixed_model()
     assert m.delays() == (0, 0, 1, 2, 1, 0, 0, 0, 2)
-    comps = components(m)
+    comps = components(m._rows)
     assert sorted(comps) == [(1, 2), (3,), (4,), (6,), (7,), (8,)]
     pos = {i: k for k, c in enumerate(comps) for i in c}
     assert all(pos[j] <= pos[i] for i in m._rows for j in m._rows[i] if j in pos)
@@ -266,7 +267,7 @@ def test_fallbacks_are_named():
     e = Sequential2D([2, 2], {(0, 1): LinearBlock(2, 2), (1, 0): LinearBlock(2, 2)}, inputs=[0])
     assert "input slot" in unsupported_reason(e)
     with pytest.raises(TypeError, match="Sequential2D"):
-        components(nn.Linear(2, 2))
+        unsupported_reason(nn.Linear(2, 2))
 
 
 def test_flags_force_the_step_loop():

@@ -32,7 +32,7 @@ def contiguous_runs(slots: Sequence[int], offsets: Sequence[int]) -> list[tuple[
 class Engine(nn.Module):
     """Base of the parameter stores (``DenseStore``, ``TiledStore``): what a step may ask of one.
 
-    Callers (the step plan in :mod:`seq2d.flat`, sequence mode, ``Sequential2D``) use only what
+    Callers (the step plan in :mod:`seq2d.core.step`, sequence mode, ``Sequential2D``) use only what
     is declared here and ask for capabilities through the attributes below, never a store's
     class or ``kind``; a new store is added in ``seq2d/engines`` alone (docs/concepts.md, "Where
     things live", lists what it must implement; tests/test_engine_seam.py builds a tiny one).
@@ -50,7 +50,7 @@ class Engine(nn.Module):
     #: them in place (no second buffer)
     output_writable = False
     #: per-block weights for sequence mode's component-by-component evaluation
-    #: (:func:`seq2d.schedule.sequence_by_components` needs ``position_weight``)
+    #: (:func:`seq2d.core.sequence.sequence_by_components` needs ``position_weight``)
     component_products = False
     #: the weights are the tiles of a ``seq2d.sparse.BlockSparseLinear``, held as the
     #: submodule ``matrix`` (declared by such stores only: a class attribute would hide it)
@@ -74,7 +74,7 @@ class Engine(nn.Module):
 
     def product(self, x, boxes: Sequence, cache: dict | None = None, bias: Tensor | None = None,
                 present: frozenset | None = None) -> dict:
-        """``{box: x_cols @ W_box.T}`` for the given boxes (``x``: a :class:`seq2d.flat.Segments`).
+        """``{box: x_cols @ W_box.T}`` for the given boxes (``x``: a :class:`seq2d.core.state.Segments`).
         ``cache``: one dict per forward call (weights formed once; ``cache["const"]`` names the
         slots no step of the call writes); ``bias``: only when :attr:`fuses_bias`; ``present``:
         the slots holding a value (the others are zero)."""

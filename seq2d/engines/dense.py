@@ -347,7 +347,7 @@ class DenseStore(Engine):
     def product(self, x, boxes: Sequence[int], cache: dict | None = None, bias: Tensor | None = None,
                 present: frozenset | None = None) -> dict[int, Tensor]:
         """``{box: x_cols @ W_box.T}`` (``(*batch, R_box)``) for the given boxes; ``x`` is a
-        :class:`seq2d.flat.Segments` view of the flat state. ``bias`` (one box only) is fused
+        :class:`seq2d.core.state.Segments` view of the flat state. ``bias`` (one box only) is fused
         into the GEMM.
 
         Held inputs (``cache["const"]``: the slots no step of this call writes, set by

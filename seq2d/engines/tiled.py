@@ -119,7 +119,7 @@ class TiledStore(Engine):
     def product(self, x, boxes, cache: dict | None = None, bias: Tensor | None = None,
                 present: frozenset | None = None) -> dict:
         """``{box: x @ W_box.T}``: the sums of the box's rows only, side by side in slot order
-        (:meth:`row_source`); ``x`` is a :class:`seq2d.flat.Segments` view of the flat state.
+        (:meth:`row_source`); ``x`` is a :class:`seq2d.core.state.Segments` view of the flat state.
 
         Held inputs (``cache["const"]``, see :meth:`seq2d.engines.DenseStore.product`): the tiles
         in the held slots' tile-columns are multiplied once per call, each step multiplies the

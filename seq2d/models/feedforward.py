@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from ..errors import InvalidType, InvalidValue
 from ..arguments import check_factory, check_seed
 from ..blocks import LinearBlock
-from ..arguments import check_sizes
+from ..core.checks import check_sizes
 from ..core import Sequential2D
 from .registry import register_model
 

@@ -39,7 +39,7 @@ from ..errors import InvalidValue
 from ..activations import activation_name
 from ..arguments import check_factory, check_seed
 from .feedforward import from_mask
-from ..arguments import check_sizes
+from ..core.checks import check_sizes
 from ..core import Sequential2D, core_of
 from .registry import register_model
 

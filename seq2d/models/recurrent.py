@@ -12,7 +12,8 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import InvalidInput, InvalidType, InvalidValue
-from ..arguments import check_factory, unexpected_keywords
+from ..arguments import check_factory
+from ..core.checks import unexpected_keywords
 from ..blocks import LinearBlock
 from ..core import Sequential2D
 from .feedforward import SUPPORTED

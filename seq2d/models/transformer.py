@@ -44,7 +44,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import InvalidInput, InvalidType, InvalidValue
-from ..arguments import check_factory, unexpected_keywords
+from ..arguments import check_factory
+from ..core.checks import unexpected_keywords
 from ..attention import AttentionCore, SequenceFirstDropout, _check_heads, check_dropout
 from ..blocks import LinearBlock
 from ..core import Sequential2D

@@ -82,7 +82,7 @@ def build_model(cfg: TrainConfig, *, device=None) -> nn.Module:
             f"({source}); leave them at their defaults"
         )
     if cfg.iterations is not None and "iterations" not in consumed:
-        from ..arguments import check_steps
+        from ..core.checks import check_steps
         from ..core import core_of
 
         try:

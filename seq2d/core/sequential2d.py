@@ -2,7 +2,7 @@
 
 This file is the single source of truth for the semantics (see also
 ``docs/concepts.md``). Every fast path (the fused-linear backends, and later
-execution plans) must equal :func:`seq2d.reference.reference_forward`, which is
+execution plans) must equal :func:`seq2d.core.reference.reference_forward`, which is
 the docstring loop below written out.
 """
 
@@ -14,21 +14,21 @@ from collections.abc import Iterator, Mapping, Sequence
 import torch
 from torch import Tensor, nn
 
-from .errors import InvalidType, InvalidValue
-from .arguments import (build_activations, check_block_fits, check_degenerate, check_factory, check_sizes, check_slot_list,
-                        check_steps, depth_and_levels, far_output, normalize_grid, slot_biases, warn_steps)
-from .blocks import (ContextModule, Identity, LinearBlock, LinearLike, block_kind, draw_device,  # noqa: F401 (re-exported)
-                     takes_generator)
-from .engines import STORES, DenseStore, TiledStore, choose_store
-from .engines.migrate import migrate_state_dict
-from .flat import Segments, SlotBias, build_plan, run_plan
-from .gridtext import LEGEND, grid_text
-from .schedule import SequenceMode
-from .state import State, StateIO
+from ..arguments import check_factory
+from ..blocks import ContextModule, LinearBlock, block_kind, draw_device, takes_generator
+from ..engines import STORES, DenseStore, TiledStore, choose_store
+from ..engines.migrate import migrate_state_dict
+from ..errors import InvalidType, InvalidValue
+from ..gridtext import LEGEND, grid_text
+from .checks import (build_activations, check_block_fits, check_degenerate, check_sizes, check_slot_list, check_steps,
+                     normalize_grid, slot_biases, warn_steps)
+from .sequence import SequenceMode
+from .slot_bias import SlotBias
+from .state import Segments, State, StateIO
+from .step import build_plan, run_plan
+from .topology import depth_and_levels, far_output
 
 __all__ = ["Sequential2D", "block_kind", "core_of"]
-
-
 
 
 def core_of(model, what: str = "expected") -> "Sequential2D":
@@ -40,10 +40,6 @@ def core_of(model, what: str = "expected") -> "Sequential2D":
     if isinstance(core, Sequential2D):
         return core
     raise InvalidType(f"{what} a Sequential2D (or a model with a .core Sequential2D), got {type(model).__name__}")
-
-
-
-
 
 
 class Sequential2D(StateIO, SequenceMode, ContextModule):
@@ -84,7 +80,7 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
     Fast paths, each tested equal to the loop above: all linear blocks of a step are
     evaluated together by the model's parameter store (``backend``, see :mod:`seq2d.engines`:
     dense boxes, or the block-sparse tiles of :meth:`to_blocksparse`) on a flat state
-    (:mod:`seq2d.flat`); and when the block graph is acyclic and
+    (:mod:`seq2d.core.step`); and when the block graph is acyclic and
     ``steps >= depth`` the model evaluates each slot once, level by level in depth order
     (the fixed point the iteration reaches; ``use_plan = False`` turns this off); when it
     iterates, the product with the slots no step of the call writes (the held inputs) is
@@ -443,7 +439,7 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
     def _block_biases(self) -> tuple[list[str], dict[tuple[int, int], int]]:
         """The linear blocks' own biases: the block keys holding each bias Parameter once (grid
         order; their concatenation is the block-bias vector) and every biased position's offset
-        in it (:func:`seq2d.flat.run_plan` adds them with one gather). Keyed by position, so a
+        in it (:func:`seq2d.core.step.run_plan` adds them with one gather). Keyed by position, so a
         deep copy's cache stays right."""
         v = self.__dict__.get("_block_bias_v")
         if v is None:
@@ -525,9 +521,9 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         stored; tied LinearBlocks share tiles. Outputs are unchanged (within dtype rounding).
         The LinearBlocks are replaced in the grid by :class:`seq2d.engines.TiledBlock` views
         (the old LinearBlock objects own their current values again)."""
-        from .engines import TiledBlock
-        from .sparse import TILE_SIZES
-        from .sparse.linear import BlockSparseLinear
+        from ..engines import TiledBlock
+        from ..sparse import TILE_SIZES
+        from ..sparse.linear import BlockSparseLinear
 
         if isinstance(tile, bool) or tile not in TILE_SIZES:
             raise InvalidValue(f"to_blocksparse: tile must be one of {', '.join(map(str, TILE_SIZES))}, got {tile!r}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from .blocks import call_block
+from ..blocks import call_block
 
 __all__ = ["reference_step", "reference_forward"]
 

@@ -1,6 +1,6 @@
 """The state of a :class:`seq2d.Sequential2D` at its boundary: the list of slots, the tensor
 form (input and output slots side by side) and the flat form (one ``(*batch, flat_size)``
-buffer, see :mod:`seq2d.flat`).
+buffer, see :class:`Segments`, run by :mod:`seq2d.core.step`).
 
 :class:`StateIO` holds the methods of ``Sequential2D`` that check a state and convert it
 between these forms (``check_state``, ``to_flat``/``from_flat``, ``split_inputs``/
@@ -15,13 +15,69 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from .errors import InvalidInput, InvalidType, InvalidValue
-from .arguments import check_steps, context_keys_of, unexpected_keywords
-from .flat import Segments
+from ..errors import InvalidInput, InvalidType, InvalidValue
+from .checks import check_steps, context_keys_of, unexpected_keywords
 
-__all__ = ["State", "StateIO"]
+__all__ = ["State", "Segments", "StateIO"]
 
 State = list[Tensor | None]
+
+
+class Segments:
+    """The flat state as consecutive pieces ``[(start, end, tensor)]`` covering ``[0, N)``.
+
+    A step writes its updated rows as new pieces instead of copying the whole buffer, and
+    a read of a range that one piece covers is that piece (or a view of it): an MLP run
+    level by level reads each layer's input without a copy, as ``nn.Sequential`` does.
+    ``tensor()`` joins the pieces with one ``cat``."""
+
+    __slots__ = ("parts", "N")
+
+    def __init__(self, x: Tensor):
+        self.N = x.shape[-1]
+        self.parts: list[tuple[int, int, Tensor]] = [(0, self.N, x)]
+
+    @classmethod
+    def of(cls, pieces: list[tuple[int, int, Tensor]], N: int) -> "Segments":
+        """Pieces ``(start, end, tensor)`` already covering ``[0, N)`` in order."""
+        seg = cls.__new__(cls)
+        seg.N = N
+        seg.parts = list(pieces)
+        return seg
+
+    def read(self, a: int, b: int) -> Tensor:
+        pieces = []
+        for s, e, t in self.parts:
+            if e <= a or s >= b:
+                continue
+            lo, hi = max(a, s), min(b, e)
+            pieces.append(t if (lo == s and hi == e) else t[..., lo - s:hi - s])
+        return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=-1)
+
+    def tensor(self) -> Tensor:
+        if len(self.parts) > 1:
+            self.parts = [(0, self.N, self.read(0, self.N))]
+        return self.parts[0][2]
+
+    def write(self, pieces: list[tuple[int, int, Tensor]]) -> None:
+        """Replace the ranges of ``pieces`` (sorted, disjoint) by their tensors."""
+        out: list[tuple[int, int, Tensor]] = []
+        k = 0
+        for s, e, t in self.parts:
+            pos = s
+            while k < len(pieces) and pieces[k][0] < e:
+                a, b, new = pieces[k]
+                if a > pos:
+                    out.append((pos, a, t[..., pos - s:a - s]))
+                if a >= pos:
+                    out.append((a, b, new))
+                pos = max(pos, b)
+                if b > e:
+                    break
+                k += 1
+            if pos < e:
+                out.append((pos, e, t if pos == s else t[..., pos - s:]))
+        self.parts = out
 
 
 _OWN = {"forward": ("steps", "hold"), "forward_flat": ("steps", "hold"), "sequence": ("state", "pipeline")}
@@ -126,7 +182,7 @@ class StateIO:
         return Segments.of(pieces, off[-1]), frozenset(i for i, x in enumerate(state) if x is not None)
 
     def from_flat(self, flat, present=None, keep: State | None = None, touched=None) -> State:
-        """The flat state (a tensor or :class:`seq2d.flat.Segments`) as a list of slot views (one
+        """The flat state (a tensor or :class:`Segments`) as a list of slot views (one
         ``split`` per piece); slots not in ``present`` are None, slots not in ``touched`` are
         returned as the tensors of ``keep``."""
         seg = flat if isinstance(flat, Segments) else Segments(flat)

@@ -28,12 +28,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .errors import InvalidInput, InvalidType
-from .arguments import input_distances
-from .blocks import ContextModule, block_kind, call_block
-from .flat import elementwise_key
+from ..activations import elementwise_key
+from ..blocks import ContextModule, block_kind, call_block
+from ..errors import InvalidInput, InvalidType
+from .topology import components, input_distances
 
-__all__ = ["ENABLED", "components", "unsupported_reason", "sequence_by_components", "step_loop", "SequenceMode"]
+__all__ = ["ENABLED", "unsupported_reason", "sequence_by_components", "step_loop", "SequenceMode"]
 
 ENABLED = True  # False (or ``model.use_schedule = False``): sequence() runs the step loop
 _POINTWISE = (nn.Identity, nn.ReLU, nn.Tanh, nn.Sigmoid, nn.GELU, nn.SiLU, nn.LeakyReLU, nn.ELU,
@@ -51,46 +51,6 @@ def step_loop():
         yield
     finally:
         ENABLED = old
-
-
-def components(model) -> list[tuple[int, ...]]:
-    """Strongly connected components of the non-held slots of ``model`` (a Sequential2D),
-    each sorted, in topological order (after all they read)."""
-
-    if not isinstance(model, SequenceMode):
-        raise InvalidType(f"expected a Sequential2D, got {type(model).__name__}")
-    rows = model._rows
-    succ: dict[int, list[int]] = {v: [] for v in sorted(rows)}
-    for i in succ:
-        for j in (j for j in rows[i] if j in succ):
-            succ[j].append(i)
-    index, low = {}, {}  # low: of the slots still on the stack
-    stack, out = [], []
-    for root in (v for v in succ if v not in index):  # Tarjan, iterative
-        work = [(root, 0)]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        while work:
-            v, k = work[-1]
-            if k < len(succ[v]):
-                work[-1], w = (v, k + 1), succ[v][k]
-                if w not in index:
-                    index[w] = low[w] = len(index)
-                    stack.append(w)
-                    work.append((w, 0))
-                elif w in low:  # on the stack
-                    low[v] = min(low[v], index[w])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[v])
-            if low[v] == index[v]:
-                cut = stack.index(v)
-                out.append(tuple(sorted(stack[cut:])))
-                for w in stack[cut:]:
-                    del low[w]
-                del stack[cut:]
-    return out[::-1]  # Tarjan emits a component after every component it reaches
 
 
 def _pointwise(m: nn.Module) -> bool:
@@ -131,6 +91,8 @@ def unsupported_reason(model, pipeline: bool = True) -> str | None:
 
 def _plan(model, pipeline: bool):
     """``(components, weight plan, modules to watch, number of rects)`` or why not (cached)."""
+    if not isinstance(model, SequenceMode):
+        raise InvalidType(f"expected a Sequential2D, got {type(model).__name__}")
 
     store, rows, blocks = model.store, model._rows, model.blocks
     key = (bool(pipeline), id(store), getattr(store, "mode", None), model.inputs, model.outputs,
@@ -148,7 +110,7 @@ def _plan(model, pipeline: bool):
     if reason is not None:
         return cache.setdefault(key, reason)
     d, rects = model.delays() if pipeline else (0,) * model.n, []
-    comps = [_Comp(c, d, model.sizes) for c in components(model)]
+    comps = [_Comp(c, d, model.sizes) for c in components(rows)]
     where = {i: c for c in comps for i in c.slots}
     watch = [model.acts[i] for i in rows if not _pointwise(model.acts[i])]
     for c in comps:
