@@ -256,10 +256,14 @@ def random_tile_engine(sizes: Sequence[int], tile: int, density: float, *, regio
 
 
 def randomize(template, granularity: str = "element", region=None, seed: int = 0, *, tile: int = 64,
-              steps: int | None = None, bias: bool = True, backend: str = "auto", device=None, dtype=None
-              ) -> Sequential2D:
+              steps: int | None = None, bias: bool = True, backend: str = "auto", params: int | None = None,
+              device=None, dtype=None) -> Sequential2D:
     """A linear-block Sequential2D with exactly ``template.num_parameters()`` trainable
     parameters, placed uniformly at random over ``region`` (see the module docstring).
+
+    ``params``: place this many trainable parameters instead (weights + biases + activation
+    parameters, as for the template's count): the template then gives only the block matrix
+    (slot sizes, activations, steps), e.g. a smaller MLP's count over a larger matrix.
 
     Slot sizes, activations, inputs and outputs are the template's; ``steps`` defaults to
     the template's (its depth for an MLP: 4 for [2500, 500, 200, 100, 10]). Every non-input
@@ -271,7 +275,9 @@ def randomize(template, granularity: str = "element", region=None, seed: int = 0
     if granularity not in GRANULARITIES:
         raise InvalidValue(f"Unknown granularity {granularity!r}. Select from " + ", ".join(repr(g) for g in GRANULARITIES))
     core = core_of(template, "randomize expects")
-    target = template.num_parameters()
+    if params is not None and (isinstance(params, bool) or not isinstance(params, int) or params < 1):
+        raise InvalidValue(f"randomize: params must be a positive int (or None for the template's count), got {params!r}")
+    target = template.num_parameters() if params is None else params
     sizes = core.sizes
     n = core.n
     inputs = list(core.inputs)
