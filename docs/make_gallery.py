@@ -34,16 +34,16 @@ GALLERY = [
     ("rnn", "rnn:8,16,layers=2", "RNN, 2 layers",
      "W_hh is a self-loop on each hidden slot (red: on a cycle); no depth, memory none.",
      "W_ih below the diagonal, W_hh on the diagonal."),
-    ("truncated-rnn", "truncated-rnn:8,16,k=4,layers=2", "Truncated RNN, k = 4, 2 layers",
+    ("truncated-rnn", "truncated_rnn:8,16,k=4,layers=2", "Truncated RNN, k = 4, 2 layers",
      "the RNN unrolled over a window of 4 inputs: acyclic, depth {depth}; the 4 tie groups are the 4 shared weights.",
      "the same W_ih / W_hh at every position (t0..t3 = tie group)."),
-    ("transformer-post", "transformer:64,4,128", "Transformer layer, post-norm (norm_first=False)",
+    ("transformer-post", "transformer_layer:64,4,128", "Transformer layer, post-norm (norm_first=False)",
      "{n} slots, depth {depth}: residuals are identity blocks (dashed), attention the only module block (dotted).",
      "identity residuals (green diagonals), the attention core (hatched), the projections (dense)."),
-    ("transformer-pre", "transformer:64,4,128,norm_first=1", "Transformer layer, pre-norm (norm_first=True)",
+    ("transformer-pre", "transformer_layer:64,4,128,norm_first=1", "Transformer layer, pre-norm (norm_first=True)",
      "{n} slots, depth {depth}: two extra LayerNorm slots fed by identity blocks.",
      "the two norm slots add two identity diagonals."),
-    ("encoder", "transformer:64,4,128,layers=2", "Transformer encoder, 2 layers (one Sequential2D)",
+    ("encoder", "transformer_encoder:64,4,128,layers=2", "Transformer encoder, 2 layers (one Sequential2D)",
      "two post-norm layers stacked: layer 1's output slot is layer 2's input; {n} slots, depth {depth}.",
      "two copies of the layer pattern along the block diagonal."),
     ("random", "random:784,256,128,10", "Randomized model (seq2d.randomize of the MLP [784, 256, 128, 10])",
@@ -51,18 +51,18 @@ GALLERY = [
      "one recurrent core with self-loops and back edges (red).",
      "the element mask (per-block densities printed): the same number of entries as the MLP, spread over the whole region."),
 ]
-BLOCKSPARSE = ("blocksparse", "blocksparse-random:784,256,128,10,density=0.1,tile=32",
+BLOCKSPARSE = ("blocksparse", "random_tiles:784,256,128,10,density=0.1,tile=32",
                "Block-sparse randomized model (tile 32, tile density 0.1)",
                "random 32 x 32 tiles (10% of the tiles of every non-input row) in one block-sparse engine (`seq2d draw ... --kind spy`).")
 
 MEMORY_CASES = [
     ("MLP [784, 256, 128, 10] (L = 3 layers)", "mlp:784,256,128,10", "L"),
     ("RNN, 2 layers", "rnn:8,16,layers=2", "none"),
-    ("truncated RNN, k = 4, 1 layer", "truncated-rnn:8,16,k=4", "k"),
-    ("truncated RNN, k = 4, 2 layers", "truncated-rnn:8,16,k=4,layers=2", "k + L - 1"),
-    ("transformer layer, post-norm", "transformer:64,4,128", "depth"),
-    ("transformer layer, pre-norm", "transformer:64,4,128,norm_first=1", "depth"),
-    ("transformer encoder, 2 layers", "transformer:64,4,128,layers=2", "depth"),
+    ("truncated RNN, k = 4, 1 layer", "truncated_rnn:8,16,k=4", "k"),
+    ("truncated RNN, k = 4, 2 layers", "truncated_rnn:8,16,k=4,layers=2", "k + L - 1"),
+    ("transformer layer, post-norm", "transformer_layer:64,4,128", "depth"),
+    ("transformer layer, pre-norm", "transformer_layer:64,4,128,norm_first=1", "depth"),
+    ("transformer encoder, 2 layers", "transformer_encoder:64,4,128,layers=2", "depth"),
     ("randomized model (seq2d.randomize)", "random:784,256,128,10", "none"),
 ]
 
@@ -144,17 +144,18 @@ Jacobi steps, which then must be given.
 python docs/make_gallery.py                              # this page and docs/gallery/*.png
 seq2d draw mlp:784,256,128,10 -o mlp.png                 # the block graph (--kind graph, default)
 seq2d draw rnn:8,16,layers=2 -o rnn.svg --kind both      # rnn-graph.svg and rnn-spy.svg
-seq2d draw masked-random:784,256,10,density=0.05 -o r.png --kind spy --tile 32   # block-sparse spy plot
+seq2d draw random_mask:784,256,10,density=0.05 -o r.png --kind spy --tile 32   # block-sparse spy plot
 seq2d draw mlp:784,256,10 -o fig.svg --kind both --style paper --slot-labels x,h,y   # for a paper
-seq2d show truncated-rnn:8,16,k=4                        # grid, per-block table, counts, graph facts
+seq2d show truncated_rnn:8,16,k=4                        # grid, per-block table, counts, graph facts
 seq2d show examples/specs/sparse_rnn_cell.toml           # a spec file (docs/spec.md); examples in examples/specs/
 seq2d show mlp sizes=784,256,10 activation=tanh          # a registered constructor with arguments
 ```
 
 Presets: `mlp:SIZES[,act=relu]`, `rnn:IN,HIDDEN[,layers=1][,nonlinearity=tanh]`,
-`truncated-rnn:IN,HIDDEN,k=K[,layers=1]`, `transformer:D,NHEAD,DIM_FF[,layers=1][,norm_first=0]`,
+`truncated_rnn:IN,HIDDEN,k=K[,layers=1]`, `transformer_layer:D,NHEAD,DIM_FF[,norm_first=0]`,
+`transformer_encoder:D,NHEAD,DIM_FF[,layers=1]`,
 `random:SIZES[,granularity=element][,seed=0]` (the paper's randomized model, `seq2d.randomize`),
-`masked-random:SIZES[,density=0.1][,seed=0]`, `blocksparse-random:SIZES[,density=0.1][,tile=32]`
+`random_mask:SIZES[,density=0.1][,seed=0]`, `random_tiles:SIZES[,density=0.1][,tile=32]`
 (`seq2d draw --help` lists every key). In Python: `seq2d.plot.draw_graph(model, path=...)`,
 `seq2d.plot.spy(model, path=...)`, `seq2d.models.presets.build_preset("mlp:784,256,10")`.
 

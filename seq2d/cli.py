@@ -11,8 +11,8 @@ examples (one per subcommand; `seq2d COMMAND --help` has more):
                                                    train one model from a TOML config
   seq2d mnist --models mlp,random-element          the MNIST sparsity experiment (quick protocol)
 
-MODEL is a preset (``mlp:784,256,10``, ``rnn:8,16,layers=2``, ``truncated-rnn:8,16,k=4``,
-``transformer:64,4,128,norm_first=1``, ``masked-random:784,256,10,density=0.1``, ...; see
+MODEL is a preset (``mlp:784,256,10``, ``rnn:8,16,layers=2``, ``truncated_rnn:8,16,k=4``,
+``transformer_layer:64,4,128,norm_first=1``, ``random_mask:784,256,10,density=0.1``, ...; see
 :mod:`seq2d.models.presets`), a path to a ``.toml``/``.json`` spec, or a registered constructor
 name followed by ``key=value`` arguments (values are Python literals).
 
@@ -285,7 +285,7 @@ def _add_show(sub) -> None:
         description=_wrap("Print the block grid and slot table (Sequential2D.summary), one line per block (position, kind, "
                     "shape, stored entries, density, trainable parameters, tie group), the trainable parameters by "
                     "owner, and what the block graph says (acyclic, depth, recurrent cores, memory, distances)."),
-        epilog=_presets_epilog("  seq2d show mlp:784,256,128,10\n  seq2d show truncated-rnn:8,16,k=4\n"
+        epilog=_presets_epilog("  seq2d show mlp:784,256,128,10\n  seq2d show truncated_rnn:8,16,k=4\n"
                                "  seq2d show model.toml\n  seq2d show mlp sizes=784,256,10 activation=tanh\n"),
         formatter_class=_FMT)
     p.add_argument("model", help=_MODEL_HELP)
@@ -301,7 +301,7 @@ def _add_draw(sub) -> None:
                     "The suffix of -o (.png or .svg) picks the format."),
         epilog=_presets_epilog("  seq2d draw mlp:784,256,128,10 -o mlp.png\n"
                                "  seq2d draw rnn:8,16,layers=2 -o rnn.svg --kind both\n"
-                               "  seq2d draw masked-random:784,256,10,density=0.05 -o rand.png --kind spy --tile 32\n"
+                               "  seq2d draw random_mask:784,256,10,density=0.05 -o rand.png --kind spy --tile 32\n"
                                "  seq2d draw mlp:784,256,10 -o fig.svg --kind both --style paper --slot-labels x,h,y\n"),
         formatter_class=_FMT)
     p.add_argument("model", help=_MODEL_HELP)

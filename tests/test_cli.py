@@ -15,11 +15,11 @@ from seq2d.models.presets import PRESETS, build_preset
 PLOT_PRESETS = {
     "mlp": "mlp:64,32,10",
     "rnn": "rnn:8,16,layers=2",
-    "truncated-rnn": "truncated-rnn:8,16,k=3,layers=2",
-    "transformer": "transformer:16,2,32,norm_first=1",
-    "encoder": "transformer:16,2,32,layers=2",
-    "random": "masked-random:40,30,10,density=0.2",
-    "blocksparse-random": "blocksparse-random:64,32,32,density=0.3,tile=16",
+    "truncated-rnn": "truncated_rnn:8,16,k=3,layers=2",
+    "transformer": "transformer_layer:16,2,32,norm_first=1",
+    "encoder": "transformer_encoder:16,2,32,layers=2",
+    "random": "random_mask:40,30,10,density=0.2",
+    "blocksparse-random": "random_tiles:64,32,32,density=0.3,tile=16",
 }
 
 # a cyclic spec with a tie, an identity, a diagonal and a frozen block (see seq2d/spec.py)
@@ -56,7 +56,7 @@ def test_help_of_every_subcommand(cmd, capsys):
     out = capsys.readouterr().out
     assert out.startswith(f"usage: seq2d{' ' + cmd if cmd else ''}")
     if cmd in ("show", "draw"):
-        assert "examples:" in out and "truncated-rnn:INPUT,HIDDEN,k=K" in out
+        assert "examples:" in out and "truncated_rnn:INPUT,HIDDEN,k=K" in out
 
 
 @pytest.mark.parametrize("name", list(PLOT_PRESETS))
@@ -83,7 +83,7 @@ def test_draw_registered_name_with_key_values(tmp_path, capsys):
 
 
 def test_show_preset_prints_grid_blocks_counts_and_graph_facts(capsys):
-    rc, out, _ = _run(capsys, "show", "truncated-rnn:8,16,k=3")
+    rc, out, _ = _run(capsys, "show", "truncated_rnn:8,16,k=3")
     assert rc == 0
     assert out.startswith("TruncatedRNN (core: Sequential2D)\nSequential2D: 6 slots, N = 72, steps = 3, depth = 3, "
                           "trainable parameters = 400")
@@ -153,11 +153,11 @@ def test_argparse_errors_exit_2(capsys):
 @pytest.mark.parametrize("text, n, params", [
     ("mlp:4,3,act=tanh,bias=0", 2, 12),
     ("rnn:3,5,layers=2,nonlinearity=relu", 3, 2 * 5 + 3 * 5 + 2 * 25 + 5 * 5),
-    ("truncated-rnn:3,5,k=4", 8, 3 * 5 + 25 + 5),
-    ("transformer:8,2,16", 6, None),
-    ("transformer:8,2,16,layers=3,final_norm=1", 1 + 3 * 5 + 1, None),
-    ("masked-random:20,10,5,density=1", 3, 15 * 35 + 15),
-    ("blocksparse-random:32,32,density=1,tile=16", 2, 32 * 64 + 32),
+    ("truncated_rnn:3,5,k=4", 8, 3 * 5 + 25 + 5),
+    ("transformer_layer:8,2,16", 6, None),
+    ("transformer_encoder:8,2,16,layers=3,final_norm=1", 1 + 3 * 5 + 1, None),
+    ("random_mask:20,10,5,density=1", 3, 15 * 35 + 15),
+    ("random_tiles:32,32,density=1,tile=16", 2, 32 * 64 + 32),
 ])
 def test_presets_build_what_they_say(text, n, params):
     model = build_preset(text)
@@ -169,7 +169,7 @@ def test_presets_build_what_they_say(text, n, params):
 
 
 def test_random_preset_is_seeded():
-    a, b, c = (build_preset(f"masked-random:20,10,density=0.3,seed={s}") for s in (1, 1, 2))
+    a, b, c = (build_preset(f"random_mask:20,10,density=0.3,seed={s}") for s in (1, 1, 2))
     assert (a.linear_weight() == b.linear_weight()).all()  # one seeded build, twice: bitwise
     assert (a.linear_weight() != c.linear_weight()).any()
 
@@ -180,13 +180,27 @@ def test_preset_errors_name_the_choices():
     with pytest.raises(ValueError, match="needs arguments"):
         build_preset("mlp")
     with pytest.raises(ValueError, match="missing required key"):
-        build_preset("truncated-rnn:4,8")
+        build_preset("truncated_rnn:4,8")
     with pytest.raises(ValueError, match="takes 3 positional ints, got 2"):
-        build_preset("transformer:8,2")
+        build_preset("transformer_layer:8,2")
     with pytest.raises(ValueError, match="boolean"):
-        build_preset("transformer:8,2,16,norm_first=maybe")
+        build_preset("transformer_layer:8,2,16,norm_first=maybe")
     with pytest.raises(TypeError):
         build_preset(3)
+
+
+@pytest.mark.parametrize("old, new", [("truncated-rnn:4,8,k=2", "did you mean 'truncated_rnn'"),
+                                      ("masked-random:4,3", "did you mean 'random_mask'"),
+                                      ("blocksparse-random:32,32", "did you mean 'random_tiles'"),
+                                      ("transformer:8,2,16", "did you mean 'transformer_layer', or 'transformer_encoder'"),
+                                      ("from_mask:3", "'from_mask' has no preset string")])
+def test_one_spelling_per_model(capsys, old, new):
+    """A preset is NAME:ARGS for a registered NAME (the one names table); the spellings of
+    earlier versions build nothing and name their successor."""
+    with pytest.raises(ValueError, match=new):
+        build_preset(old)
+    rc, _, err = _run(capsys, "show", old)
+    assert rc == 2 and new in err, err
 
 
 def test_console_script(tmp_path):

@@ -74,8 +74,8 @@ CASES = [
     ("show-preset-too-few", ["show", "rnn:8"], ["preset 'rnn'", "2 positional"]),
     ("show-preset-bad-bool", ["show", "mlp:4,3,bias=maybe"], ["preset 'mlp'", "bias", "'maybe'"]),
     ("show-preset-unknown-key", ["show", "mlp:4,3,zz=1"], ["preset 'mlp'", "'zz'"]),
-    ("show-preset-heads", ["show", "transformer:7,2,16"], ["d_model (7)", "nhead (2)"]),
-    ("show-preset-density", ["show", "masked-random:10,5,density=2"], ["density", "2.0"]),
+    ("show-preset-heads", ["show", "transformer_layer:7,2,16"], ["d_model (7)", "nhead (2)"]),
+    ("show-preset-density", ["show", "random_mask:10,5,density=2"], ["density", "2.0"]),
     ("show-no-model", ["show"], ["model", "seq2d show --help"]),
     # draw: -o, --tile, --dpi, --kind
     ("draw-pdf", ["draw", "mlp:4,3", "-o", "x.pdf"], ["-o", "'.pdf'", ".png, .svg"]),

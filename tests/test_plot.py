@@ -16,11 +16,11 @@ from seq2d.models.presets import build_preset
 PRESETS = {
     "mlp": "mlp:64,32,10",
     "rnn": "rnn:8,16,layers=2",
-    "truncated-rnn": "truncated-rnn:8,16,k=3,layers=2",
-    "transformer": "transformer:16,2,32,norm_first=1",
-    "encoder": "transformer:16,2,32,layers=2",
-    "random": "masked-random:40,30,10,density=0.2",
-    "blocksparse-random": "blocksparse-random:64,32,32,density=0.3,tile=16",
+    "truncated-rnn": "truncated_rnn:8,16,k=3,layers=2",
+    "transformer": "transformer_layer:16,2,32,norm_first=1",
+    "encoder": "transformer_encoder:16,2,32,layers=2",
+    "random": "random_mask:40,30,10,density=0.2",
+    "blocksparse-random": "random_tiles:64,32,32,density=0.3,tile=16",
 }
 
 SPEC = textwrap.dedent("""
@@ -149,7 +149,7 @@ def test_draws_into_the_callers_axes_and_closes_nothing(tmp_path):
 
 
 def test_title_and_legend_of_the_graph():
-    model = build_preset("truncated-rnn:8,16,k=3")
+    model = build_preset("truncated_rnn:8,16,k=3")
     fig = draw_graph(model)
     ax = fig.axes[0]
     assert ax.get_title() == "TruncatedRNN: 6 slots, steps = 3, depth = 3, 400 trainable parameters"
@@ -206,7 +206,7 @@ def test_spy_image_is_the_support_of_linear_weight(name):
 
 
 def test_blocksparse_spy_image_equals_the_dense_one():
-    model = build_preset("masked-random:40,30,10,density=0.3")
+    model = build_preset("random_mask:40,30,10,density=0.3")
     dense = spy_image(model)[0]
     model.to_blocksparse(16)
     assert np.array_equal(spy_image(model)[0], dense)
@@ -220,7 +220,7 @@ def _pooled_reference(mask: np.ndarray, f: int) -> np.ndarray:
     return pad.reshape(M, f, M, f).any(axis=(1, 3))
 
 
-@pytest.mark.parametrize("preset", ["mlp:2100,40,10", "blocksparse-random:1024,1024,64,density=0.05,tile=32"])
+@pytest.mark.parametrize("preset", ["mlp:2100,40,10", "random_tiles:1024,1024,64,density=0.05,tile=32"])
 def test_spy_pools_above_2000(preset, tmp_path):
     model = build_preset(preset)
     N = model.offsets[-1]
@@ -337,7 +337,7 @@ def test_spy_widened_slot_shows_the_true_pattern():
     assert len(set(rows)) == 3
 
 
-@pytest.mark.parametrize("preset", ["random:784,256,128,10", "masked-random:40,30,10,density=0.2", "transformer:16,2,32",
+@pytest.mark.parametrize("preset", ["random:784,256,128,10", "random_mask:40,30,10,density=0.2", "transformer_layer:16,2,32",
                                     "rnn:8,16,layers=2"])
 def test_spy_labels_never_overlap_each_other_or_the_entries(preset):
     fig = spy(build_preset(preset))

@@ -9,6 +9,8 @@ import json
 
 import pytest
 
+import seq2d
+
 from seq2d.mnist_comparison import MODELS
 from seq2d.models import list_models
 from seq2d.train.identity import config_hash
@@ -31,3 +33,20 @@ def test_committed_run_identity(path):
     assert folder in MODELS, folder
     for field, value in MODELS[folder].items():
         assert cfg[field] == value, (path, field)
+
+
+def test_one_names_table():
+    """The registry is the only table of model names: presets are keyed by registered names,
+    the MNIST comparison's named configurations and the trainer's config name registered
+    constructors, and an unknown name is an error with a did-you-mean hint."""
+    from seq2d.mnist_comparison import MODELS
+    from seq2d.models.presets import PRESETS
+    from seq2d.train.builder import build_model
+    from seq2d.train.config import TrainConfig
+
+    assert set(PRESETS) <= set(list_models())
+    assert all(cfg["model"] in list_models() for cfg in MODELS.values()), MODELS
+    with pytest.raises(ValueError, match=r"unknown model 'truncated-rnn' \(did you mean 'truncated_rnn'\?\)"):
+        build_model(TrainConfig(model="truncated-rnn"))
+    with pytest.raises(ValueError, match=r"Unknown model 'random-tile' \(did you mean 'random_tiles'\?\)"):
+        seq2d.resolve_model("random-tile")

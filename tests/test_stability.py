@@ -449,7 +449,7 @@ def test_cli_stability_on_presets(capsys):
     main(["stability", "rnn:3,6,layers=2", "--data-steps", "10", "--batch", "2", "--iters", "5"])
     assert capsys.readouterr().out == out
 
-    rc = main(["stability", "truncated-rnn:3,4,k=3"])
+    rc = main(["stability", "truncated_rnn:3,4,k=3"])
     out = capsys.readouterr().out
     assert rc == 0 and "n/a" in out and "after 3 step(s)" in out
 

@@ -4,8 +4,9 @@
     resolve_model("mlp:784,256,10,act=tanh")      # a preset string (seq2d.models.presets)
     resolve_model("model.toml")                   # a spec file (seq2d.from_spec)
 
-A registered name wins over a preset of the same spelling; keyword arguments go only with a
-registered name. :func:`constructor_options` picks, from a table of available values, the
+Every name is a registered one (seq2d.models.registry, the one table of model names): a preset
+is ``NAME:ARGS`` for a registered NAME, and keyword arguments go only with a bare registered name.
+Whether an argument means a file is :func:`seq2d.models.presets.names_a_file`. :func:`constructor_options` picks, from a table of available values, the
 ones a registered constructor's signature names (the trainer maps its config fields this way).
 """
 
@@ -18,25 +19,11 @@ from pathlib import Path
 
 from torch import nn
 
-from ..errors import InvalidType, InvalidValue, MissingFile, Seq2DError
-from .presets import PRESETS, build_preset, is_preset
+from ..errors import InvalidType, InvalidValue, MissingFile, Seq2DError, did_you_mean
+from .presets import CHECKPOINT_SUFFIXES, PRESETS, SPEC_SUFFIXES, build_preset, names_a_file
 from .registry import create_model, list_models, model_entrypoint
 
 __all__ = ["resolve_model", "constructor_options"]
-
-
-_SPEC_SUFFIXES = (".toml", ".json")
-_CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt")
-
-
-def _names_a_file(text: str) -> bool:
-    """Whether ``text`` is meant as a file or folder: it exists, or it is not a preset
-    (``name:...``) and has a path separator or a spec/checkpoint suffix."""
-    if os.path.exists(text):
-        return True
-    if ":" in text and text.split(":", 1)[0] in PRESETS:
-        return False
-    return "/" in text or os.sep in text or text.lower().endswith(_SPEC_SUFFIXES + _CHECKPOINT_SUFFIXES)
 
 
 def _check_constructor_args(name: str, kw: dict, where: str) -> None:
@@ -52,13 +39,13 @@ def _check_constructor_args(name: str, kw: dict, where: str) -> None:
 
 def _from_file(text: str, kwargs: dict, where: str) -> nn.Module:
     if not os.path.exists(text):
-        what = ("spec file" if text.lower().endswith(_SPEC_SUFFIXES)
-                else "checkpoint file" if text.lower().endswith(_CHECKPOINT_SUFFIXES) else "file or folder")
+        what = ("spec file" if text.lower().endswith(SPEC_SUFFIXES)
+                else "checkpoint file" if text.lower().endswith(CHECKPOINT_SUFFIXES) else "file or folder")
         raise MissingFile(f"{where}{what} {text!r} does not exist")
     if os.path.isdir(text):
         raise InvalidValue(f"{where}{text!r} is a folder; expected a preset, a .toml/.json spec file or a "
                            "registered constructor name")
-    if text.lower().endswith(_CHECKPOINT_SUFFIXES):
+    if text.lower().endswith(CHECKPOINT_SUFFIXES):
         raise InvalidValue(f"{where}{text!r} is a checkpoint; this reads presets, .toml/.json spec files "
                            "and registered constructor names (`seq2d stability` reads checkpoints)")
     if kwargs:
@@ -83,21 +70,19 @@ def resolve_model(name: str, /, *, where: str | None = None, **kwargs) -> nn.Mod
     if not isinstance(name, str):
         raise InvalidType(f"a model name must be a str, got {type(name).__name__}")
     pre = f"{where}: " if where else ""
-    if name in list_models() and not is_preset(name):
+    if name in list_models():
         _check_constructor_args(name, kwargs, pre)
         return create_model(name, **kwargs)
-    if _names_a_file(name):
+    if names_a_file(name):
         return _from_file(name, kwargs, pre)
-    if kwargs:
-        if is_preset(name):
+    if ":" in name:
+        if kwargs:
             raise InvalidValue(f"{pre}key=value arguments go with a registered constructor name, not with the preset "
                                f"{name!r}; write preset options after the colon (e.g. mlp:784,256,10,act=tanh)")
-        return create_model(name, **kwargs)  # raises: unknown registered name
-    if not is_preset(name) and ":" not in name and name not in PRESETS and not Path(name).suffix:
-        raise InvalidValue(f"{pre}Unknown model {name!r}. Give a preset (" + ", ".join(f"{k}:..." for k in PRESETS)
-                           + "), a path to a .toml/.json spec, or a registered constructor ("
-                           + ", ".join(list_models()) + ")")
-    return build_preset(name)
+        return build_preset(name)  # an unknown NAME raises, naming the presets
+    raise InvalidValue(f"{pre}Unknown model {name!r}{did_you_mean(name, list_models())}. Give a registered name ("
+                       + ", ".join(list_models()) + "), a preset (" + ", ".join(f"{k}:..." for k in PRESETS)
+                       + ") or a path to a .toml/.json spec")
 
 
 def constructor_options(name: str, available: Mapping[str, tuple[Sequence[str], object]]) -> tuple[dict, set]:

@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 from torch import nn
 
-from ..errors import InvalidValue, MissingFile
+from ..errors import InvalidValue, did_you_mean
 from .config import TrainConfig
 
 __all__ = ["build_model"]
 
 
 # ---------------------------------------------------------------------- model
-def _is_spec_path(name: str) -> bool:
-    return name.lower().endswith((".toml", ".json")) or (":" not in name and Path(name).is_file())
-
-
-# config field -> constructor keyword(s) it feeds, when the constructor names one of them
+# Config field -> the constructor keyword(s) it feeds, when the registered constructor's
+# signature names one of them. Not a table of models: the names are the registry's.
 _MODEL_KWARGS = {
     "sizes": ("sizes",),
     "activation": ("activation",),
@@ -48,6 +43,7 @@ def build_model(cfg: TrainConfig, *, device=None) -> nn.Module:
     """
     from ..arguments import check_device
     from ..models import constructor_options, list_models, resolve_model
+    from ..models.presets import names_a_file
 
     check_device(device, "build_model")
     defaults = TrainConfig()
@@ -64,14 +60,12 @@ def build_model(cfg: TrainConfig, *, device=None) -> nn.Module:
             consumed.discard("seed")
             model = resolve_model(cfg.model, **kwargs)
             source = "not in its signature"
-        elif _is_spec_path(cfg.model) or ":" in cfg.model:
-            if _is_spec_path(cfg.model) and not Path(cfg.model).is_file():
-                raise MissingFile(f"config field 'model': the spec file {cfg.model!r} does not exist")
-            model = resolve_model(cfg.model)
+        elif ":" in cfg.model or names_a_file(cfg.model):
+            model = resolve_model(cfg.model, where="config field 'model'")
             source = "its structure comes from the preset string or spec file"
         else:
             raise InvalidValue(
-                f"config field 'model': unknown model {cfg.model!r}. Select from "
+                f"config field 'model': unknown model {cfg.model!r}{did_you_mean(cfg.model, list_models())}. Select from "
                 + ", ".join(repr(m) for m in list_models())
                 + ", a preset string such as 'mlp:784,256,10', or the path of a spec file (.toml/.json)"
             )
