@@ -39,7 +39,7 @@ import torch
 
 from seq2d.core import core_of
 from seq2d.mnist_comparison import configs_for, protocol_config
-from seq2d.report import from_json, write_section
+from seq2d.results_page import from_json, write_section
 from seq2d.train import Trainer, build_model
 from seq2d.train.config import TrainConfig
 from seq2d.train.datasets import load_data

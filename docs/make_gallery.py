@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from seq2d import graph as G  # noqa: E402
-from seq2d.report import show_text  # noqa: E402
+from seq2d.cli_text import show_text  # noqa: E402
 from seq2d.plot import draw_graph, spy  # noqa: E402
 from seq2d.models.presets import build_preset  # noqa: E402
 

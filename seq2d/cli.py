@@ -88,7 +88,7 @@ def _resolve(text: str, kwargs: list[str]):
 
 def __getattr__(name):  # seq2d.cli.show_text, as before, without importing torch with the CLI
     if name == "show_text":
-        from .report import show_text
+        from .cli_text import show_text
 
         return show_text
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -103,7 +103,7 @@ def _cmd_models(args) -> int:
 
 
 def _cmd_show(args) -> int:
-    from .report import show_text
+    from .cli_text import show_text
 
     print(show_text(_resolve(args.model, args.kwargs)))
     return 0
@@ -150,7 +150,7 @@ def _cmd_draw(args) -> int:
 
 
 def _cmd_equivalence(args) -> int:
-    from .report import equivalence_table
+    from .cli_text import equivalence_table
 
     if args.seeds < 1:
         raise InvalidValue(f"--seeds must be a positive int, got {args.seeds}")
@@ -196,7 +196,7 @@ def _stability_model(text: str, kwargs: list[str]):
 def _cmd_stability(args) -> int:
     import torch
 
-    from .report import stability_lines
+    from .cli_text import stability_lines
 
     if not (args.eps > 0 and math.isfinite(args.eps)):
         raise InvalidValue(f"--eps must be a positive number, got {args.eps}")
@@ -356,7 +356,7 @@ def _add_stability(sub) -> None:
 
 def _cmd_mnist(args) -> int:
     from .mnist_comparison import MODELS, PROTOCOLS, compare, configs_for, protocol_config, write_results
-    from .report import threads_line
+    from .cli_text import threads_line
     from .train.config import load_config
 
     proto = protocol_config(args.protocol, "full" if args.full else "quick", augment_test=args.augment_test)
@@ -399,7 +399,7 @@ def _cmd_mnist(args) -> int:
 
 
 def _cmd_train(args) -> int:
-    from .report import train_result_line
+    from .cli_text import train_result_line
     from .train.config import config_from_args
     from .train.errors import cli_terms
     from .train.identity import parse_allow_changed

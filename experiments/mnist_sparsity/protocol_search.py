@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 from seq2d.mnist_comparison import MODELS, compare, protocol_config
-from seq2d.report import from_json, write_section
+from seq2d.results_page import from_json, write_section
 from seq2d.train.config import TrainConfig
 
 PAPER_ACC = 0.927  # the summary's final test accuracy (003, "Key Results")

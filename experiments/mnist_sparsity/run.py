@@ -39,7 +39,8 @@ from seq2d.mnist_comparison import (MODELS, PROTOCOLS, compare, format_table, pr
                                     write_results)
 from seq2d.parallel import jobs_arg
 from seq2d.plot.comparison import plot_accuracy_vs_iterations
-from seq2d.report import threads_line, write_section
+from seq2d.cli_text import threads_line
+from seq2d.results_page import write_section
 from seq2d.threads import threads_arg
 from seq2d.train.config import load_config
 from seq2d.train.trainer import read_metrics

@@ -330,7 +330,7 @@ def results_section(res: dict, blk: dict | None = None) -> str:
 
 def write_page(res: dict, doc: Path) -> None:
     """The generated sections of the page (verdict, results), the rest of the page left as it is."""
-    from seq2d.report import write_section
+    from seq2d.results_page import write_section
 
     title = "# Parameter budget: test accuracy vs trainable parameters, per placement"
     blk = block_placement(res)  # rebuilds the random-block models once, for both sections

@@ -37,7 +37,7 @@ from torch import nn
 
 from seq2d.stability import (AuthorLSTMNormalization, LSTMProjection, PAPER_GATE_BOUNDS, lstm_certificate,
                         lstm_contraction_bound, lstm_contraction_sup, lstm_state_map)
-from seq2d.report import write_section
+from seq2d.results_page import write_section
 
 REGEN = ("python experiments/stable_rnn/lstm_certificate.py --from-json docs/results/stability/lstm_certificate.json "
          "--doc docs/stability.md")

@@ -20,7 +20,7 @@ import math
 import shutil
 from pathlib import Path
 
-from seq2d.report import write_section as _write_section
+from seq2d.results_page import write_section as _write_section
 
 #: Proposition 2 as the slides state it (seeds/002_e0ce570a88c4aff3.txt, "Weights Are Close"),
 #: for N steps of projected gradient descent with step size alpha_t = alpha / t.
@@ -33,7 +33,7 @@ REGEN = "python experiments/stable_rnn/report.py --runs docs/results/stability -
 
 def write_section(doc: Path, name: str, body: str, title: str = "# Stable recurrent models: results") -> None:
     """Replace (or append) the text between the markers ``<!-- name:begin/end -->``
-    (:func:`seq2d.report.write_section`)."""
+    (:func:`seq2d.results_page.write_section`)."""
     _write_section(doc, name, body, title=title)
 
 

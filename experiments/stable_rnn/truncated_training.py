@@ -59,7 +59,7 @@ from seq2d.data.wikitext import Corpus, batchify
 from seq2d.envinfo import cpu_name
 from seq2d.lm import (VANISH_FRACTION, RNNLM, evaluate, grad_norm_carried, lm_data_lambda, perplexity, train_lm,
                       vanishing_distance, weight_distance)
-from seq2d.report import json_safe as _finite
+from seq2d.results_page import json_safe as _finite
 from seq2d.stability import SpectralClip, certified_lambda
 from seq2d.train.trainer import write_metrics
 

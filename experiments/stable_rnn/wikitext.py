@@ -74,8 +74,8 @@ import torch  # noqa: E402
 
 from seq2d.data.wikitext import Corpus, batchify  # noqa: E402
 from seq2d.envinfo import cpu_name  # noqa: E402
-from seq2d.report import json_safe as _finite  # noqa: E402
-from seq2d.report import write_section  # noqa: E402
+from seq2d.results_page import json_safe as _finite  # noqa: E402
+from seq2d.results_page import write_section  # noqa: E402
 from seq2d.lm import (VANISH_FRACTION, RNNLM, divergence, evaluate, grad_norm_carried, grad_norm_vs_distance,  # noqa: E402
                       lm_data_lambda, perplexity, train_lm, vanishing_distance)
 from seq2d.stability import LSTM_STABILIZERS, lstm_contraction_bound, make_lstm_stabilizer  # noqa: E402
@@ -382,7 +382,7 @@ def _current_names(text: str) -> str:
 
 def write_doc(doc: Path, section: str) -> None:
     """Replace the text between the markers (or append it); create the page when absent
-    (:func:`seq2d.report.write_section`)."""
+    (:func:`seq2d.results_page.write_section`)."""
     body = section.replace(BEGIN, "").replace(END, "")
     write_section(doc, "wikitext", body, title="# Stable recurrent models: results")
     print(f"wrote {doc}")

@@ -1,4 +1,5 @@
-"""Text reports of a model, as the ``seq2d`` command line prints them.
+"""What the ``seq2d`` command line prints about a model: text reports, each a function of the
+model or of numbers the library computes (the parser is in :mod:`seq2d.cli`).
 
 - :func:`show_text`: what ``seq2d show`` prints: the block grid and slot table
   (``Sequential2D.summary``), one line per block, the trainable parameters by owner
@@ -10,69 +11,19 @@
   constructor against torch.nn.
 - :func:`threads_line`, :func:`train_result_line`: the one-line reports of ``seq2d mnist`` /
   ``seq2d train``.
-- :func:`write_section`: a generated section of a results page (between ``<!-- NAME:begin -->``
-  and ``<!-- NAME:end -->``), the rest of the page left as it is; every experiment script's
-  ``--doc`` uses it, so hand-written text next to generated numbers survives a rerun.
 
 The reports only format numbers that the library computes; the parameter counts come from
-the model's own ``num_parameters()`` / ``num_trainable()``.
+the model's own ``num_parameters()`` / ``num_trainable()``. The results pages that experiments
+write are :mod:`seq2d.results_page`'s.
 """
 
 from __future__ import annotations
 
-import math
-import os
-import re
-from pathlib import Path
 from typing import Iterator
 
 from .core import core_of
 
-__all__ = ["equivalence_table", "json_safe", "param_breakdown", "show_text", "stability_lines", "threads_line", "train_result_line",
-           "write_section"]
-
-
-def json_safe(v):
-    """``v`` with every non-finite float (inf, nan) replaced by None, through dicts, lists and
-    tuples: strict JSON has neither, and a results file must load anywhere."""
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if isinstance(v, dict):
-        return {k: json_safe(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [json_safe(x) for x in v]
-    return v
-
-
-def write_section(doc: str | os.PathLike, name: str, body: str, *, title: str = "# Results") -> Path:
-    """Put ``body`` between ``<!-- name:begin -->`` and ``<!-- name:end -->`` in the page ``doc``:
-    replace the text between the markers when they are there, else append the block (creating
-    the page, headed by ``title``, when it does not exist). Everything outside the markers is
-    kept byte for byte. Returns the path."""
-    doc = Path(doc)
-    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
-    text = doc.read_text() if doc.is_file() else title.rstrip("\n") + "\n"
-    block = f"{begin}\n{body.strip(chr(10))}\n{end}"
-    if begin in text and end in text and text.index(begin) < text.index(end):
-        text = re.sub(re.escape(begin) + r".*?" + re.escape(end), lambda _: block, text, count=1, flags=re.S)
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    doc.parent.mkdir(parents=True, exist_ok=True)
-    doc.write_text(text)
-    return doc
-
-
-def from_json(json_path: str | os.PathLike, render, doc: str | os.PathLike | None = None,
-              section: str | None = None) -> str:
-    """An experiment's ``--from-json`` mode: ``render(record)`` of the JSON record, printed, and
-    written as the ``section`` of the page ``doc`` when given (nothing is measured or trained)."""
-    import json
-
-    text = render(json.loads(Path(json_path).read_text()))
-    print(text)
-    if doc is not None:
-        write_section(doc, section, text)
-    return text
+__all__ = ["equivalence_table", "param_breakdown", "show_text", "stability_lines", "threads_line", "train_result_line"]
 
 
 def _yes(b: bool) -> str:
