@@ -103,7 +103,7 @@ def _plan(model, pipeline: bool):
     ctx = [f"block F[{i}][{j}] is a {type(b).__name__} (call-time context)" for i, j, _, b in model.positions()
            if isinstance(b, ContextModule)]
     reason = (f"the {store.label} store" if store is not None and not store.component_products else
-              "a linear block with its own bias" if model._block_biases()[0] else
+              "a linear block with its own bias" if model._step().block_bias_keys else
               "backend 'loop'" if store is not None and store.reference_mode else
               "an input slot with a non-empty row" if any(i in rows for i in model.inputs) else
               ctx[0] if ctx else None)
@@ -442,6 +442,7 @@ class SequenceMode:
         xs = xs.to(dtype=x0.dtype) if xs.dtype != x0.dtype else xs
         upd_cache: dict = {}
         rows = self._all_rows_t
+        step = self._step()
         # products with the input slots do not depend on the state: one GEMM for all T steps
         hoisted = self.store is not None and not self._reads_inputs_elsewhere() and \
             self.store.hoist_inputs(xs, self.inputs, cache)
@@ -456,7 +457,7 @@ class SequenceMode:
             upd = upd_cache.get(key)
             if upd is None:
                 upd = upd_cache[key] = tuple(i for i in rows if key[1] <= d[i] <= key[0])
-            present = self._advance(x, present, upd, context, cache)
+            present = step.advance(x, present, upd, context, cache)
             for k, o in enumerate(self.outputs):
                 if d[o] <= s < T + d[o]:
                     ys[s - d[o]][k] = x.read(off[o], off[o] + self.sizes[o]) if o in present else \

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping, Sequence
+from itertools import repeat
 
 import torch
 from torch import Tensor, nn
@@ -25,7 +26,7 @@ from .checks import (build_activations, check_block_fits, check_degenerate, chec
 from .sequence import SequenceMode
 from .slot_bias import SlotBias
 from .state import Segments, State, StateIO
-from .step import build_plan, run_plan
+from .step import Step
 from .topology import depth_and_levels, far_output
 
 __all__ = ["Sequential2D", "block_kind", "core_of"]
@@ -173,7 +174,6 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
             steps = self.depth
         self.steps = None if steps is None else check_steps(steps)
         self._far_output = far_output(n, self._positions, self.inputs, self.outputs)
-        self._plans: dict = {}
         self.store = self._build_store()
         self.reset_bias_parameters()
         self._register_load_state_dict_pre_hook(self._migrate_state_dict)
@@ -419,50 +419,15 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         return None
 
     # ------------------------------------------------------------------ the flat state
-    def _plan(self, upd: tuple[int, ...], present: frozenset):
-        key = (upd, present if self._reads_present else None)
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = self._plans[key] = build_plan(self, upd, present)
-        return plan
-
-    @property
-    def _reads_present(self) -> bool:
-        """True when a step depends on which slots are None (module or identity blocks)."""
-        v = self.__dict__.get("_reads_present_v")
-        if v is None:
-            v = self.__dict__["_reads_present_v"] = any(
-                k in ("module", "identity") or (k == "linear" and getattr(b, "bias", None) is not None)
-                for _, _, k, b in self.positions())
-        return v
-
-    def _block_biases(self) -> tuple[list[str], dict[tuple[int, int], int]]:
-        """The linear blocks' own biases: the block keys holding each bias Parameter once (grid
-        order; their concatenation is the block-bias vector) and every biased position's offset
-        in it (:func:`seq2d.core.step.run_plan` adds them with one gather). Keyed by position, so a
-        deep copy's cache stays right."""
-        v = self.__dict__.get("_block_bias_v")
-        if v is None:
-            keys, first, off, o = [], {}, {}, 0
-            for i, j, k, b in self.positions():
-                p = getattr(b, "bias", None) if k == "linear" else None
-                if p is None:
-                    continue
-                if id(p) not in first:
-                    first[id(p)] = o
-                    keys.append(f"{i}_{j}")
-                    o += p.numel()
-                off[(i, j)] = first[id(p)]
-            v = self.__dict__["_block_bias_v"] = (keys, off)
-        return v
-
-    def _advance(self, x: Segments, present: frozenset, upd: tuple[int, ...], context, cache) -> frozenset:
-        """One Jacobi update of the slots ``upd`` on the flat state ``x`` (in place); returns
-        the present slots after it."""
-        if not upd:
-            return present
-        run_plan(self, self._plan(upd, present), x, context, cache, present)
-        return present if present.issuperset(upd) else present | frozenset(upd)
+    def _step(self) -> Step:
+        """The compiled step (:class:`seq2d.core.step.Step`), built from this model's parts when first
+        needed and again after its grid or its store changed (:meth:`_grid_changed`)."""
+        step = self.__dict__.get("_step_v")
+        store = self.store
+        if step is None or step.store is not store:
+            step = self.__dict__["_step_v"] = Step(self.sizes, self.flat_offsets, self._rows, self.blocks, self.acts,
+                                                   self.slot_bias, store)
+        return step
 
     def _iterate(self, x, present: frozenset, steps: int, hold, context) -> tuple[Segments, frozenset, frozenset]:
         """``steps`` updates on the flat state (a tensor or Segments; the plan when it applies).
@@ -475,25 +440,24 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
             # Acyclic and at least `depth` steps: Jacobi iteration has reached its fixed
             # point, which is evaluating each slot once, level by level (proof in
             # docs/graphs.md; tested against plain iteration in tests/test_plan.py).
-            for level in self._level_rows:
-                present = self._advance(x, present, level, context, cache)
-            return x, present, self._all_rows
-        upd = self._all_rows_t
-        if hold is not None:
-            held = set(check_slot_list("hold", hold, self.n))
-            upd = tuple(i for i in upd if i not in held)
-        if steps > 1 and self.store is not None and getattr(self, "use_held_products", True):
-            # slots no step of this call writes (the held inputs, and ``hold``): the store computes
-            # their products once per call instead of once per step (seq2d/engines/dense.py)
-            memo = self.__dict__.setdefault("_held_during", {})  # updated rows -> slots never written
-            const = memo.get(upd)
-            if const is None:
-                const = memo[upd] = frozenset(range(self.n)) - frozenset(upd)
-            if const:
-                cache["const"] = const
-        for _ in range(steps):
-            present = self._advance(x, present, upd, context, cache)
-        return x, present, frozenset(upd)
+            schedule, touched = self._level_rows, self._all_rows
+        else:
+            upd = self._all_rows_t
+            if hold is not None:
+                held = set(check_slot_list("hold", hold, self.n))
+                upd = tuple(i for i in upd if i not in held)
+            if steps > 1 and self.store is not None and getattr(self, "use_held_products", True):
+                # slots no step of this call writes (the held inputs, and ``hold``): the store computes
+                # their products once per call instead of once per step (seq2d/engines/dense.py)
+                memo = self.__dict__.setdefault("_held_during", {})  # updated rows -> slots never written
+                const = memo.get(upd)
+                if const is None:
+                    const = memo[upd] = frozenset(range(self.n)) - frozenset(upd)
+                if const:
+                    cache["const"] = const
+            schedule, touched = repeat(upd, steps), frozenset(upd)
+        present = self._step().run(x, present, schedule, context, cache)
+        return x, present, touched
 
     def forward_flat(self, x: Tensor, steps: int | None = None, *, hold=None, **context) -> Tensor:
         """``steps`` Jacobi updates on a flat state ``x`` of shape ``(*batch, flat_size)`` (slot
@@ -511,7 +475,7 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         if context:
             self._check_context(context, "step_flat")
         seg = Segments(self._check_flat(x))
-        self._advance(seg, frozenset(range(self.n)), self._all_rows_t, context, None)
+        self._step().advance(seg, frozenset(range(self.n)), self._all_rows_t, context, None)
         return seg.tensor()
 
     def to_blocksparse(self, tile: int = 64, backend: str = "auto") -> "Sequential2D":
@@ -548,7 +512,7 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
             self._check_context(context, "step")
         state = self.check_state(state)
         seg, present = self._segments(state)
-        present = self._advance(seg, present, self._all_rows_t, context, None)
+        present = self._step().advance(seg, present, self._all_rows_t, context, None)
         return self.from_flat(seg, present, state, self._all_rows)
 
     def forward(self, state, steps: int | None = None, *, hold=None, **context):

@@ -103,9 +103,8 @@ class StateIO:
             raise InvalidType(unexpected_keywords(f"{type(self).__name__}.{method}", context, keys, _OWN.get(method, ())))
 
     def _grid_changed(self) -> None:
-        """Forget what was computed from the blocks (plans, context keys, block biases)."""
-        self._plans.clear()
-        for k in ("_context_keys_v", "_block_bias_v", "_reads_present_v", "_schedule_plans"):
+        """Forget what was computed from the blocks (the step and its plans, context keys, sequence plans)."""
+        for k in ("_step_v", "_context_keys_v", "_schedule_plans"):
             self.__dict__.pop(k, None)
 
     def check_state(self, state) -> State:

@@ -1,10 +1,11 @@
-"""The flat state and the compiled step: how ``Sequential2D`` runs one Jacobi update.
+"""The compiled step: how ``Sequential2D`` runs one Jacobi update on its flat state.
 
-Internally a step works on one ``(*batch, N)`` buffer (``N = model.flat_size``; slot ``i``
-is ``[flat_offsets[i], flat_offsets[i] + sizes[i])``, the tiled store pads every slot to whole
-tiles). For each distinct (updated slots, present slots) pair the model compiles a
-:class:`StepPlan` once; running it costs, independently of the number of slots and of
-linear blocks:
+A :class:`Step` is built from what the model gives it (slot sizes, flat offsets, rows, blocks,
+activations, the slot-bias vector and the parameter store) and never reads the model itself.
+It works on one ``(*batch, N)`` buffer (:class:`seq2d.core.state.Segments`; slot ``i`` is
+``[offsets[i], offsets[i] + sizes[i])``, the tiled store pads every slot to whole tiles). For
+each distinct (updated slots, present slots) pair it compiles a :class:`StepPlan` once;
+running it costs, independently of the number of slots and of linear blocks:
 
 1. one product per box of the store (one for an iterated model, one per plan level);
 2. one bias add (a slice of the bias vector, or one gather when rows and biases differ);
@@ -29,7 +30,7 @@ from ..activations import elementwise_key
 from ..blocks import block_kind, call_block
 from .state import Segments
 
-__all__ = ["StepPlan", "build_plan", "run_plan"]
+__all__ = ["Step", "StepPlan", "build_plan", "run_plan"]
 
 
 class StepPlan:
@@ -51,15 +52,71 @@ class StepPlan:
         self.block_bias: tuple | None = None   # (U positions, positions in the block-bias vector)
 
 
-def build_plan(model, upd: Sequence[int], present: frozenset) -> StepPlan:
+class Step:
+    """The step of one model: ``advance`` runs one Jacobi update of some slots on a flat state.
+
+    Built from the model's parts, which it keeps (the model builds a new one when its grid or
+    its store changes): ``sizes``, ``offsets`` (the flat offsets, ``n + 1``), ``rows`` (``{i: [j,
+    ...]}`` for every slot with a block in its row), ``blocks`` (``{"i_j": block}``), ``acts`` (one
+    activation per slot), ``slot_bias`` (a :class:`seq2d.core.slot_bias.SlotBias`) and ``store``
+    (the parameter store, or None without linear blocks). Compiled plans are cached here."""
+
+    def __init__(self, sizes, offsets, rows, blocks, acts, slot_bias, store):
+        self.sizes, self.offsets, self.n = tuple(sizes), tuple(offsets), len(sizes)
+        self.rows, self.blocks, self.acts, self.slot_bias, self.store = rows, blocks, acts, slot_bias, store
+        self.kinds = {(i, j): block_kind(blocks[f"{i}_{j}"]) for i in sorted(rows) for j in rows[i]}
+        # the linear blocks' own biases: the block keys holding each bias Parameter once (grid
+        # order; their concatenation is the block-bias vector) and every biased position's offset
+        keys, first, off, o = [], {}, {}, 0
+        for (i, j), kind in sorted(self.kinds.items()):
+            p = getattr(blocks[f"{i}_{j}"], "bias", None) if kind == "linear" else None
+            if p is None:
+                continue
+            if id(p) not in first:
+                first[id(p)] = o
+                keys.append(f"{i}_{j}")
+                o += p.numel()
+            off[(i, j)] = first[id(p)]
+        self.block_bias_keys, self.block_bias_off = keys, off
+        # a step depends on which slots are None (module or identity blocks, block biases)
+        self.reads_present = bool(keys) or any(k in ("module", "identity") for k in self.kinds.values())
+        self.plans: dict = {}
+
+    def plan(self, upd: tuple[int, ...], present: frozenset) -> StepPlan:
+        """The compiled step updating ``upd`` given the ``present`` slots (built once)."""
+        key = (upd, present if self.reads_present else None)
+        plan = self.plans.get(key)
+        if plan is None:
+            plan = self.plans[key] = build_plan(self, upd, present)
+        return plan
+
+    def run(self, x: Segments, present: frozenset, schedule, context: dict, cache: dict | None) -> frozenset:
+        """The updates of ``schedule`` (an iterable of slot tuples: the plan's levels, or the
+        updated rows once per step) one after the other on ``x``; returns the present slots."""
+        for upd in schedule:
+            present = self.advance(x, present, upd, context, cache)
+        return present
+
+    def advance(self, x: Segments, present: frozenset, upd: tuple[int, ...], context: dict,
+                cache: dict | None) -> frozenset:
+        """One Jacobi update of the slots ``upd`` on the flat state ``x`` (in place); returns the
+        present slots after it."""
+        if not upd:
+            return present
+        plan = self.plan(upd, present)
+        run_plan(self, plan, x, context, cache, present)
+        return present if present.issuperset(upd) else present | frozenset(upd)
+
+
+def build_plan(step: "Step", upd: Sequence[int], present: frozenset) -> StepPlan:
     """Compile the step that updates slots ``upd`` given the ``present`` slots."""
 
     plan = StepPlan()
     plan.upd = tuple(sorted(upd))
-    off = model.flat_offsets
-    sizes = model.sizes
-    store = model.store
-    width = {i: off[i + 1] - off[i] for i in range(model.n)}
+    off = step.offsets
+    sizes = step.sizes
+    store = step.store
+    width = {i: off[i + 1] - off[i] for i in range(step.n)}
     # U-space: the updated slots side by side, in flat order
     u_off, u = {}, 0
     for i in plan.upd:
@@ -84,7 +141,7 @@ def build_plan(model, upd: Sequence[int], present: frozenset) -> StepPlan:
             pieces.append([src, start, w])
     plan.pre_pieces = [tuple(p) for p in pieces]
     # 2. the bias over U
-    bias = model.slot_bias
+    bias = step.slot_bias
     if bias is not None and bias.bias is not None and any(i in bias.pos for i in plan.upd):
         Nb = bias.bias.numel()
         idx = torch.full((u,), Nb, dtype=torch.long)
@@ -98,11 +155,11 @@ def build_plan(model, upd: Sequence[int], present: frozenset) -> StepPlan:
         else:
             plan.bias = ("gather", idx)
     # 2b. the linear blocks' own biases: row i gets b_ij for every present input slot j
-    keys, boff = model._block_biases()
+    keys, boff = step.block_bias_keys, step.block_bias_off
     if keys:
         dst, src = [], []
         for i in plan.upd:
-            for j in model._rows[i]:
+            for j in step.rows[i]:
                 if (i, j) in boff and j in present:
                     o = boff[(i, j)]
                     dst.extend(range(u_off[i], u_off[i] + sizes[i]))
@@ -111,13 +168,13 @@ def build_plan(model, upd: Sequence[int], present: frozenset) -> StepPlan:
             plan.block_bias = (torch.tensor(dst), torch.tensor(src))
     # 3. module and identity blocks whose input is present
     for i in plan.upd:
-        for j in model._rows[i]:
-            kind = block_kind(model.blocks[f"{i}_{j}"])
+        for j in step.rows[i]:
+            kind = step.kinds[(i, j)]
             if kind in ("module", "identity") and j in present:
                 plan.modules.append((u_off[i], sizes[i], i, j, kind))
     # 4. activation runs
     for i in plan.upd:
-        key = elementwise_key(model.acts[i])
+        key = elementwise_key(step.acts[i])
         last = plan.acts[-1] if plan.acts else None
         if key is not None and last is not None and last[3] == key and last[1] == u_off[i]:
             plan.acts[-1] = (last[0], u_off[i] + width[i], last[2], key, None)
@@ -126,7 +183,7 @@ def build_plan(model, upd: Sequence[int], present: frozenset) -> StepPlan:
     # 5. write-back pieces in flat order
     upd_set = set(plan.upd)
     write: list[list] = []
-    for i in range(model.n):
+    for i in range(step.n):
         src = "u" if i in upd_set else "x"
         a = u_off[i] if src == "u" else off[i]
         if write and write[-1][0] == src and write[-1][2] == a:
@@ -159,16 +216,16 @@ def _cat(parts: list[Tensor]) -> Tensor:
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
 
 
-def run_plan(model, plan: StepPlan, x: Segments, context: dict, cache: dict | None,
+def run_plan(step: "Step", plan: StepPlan, x: Segments, context: dict, cache: dict | None,
              present: frozenset | None = None) -> None:
     """One step on the flat state ``x`` (updated in place: the new rows become its pieces).
     ``present``: the slots holding a value before the step (the store skips products whose
     columns are all absent, i.e. zero, when the call's cache says which slots are held)."""
-    store = model.store
+    store = step.store
     bias = plan.bias
     fused = None
     if plan.fuse_bias and bias is not None:
-        b = model.slot_bias.bias
+        b = step.slot_bias.bias
         _, a, c = bias
         fused = b if (a == 0 and c == b.numel()) else b[a:c]
         bias = None
@@ -184,7 +241,7 @@ def run_plan(model, plan: StepPlan, x: Segments, context: dict, cache: dict | No
             parts.append(y if (start == 0 and w == y.shape[-1]) else y[..., start:start + w])
     pre = _cat(parts)
     if bias is not None:
-        b = model.slot_bias.bias
+        b = step.slot_bias.bias
         if bias[0] == "slice":
             _, a, c = bias
             b = b if (a == 0 and c == b.numel()) else b[a:c]
@@ -201,12 +258,12 @@ def run_plan(model, plan: StepPlan, x: Segments, context: dict, cache: dict | No
                 plan.bias = ("gather", idx)
             pre = pre + torch.cat([b, b.new_zeros(1)]).index_select(0, idx)
     if plan.block_bias is not None:
-        pre = pre + _block_bias(model, plan, cache)
+        pre = pre + _block_bias(step, plan, cache)
     if plan.modules:
-        pre = _add_modules(model, plan, x, pre, context)
+        pre = _add_modules(step, plan, x, pre, context)
     # activations: one call per run, on the pieces of one split (no slice whose backward
     # zero-fills the whole width), and the results go straight to the write-back (no cat)
-    acts = model.acts
+    acts = step.acts
     runs = plan.acts
     segs = [pre] if len(runs) == 1 else pre.split(plan.act_widths, dim=-1)
     outs = []
@@ -231,12 +288,12 @@ def run_plan(model, plan: StepPlan, x: Segments, context: dict, cache: dict | No
     x.write(new)
 
 
-def _block_bias(model, plan: StepPlan, cache: dict | None) -> Tensor:
+def _block_bias(step: "Step", plan: StepPlan, cache: dict | None) -> Tensor:
     """The (U,) sum of the linear blocks' own biases of this step (two gathers, any number of blocks)."""
     if cache is not None and "block_bias" in cache:
         vec = cache["block_bias"]
     else:
-        params = [model.blocks[k].bias for k in model._block_biases()[0]]
+        params = [step.blocks[k].bias for k in step.block_bias_keys]
         vec = params[0] if len(params) == 1 else torch.cat(params)
         if cache is not None:
             cache["block_bias"] = vec
@@ -247,12 +304,12 @@ def _block_bias(model, plan: StepPlan, cache: dict | None) -> Tensor:
     return vec.new_zeros(plan.width).index_add(0, dst, vec.index_select(0, src))
 
 
-def _add_modules(model, plan: StepPlan, x: Tensor, pre: Tensor, context: dict) -> Tensor:
+def _add_modules(step: "Step", plan: StepPlan, x: Segments, pre: Tensor, context: dict) -> Tensor:
     """Add the module and identity blocks of this step to ``pre``; a module block's output must
     have shape ``(*batch, s_i)`` (refused otherwise, never broadcast); a ContextModule gets the
     context keys it declares."""
-    off = model.flat_offsets
-    sizes = model.sizes
+    off = step.offsets
+    sizes = step.sizes
     cuts = sorted({c for u0, s, *_ in plan.modules for c in (u0, u0 + s)} | {0, plan.width})
     widths = [b - a for a, b in zip(cuts, cuts[1:])]
     parts = list(pre.split(widths, dim=-1))
@@ -262,7 +319,7 @@ def _add_modules(model, plan: StepPlan, x: Tensor, pre: Tensor, context: dict) -
         if kind == "identity":
             y = xj
         else:
-            y = call_block(model.blocks[f"{i}_{j}"], xj, s, i, j, context)  # widths checked, F[i][j] named
+            y = call_block(step.blocks[f"{i}_{j}"], xj, s, i, j, context)  # widths checked, F[i][j] named
         k = where[u0]
         parts[k] = parts[k] + y
     return _cat(parts)
