@@ -8,6 +8,7 @@ Analysis (all pure functions of the graph):
 - :func:`is_acyclic`, :func:`depths` (longest path from the held slots),
   :func:`distances` (shortest path from the inputs: the sequence-mode delays + 1);
 - :func:`recurrent_cores`: strongly connected components that contain a cycle;
+  (these four are :mod:`seq2d.core.topology`'s, the functions Sequential2D itself uses)
 - :func:`memory`: the number of steps after which the outputs no longer depend on the
   initial state of any non-input slot (``None`` when they never stop depending on it);
 - :func:`influence`: the slots that can reach an output within ``k`` steps.
@@ -27,6 +28,7 @@ import networkx as nx
 from .errors import InvalidValue
 from .activations import activation_name
 from .core import Sequential2D, core_of
+from .core.topology import components, input_distances, slot_depths
 
 __all__ = ["to_networkx", "is_acyclic", "depths", "distances", "recurrent_cores", "memory", "influence", "unit_mask",
            "unit_paths"]
@@ -78,45 +80,48 @@ def _graph(model_or_graph) -> nx.DiGraph:
     return model_or_graph if isinstance(model_or_graph, nx.DiGraph) else to_networkx(model_or_graph)
 
 
+def _blocks(model_or_graph) -> tuple[int, list[tuple[int, int]]]:
+    """``(n, positions)``: the number of slots and the ``(i, j)`` of every block, the input of the
+    graph facts of :mod:`seq2d.core.topology` (which Sequential2D computes its depth and delays with)."""
+    if isinstance(model_or_graph, nx.DiGraph):
+        g = model_or_graph
+        if sorted(g.nodes) != list(range(g.number_of_nodes())):
+            raise InvalidValue(f"expected a block graph of slots 0 .. n-1 (seq2d.graph.to_networkx), got nodes {sorted(g.nodes)}")
+        return g.number_of_nodes(), [(i, j) for j, i in g.edges]
+    m = core_of(model_or_graph)
+    return m.n, [(i, j) for i, j, _, _ in m.positions()]
+
+
 def is_acyclic(model) -> bool:
     """True when the block graph has no cycle (self-loops count as cycles)."""
-    return nx.is_directed_acyclic_graph(_graph(model))
+    return all(d is not None for d in slot_depths(*_blocks(model)))
 
 
 def depths(model) -> dict[int, int | None]:
     """Longest path (in blocks) from a held slot to each slot; ``None`` for slots on or
     after a cycle. For an acyclic model ``max(depths) == model.depth``."""
-    g = _graph(model)
-    cyclic = set()
-    for comp in recurrent_cores(g):
-        cyclic |= comp
-    tainted = set(cyclic)
-    for c in cyclic:
-        tainted |= nx.descendants(g, c)
-    dag = g.subgraph(n for n in g if n not in tainted)
-    out: dict[int, int | None] = {n: None for n in g}
-    for n in nx.topological_sort(dag):
-        preds = list(dag.predecessors(n))
-        out[n] = 0 if not preds else max(out[p] for p in preds) + 1
-    return out
+    return dict(enumerate(slot_depths(*_blocks(model))))
 
 
 def distances(model) -> dict[int, int | None]:
     """Shortest path (in blocks) from an input slot to each slot (``None``: unreachable)."""
-    m = core_of(model) if not isinstance(model, nx.DiGraph) else None
-    g = _graph(model)
-    inputs = [n for n, d in g.nodes(data=True) if d["role"] == "input"] if m is None else list(m.inputs)
-    out: dict[int, int | None] = {n: None for n in g}
-    for src in inputs:
-        for n, d in nx.single_source_shortest_path_length(g, src).items():
-            out[n] = d if out[n] is None else min(out[n], d)
-    return out
+    n, positions = _blocks(model)
+    if isinstance(model, nx.DiGraph):
+        inputs = [k for k, d in model.nodes(data=True) if d["role"] == "input"]
+    else:
+        inputs = core_of(model).inputs
+    return dict(enumerate(input_distances(n, positions, inputs)))
 
 
 def recurrent_cores(model) -> list[set[int]]:
-    """Strongly connected components that contain a cycle (size > 1, or a self-loop)."""
-    g = _graph(model)
-    return [set(c) for c in nx.strongly_connected_components(g) if len(c) > 1 or g.has_edge(next(iter(c)), next(iter(c)))]
+    """Strongly connected components that contain a cycle (size > 1, or a self-loop), in
+    topological order (each after the cores it reads)."""
+    n, positions = _blocks(model)
+    rows: dict[int, list[int]] = {}
+    for i, j in positions:
+        rows.setdefault(i, []).append(j)
+    edges = set(positions)
+    return [set(c) for c in components(rows) if len(c) > 1 or (c[0], c[0]) in edges]
 
 
 def memory(model) -> int | None:
