@@ -139,7 +139,9 @@ def structure(model, spec: dict) -> dict:
     return {"path_length": u["path_length"], "slot_distance": distances(core)[out_slot], "fraction_on_path": u["fraction"],
             "on_path": u["on_path"], "weights": u["weights"], "biases": u["biases"],
             "density": u["weights"] / (rows * n) if spec["placement"] != "mlp" else None,
-            "input_reaches_output": u["path_length"] is not None and u["path_length"] <= u["steps"]}
+            "input_reaches_output": u["path_length"] is not None and u["path_length"] <= u["steps"],
+            "output_fixed": not any(i in core.outputs for i, _, _, _ in core.positions())
+            and all(core.bias(o) is None for o in core.outputs)}
 
 
 _DATA: dict = {}
@@ -167,12 +169,21 @@ def run_one(spec: dict, out: str, protocol: dict) -> dict:
         _DATA.clear()
         _DATA[key] = load_data(cfg, "cpu")
     t0 = time.perf_counter()
-    s = Trainer(cfg, model, _DATA[key]).fit(overwrite=True)
+    trainer = Trainer(cfg, model, _DATA[key])
+    if st["output_fixed"]:
+        # no block and no bias in the output row: the output is constant (zero) and no parameter can
+        # change it, so there is nothing to train; the row records the untrained accuracy (chance)
+        e = trainer.evaluate()
+        s = {"params": model.num_parameters(), "final_test_acc": e["acc"], "final_test_loss": e["loss"], "epochs": 0,
+             "time_per_epoch_s": None}
+    else:
+        s = trainer.fit(overwrite=True)
     row = {**spec, "key": run_key(spec), "params": s["params"], "test_acc": s["final_test_acc"],
            "test_loss": s["final_test_loss"], "epochs": s["epochs"], "time_per_epoch_s": s["time_per_epoch_s"],
-           "wall_s": time.perf_counter() - t0, "sizes": cfg.sizes, **st}
+           "wall_s": time.perf_counter() - t0, "sizes": cfg.sizes, "trained": not st["output_fixed"], **st}
     if spec["placement"] != "mlp" and row["params"] != mlp_count(mlp_sizes(spec["h_params"], s0)):
         raise RuntimeError(f"{run_key(spec)}: {row['params']} parameters, expected the MLP's count")
+    folder.mkdir(parents=True, exist_ok=True)
     atomic_write(done, json.dumps(row, indent=1))
     for f in ("checkpoint.pt",):
         (folder / f).unlink(missing_ok=True)  # 1-epoch runs are never continued; keep the folder small
