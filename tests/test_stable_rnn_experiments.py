@@ -239,3 +239,70 @@ def test_lstm_certificate_quick(tmp_path):
     text = page.read_text()
     assert "by hand" in text and "## Verdict" in text and "### The numbers (computed)" in text
     assert (tmp_path / "docs" / "results" / "stability" / "lstm_certificate.json").is_file()
+
+
+# ----------------------------------------------------------------------------- gap_sweep.py (issue 20, item 2)
+def test_gap_sweep_quick_trains_every_weight_and_writes_its_section(tmp_path):
+    """Quick mode: the batched models equal seq2d.rnn / truncated_rnn, every weight trains (the recurrent ones
+    included), alpha is chosen from the grid for both rules, and the page section is what the JSON gives."""
+    mod = _load("gap_sweep")
+    page = tmp_path / "docs" / "stability.md"
+    page.parent.mkdir()
+    page.write_text("# Stable recurrent models: results\n")
+    assert mod.main(["--quick", "--out", str(tmp_path / "o"), "--doc", str(page)]) == 0
+    doc = json.loads((tmp_path / "o" / "gap_sweep.json").read_text())
+    cfg = doc["config"]
+    assert doc["check"] < 1e-9 and _png(tmp_path / "o" / "gap_sweep.png")
+    for lam in cfg["lams"]:
+        sel = doc["selection"][str(lam)]
+        assert sel["alpha"]["alpha/t"] in cfg["alphas"]["alpha/t"] and sel["alpha"]["constant"] in cfg["alphas"]["constant"]
+        assert set(sel["grid"]["constant"]) == {str(a) for a in cfg["alphas"]["constant"]}
+    assert len(doc["configs"]) == len(cfg["seeds"]) * len(cfg["lams"]) * 2
+    for c in doc["configs"]:
+        assert not c["diverged"] and c["moved_recurrent"] > 1e-3 and c["full_loss"][-1] < c["initial_loss"]
+        assert len(c["weight_gap"]) == len(cfg["steps_list"]) and all(g > 0 for g in c["weight_gap"])
+        assert c["beta_hat_start"] > 0 and c["slope"] is not None
+    rows = doc["summary"]
+    assert len(rows) == 2 * len(cfg["lams"]) and all(r["seeds"] == cfg["seeds"] for r in rows)
+    text = page.read_text()
+    assert "<!-- gap-sweep:begin -->" in text and "N^(alpha*beta + 1)" in text
+    # again from the JSON next to the page: the same section
+    again = tmp_path / "docs2" / "stability.md"
+    again.parent.mkdir()
+    again.write_text("# Stable recurrent models: results\n")
+    assert mod.main(["--from-json", str(page.parent / "stability" / "gap_sweep.json"), "--out", str(tmp_path / "o2"),
+                     "--doc", str(again)]) == 0
+    sec = lambda t: t.split("<!-- gap-sweep:begin -->")[1].split("<!-- gap-sweep:end -->")[0]  # noqa: E731
+    assert sec(again.read_text()) == sec(text)
+
+
+def test_truncated_training_seeds_controls_and_noise_floor(tmp_path):
+    """--seeds / --controls: one run per (setting, seed), several controls each, the noise-floor table on the
+    page; --parts: a rerun reads the saved runs back (the same numbers, nothing retrained)."""
+    exp = _load("truncated_training")
+    root = _tiny_corpus(tmp_path / "data")
+    doc = tmp_path / "docs" / "stability.md"
+    doc.parent.mkdir()
+    doc.write_text("# Results\n")
+    argv = ["--quick", "--data-root", str(root), "--tokens", "2000", "--eval-tokens", "300", "--emb", "8",
+            "--hidden", "8", "--cutoffs", "", "--ks", "2", "--grad-distance", "3", "--max-batches", "3",
+            "--lambda-rows", "4", "--threads", "1", "--seeds", "3,4", "--controls", "3", "--parts",
+            "--section", "truncated-training-seeds"]
+    res = exp.main(argv + ["--out", str(tmp_path / "o"), "--doc", str(doc)])
+    assert list(res["runs"]) == ["unstable, seed 3", "stable, seed 3", "unstable, seed 4", "stable, seed 4"]
+    for name, run in res["runs"].items():
+        assert run["seed"] == int(name[-1])
+        ctl = [n for n in run["models"] if n.startswith("recurrent, init perturbed")]
+        assert ctl == ["recurrent, init perturbed", "recurrent, init perturbed #2", "recurrent, init perturbed #3"]
+        dist = {run["models"][n]["distance"]["all"] for n in ctl}
+        assert len(dist) == 3 and min(dist) > 0  # three different perturbations
+    a, b = res["runs"]["stable, seed 3"]["models"], res["runs"]["stable, seed 4"]["models"]
+    assert a["recurrent"]["test_ppl_recurrent"] != b["recurrent"]["test_ppl_recurrent"]  # seeds differ
+    rows = _load("report_seeds").noise_floor(res)
+    assert [r["setting"] for r in rows] == ["unstable", "stable"]
+    assert all(len(r["controls"]) == 6 and len(r["by_k"]["2"]["diff"]) == 2 for r in rows)
+    text = doc.read_text()
+    assert "Against the noise floor" in text and (doc.parent / "stability" / "truncated_training_seeds_noise_floor.png").is_file()
+    assert len(list((tmp_path / "o" / "parts").glob("*.json"))) == 4
+    again = exp.main(argv + ["--out", str(tmp_path / "o")])
+    assert _without_times(again["runs"]) == _without_times(res["runs"])

@@ -248,11 +248,13 @@ def verdict_section(assets: Path) -> str | None:
         f = assets / f"{name}.json"
         return json.loads(f.read_text()) if f.is_file() else None
 
-    tr, gg, tt, ttd, wq = (load(n) for n in ("truncation", "gradient_gaps", "truncated_training",
-                                             "truncated_training_decay", "wikitext_quick"))
-    if not any((tr, gg, tt, ttd, wq)):
+    tr, gg, tt, ttd, wq, gs, tts = (load(n) for n in ("truncation", "gradient_gaps", "truncated_training",
+                                                      "truncated_training_decay", "wikitext_quick", "gap_sweep",
+                                                      "truncated_training_seeds"))
+    if not any((tr, gg, tt, ttd, wq, gs, tts)):
         return None
     holds, fails = [], []
+    seeds = _seeds_module()
     if tr:
         st = [r for r in tr["rows"] if r["lambda"] < 1]
         viol = sum(r["bound_violations"] or 0 for r in st)
@@ -265,13 +267,25 @@ def verdict_section(assets: Path) -> str | None:
                      "for lambda <= 0.9), faster (at the spectral radius) for Gaussian W.")
     if gg:
         R = gg["rules"]
-        holds.append(f"**Lemma 2 / Proposition 2, shape in k** (one random instance, hidden {gg['config']['hidden']}, seed "
+        frozen = [p for p in ("W_ih", "W_hh", "b") if all(r.get(p) == 0 for r in gg.get("gradient_gap_by_parameter", []))]
+        frozen = frozen if all(g > 0 for g in gg["gradient_gap"]) else []
+        (fails if frozen else holds).append(f"**Lemma 2 / Proposition 2, shape in k** (one random instance, hidden {gg['config']['hidden']}, seed "
                      f"{gg['seed']}): the gradient gap at the start and the weight gap after N = {gg['config']['steps']} "
                      f"projected steps fall geometrically in k (fitted slopes {gg['gradient_gap_slope']:+.3f}, "
                      f"{R['alpha/t']['slope']:+.3f} (alpha/t), {R['constant']['slope']:+.3f} (constant); log lambda "
-                     f"{gg['log_lambda']:+.3f}).")
+                     f"{gg['log_lambda']:+.3f})" + (", for the readout alone (next line)." if frozen else "."))
         sw = gg.get("steps_sweep")
-        if sw:
+        if frozen:
+            fails.append(f"**gradient_gaps.json measures the readout only**: its gradient gap for {', '.join(frozen)} is 0 at every "
+                         "k, so the recurrent weights got no gradient and were never trained there (the script "
+                         "differentiates with respect to views of seq2d's packed parameter store); its k-table and "
+                         "N table say nothing about the recurrent weights"
+                         + (" (the N sweep below over seeds trains every weight)." if gs else "."))
+        if gs:
+            h, f = seeds.sweep_verdict(gs)
+            holds += h
+            fails += f
+        if sw and not gs:
             sa = [sw["rules"]["alpha/t"]["by_k"][str(k)]["loglog_slope"] for k in sw["ks"]]
             (holds if max(sa) < 1 else fails).append(
                 f"**Proposition 2, growth in N** (N = {sw['steps_list'][0]} to {sw['steps_list'][-1]}): with step alpha/t "
@@ -282,7 +296,12 @@ def verdict_section(assets: Path) -> str | None:
                          f"trains (loss {gg['initial_loss']:.3f} to {sw['rules']['alpha/t']['full_loss'][-1]:.3f} at N = "
                          f"{sw['steps_list'][-1]}, constant step {sw['rules']['constant']['full_loss'][-1]:.3f}), one "
                          "instance, one seed, one alpha, one lambda (issue 20, item 2).")
-    for name, run in (("constant step", tt), ("step lr / (1 + t / T)", ttd)):
+    if tts:
+        h, f = seeds.noise_verdict(tts)
+        holds += h
+        fails += f
+    for name, run in (("constant step", tt), ("step lr / (1 + t / T)", ttd),
+                      ("constant step, several seeds, a smaller corpus", tts)):
         if not run:
             continue
         diffs, ctl, dist, ctl_d, vds, lam, steady = [], [], [], [], [], [], []
@@ -302,12 +321,15 @@ def verdict_section(assets: Path) -> str | None:
             if not r["stable"]:
                 lam += [m["data_lambda"]["max"] for m in ms.values()]
         c = run["config"]
-        scale = (f"one-layer tanh LM, hidden {c['hidden']}, {c['epochs']} epochs of WikiText-2, one seed, one "
-                 "perturbed-initialisation control per setting")
-        holds.append(f"**Truncated training, perplexity** ({name}; {scale}): models trained as k-truncations with "
-                     f"k >= 5 end {_rng(diffs)} perplexity from the recurrent model (stable and unstable), against "
-                     f"{_rng(ctl)} for the control (the only noise estimate: with one seed and one control, "
-                     "neither a cost nor a gain of truncation is shown).")
+        n_seeds = len(c.get("seeds") or [c["seed"]])
+        scale = (f"one-layer tanh LM, hidden {c['hidden']}, {c['epochs']} epochs over {run['corpus']['train_tokens']:,} "
+                 f"tokens of WikiText-2, {n_seeds} seed(s), {c.get('controls', 1)} perturbed-initialisation control(s) "
+                 "per setting")
+        if run is not tts:
+            holds.append(f"**Truncated training, perplexity** ({name}; {scale}): models trained as k-truncations with "
+                         f"k >= 5 end {_rng(diffs)} perplexity from the recurrent model (stable and unstable), against "
+                         f"{_rng(ctl)} for the control (the only noise estimate: with one seed and one control, "
+                         "neither a cost nor a gain of truncation is shown).")
         (holds if steady and all(steady) else fails).append(
             f"**Truncated training, weights** ({name}): the truncated models' distance to the recurrent model is "
             f"{_rng(dist, '.2f')} times the control's, "
@@ -339,6 +361,15 @@ def verdict_section(assets: Path) -> str | None:
              "paper's sizes.", "", "What holds at this scale:", ""]
     lines += [f"- {h}" for h in holds] + ["", "What does not hold, or is not shown:", ""] + [f"- {f}" for f in fails]
     return "\n".join(lines)
+
+
+def _seeds_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("stable_rnn_report_seeds", Path(__file__).with_name("report_seeds.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def _copy(src: Path, dst: Path) -> None:

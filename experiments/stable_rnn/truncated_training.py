@@ -75,28 +75,55 @@ def _report():
     return mod
 
 
-def make_model(args, vocab: int) -> RNNLM:
-    torch.manual_seed(args.seed)
+CONTROL = "recurrent, init perturbed"  # the first control's name; the i-th (i >= 2) is f"{CONTROL} #{i}"
+
+
+def controls(models: dict) -> list[dict]:
+    """The perturbed-initialisation controls of one run (one or more), in order."""
+    return [m for n, m in models.items() if n == CONTROL or n.startswith(CONTROL + " #")]
+
+
+def _report_seeds():
+    spec = importlib.util.spec_from_file_location("stable_rnn_report_seeds", Path(__file__).with_name("report_seeds.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def make_model(args, vocab: int, seed: int | None = None) -> RNNLM:
+    torch.manual_seed(args.seed if seed is None else seed)
     return RNNLM(vocab, args.emb, args.hidden, args.layers, args.dropout, cell="tanh",
                  adaptive_cutoffs=[c for c in args.cutoffs if c < vocab] or None)
 
 
-def run_stability(stable: bool, args, out: Path) -> dict:
-    """Every model (recurrent, then each k) of one stability setting; one process."""
+def run_stability(stable: bool, args, out: Path, seed: int | None = None) -> dict:
+    """Every model (recurrent, the controls, then each k) of one stability setting and one seed; one process.
+    With ``args.parts`` the result is also written to ``out/parts/<tag>_s<seed>.json`` and read back from there
+    on a rerun with the same configuration (a long run can be resumed or split)."""
+    seed = args.seed if seed is None else seed
+    tag = "stable" if stable else "unstable"
+    part = out / "parts" / f"{tag}_s{seed}.json"
+    key = {k: v for k, v in vars(args).items() if k in PART_KEYS}
+    if part.is_file():
+        old = json.loads(part.read_text())
+        if old.get("key") == key:
+            print(f"[{tag} seed {seed}] read from {part}", flush=True)
+            return old["result"]
     if args.threads:
         torch.set_num_threads(args.threads)
-    tag = "stable" if stable else "unstable"
+    sub = out if len(args.seeds) == 1 else out / f"seed{seed}"
     corpus = Corpus(args.data_root, limit_tokens=args.tokens, limit_eval_tokens=args.eval_tokens, order="frequency")
     train, valid = batchify(corpus.train, args.batch_size), batchify(corpus.valid, args.eval_batch_size)
     test = batchify(corpus.test, args.eval_batch_size)
     V = corpus.vocab_size
-    init = make_model(args, V)
+    init = make_model(args, V, seed)
     models, rows = {}, {}
-    plan = [("recurrent", None)] + ([("recurrent, init perturbed", None)] if args.control_eps > 0 else [])
+    ctl = [CONTROL] + [f"{CONTROL} #{i}" for i in range(2, args.controls + 1)] if args.control_eps > 0 else []
+    plan = [("recurrent", None)] + [(c, None) for c in ctl]
     for name, k in plan + [(f"k={k}", k) for k in args.ks]:
-        lm = make_model(args, V)
-        if name == "recurrent, init perturbed":  # the control: how far SGD alone carries a tiny difference
-            g = torch.Generator().manual_seed(args.seed + 1)
+        lm = make_model(args, V, seed)
+        if name in ctl:  # a control: how far SGD alone carries a tiny difference (control i: generator seed + i)
+            g = torch.Generator().manual_seed(seed + 1 + ctl.index(name))
             with torch.no_grad():
                 for prm in lm.parameters():
                     prm.add_(torch.randn(prm.shape, generator=g) * (args.control_eps * prm.norm() / prm.numel() ** 0.5))
@@ -108,8 +135,8 @@ def run_stability(stable: bool, args, out: Path) -> dict:
                         lr_decay=args.lr_decay,
                         log=lambda m: print(m, flush=True))
         if info["history"]:
-            (out / tag / name).mkdir(parents=True, exist_ok=True)
-            write_metrics(out / tag / name, info["history"])
+            (sub / tag / name).mkdir(parents=True, exist_ok=True)
+            write_metrics(sub / tag / name, info["history"])
         lm.eval()
         t0 = time.perf_counter()
         row = {"k": k, "steps": info["steps"], "diverged": info["diverged"], "train_time_s": info["train_time_s"],
@@ -127,7 +154,7 @@ def run_stability(stable: bool, args, out: Path) -> dict:
         if args.tensorboard:  # the epochs' rows, then the lambda estimates and test perplexities just computed
             from seq2d.train.tensorboard import write_rows
 
-            write_rows(Path(args.tensorboard) / tag / name.replace(", ", "_").replace(" ", "_"), info["history"],
+            write_rows(Path(args.tensorboard) / (tag if len(args.seeds) == 1 else f"{tag}_s{seed}") / name.replace(", ", "_").replace(" ", "_"), info["history"],
                        final={"lambda/certified": row["certified_lambda"], "lambda/data_max": dl["max"],
                               "lambda/data_mean": dl["mean"], "ppl/test_recurrent": row["test_ppl_recurrent"],
                               "ppl/test_truncated": row.get("test_ppl_truncated")})
@@ -139,14 +166,29 @@ def run_stability(stable: bool, args, out: Path) -> dict:
     rec = models["recurrent"]
     for name, lm in models.items():
         rows[name]["distance"] = weight_distance(lm, rec, reference=init)
-    return {"stable": stable, "models": rows, "corpus": {"vocab": V, "train_tokens": corpus.train.numel(),
-                                                         "valid_tokens": corpus.valid.numel(),
-                                                         "test_tokens": corpus.test.numel()}}
+    res = {"stable": stable, "seed": seed, "models": rows,
+           "corpus": {"vocab": V, "train_tokens": corpus.train.numel(), "valid_tokens": corpus.valid.numel(),
+                      "test_tokens": corpus.test.numel()}}
+    if args.parts:
+        part.parent.mkdir(parents=True, exist_ok=True)
+        part.write_text(json.dumps({"key": key, "result": _finite(res)}, indent=1) + "\n")
+    return res
+
+
+#: the arguments a saved part must match to be reused
+PART_KEYS = ("tokens", "eval_tokens", "epochs", "max_batches", "ks", "emb", "hidden", "layers", "dropout", "cutoffs",
+             "lr", "clip", "lr_decay", "batch_size", "eval_batch_size", "bptt", "rnn_lambda", "grad_distance",
+             "control_eps", "controls", "carried_segments", "lambda_rows", "data_root")
 
 
 def _run(args_out):
-    stable, args, out = args_out
-    return run_stability(stable, args, out)
+    stable, args, out, seed = args_out
+    return run_stability(stable, args, out, seed)
+
+
+def run_name(tag: str, seed: int, seeds: list[int]) -> str:
+    """The key of one run in results.json: the setting alone for one seed (as before), else with its seed."""
+    return tag if len(seeds) == 1 else f"{tag}, seed {seed}"
 
 
 # ---------------------------------------------------------------------- outputs
@@ -244,6 +286,26 @@ def plots(res: dict, out: Path) -> dict[str, str]:
     fig.savefig(out / "grad_carried.png", dpi=110)
     plt.close(fig)
     files["gradient norm vs distance (carried state)"] = "grad_carried.png"
+    rows = _report_seeds().noise_floor(res)
+    if rows and len(rows[0]["seeds"]) > 1:
+        fig, axes = plt.subplots(1, len(rows), figsize=(5.5 * len(rows), 4), squeeze=False)
+        for ax, o in zip(axes[0], rows):
+            ks_o = sorted(int(k) for k in o["by_k"])
+            ax.axhspan(min(o["controls"]), max(o["controls"]), color="gray", alpha=0.3,
+                       label=f"controls - recurrent: range of {len(o['controls'])}")
+            for i, k in enumerate(ks_o):
+                d = o["by_k"][str(k)]["diff"]
+                ax.plot([i] * len(d), d, "o", color="C0", alpha=0.7, label="truncated - recurrent, per seed" if i == 0 else None)
+                ax.plot([i], [sum(d) / len(d)], "_", color="k", ms=20, label="mean over seeds" if i == 0 else None)
+            ax.axhline(0, color="k", lw=0.5)
+            ax.set_xticks(range(len(ks_o)), [f"k={k}" for k in ks_o])
+            ax.set_ylabel("test perplexity difference")
+            ax.set_title(f"{o['setting']}: {len(o['seeds'])} seeds", fontsize=10)
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / "noise_floor.png", dpi=110)
+        plt.close(fig)
+        files["truncated minus recurrent against the controls"] = "noise_floor.png"
     return files
 
 
@@ -317,7 +379,12 @@ def doc_section(res: dict, table: str, images: dict[str, str]) -> str:
               "The section again from the committed JSON (nothing retrained): `python "
               f"experiments/stable_rnn/truncated_training.py --from-json docs/results/stability/{prefix}.json --out "
               f"runs/stable_rnn_{prefix} --doc docs/results/stability.md`", "",
-              f"Mode `{res['mode']}`; seed {a['seed']} (one initialisation shared by every model of the page); "
+              f"Mode `{res['mode']}`; "
+              + (f"seed {a['seed']} (one initialisation shared by every model of the page); "
+                 if len(a.get("seeds") or [a["seed"]]) == 1 else
+                 f"seeds {a['seeds']} (each seed one initialisation shared by the models of its run), "
+                 f"{a.get('controls', 1)} perturbed-initialisation controls per run; ")
+              + 
               f"{env['hardware']}; torch {env['torch']}; {env['date']}; wall time {res['total_time_s'] / 60:.1f} min.", "",
               "Our variant (not the paper's protocol, which we have not read; it tests Miller & Hardt's result that "
               "gradient descent on a stable model and on its truncation ends at nearby weights): one-layer tanh "
@@ -333,6 +400,7 @@ def doc_section(res: dict, table: str, images: dict[str, str]) -> str:
               f"`SpectralClip(lam={a['rnn_lambda']})` after every step, for every model of that run.", "",
               table,
               "Measured (computed from the JSON by the script):", "", summary(res), "",
+              _report_seeds().noise_floor_text(res), "",
               "Columns: \"own mode\" is how the model was trained (truncated at its k, or recurrent); \"run "
               "recurrently\" runs the same weights with the hidden state carried through the test stream; \"recurrent "
               "model truncated at k\" is the recurrent model's weights evaluated as a k-truncation. Distances are "
@@ -381,6 +449,14 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--carried-segments", type=int, default=None, help="full: the whole test stream")
     ap.add_argument("--lambda-rows", type=int, default=None, help="test rows for data lambda (full 200)")
     ap.add_argument("--seed", type=int, default=1111)
+    ap.add_argument("--seeds", default=None,
+                    help="comma-separated initialisation seeds, each a full run of every model (default: --seed); "
+                         "the page then reports differences against the spread of the controls over all seeds")
+    ap.add_argument("--controls", type=int, default=1,
+                    help="perturbed-initialisation controls per run (control i perturbs with generator seed + i)")
+    ap.add_argument("--parts", action="store_true",
+                    help="save each (setting, seed) to OUT/parts/ and reuse a saved one with the same configuration "
+                         "(resume a long run, or run it in pieces)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads per process (default: 1 with --jobs 2)")
     ap.add_argument("--jobs", type=int, default=1, choices=(1, 2), help="run the two stability settings in parallel")
     ap.add_argument("--doc", default=None, help="write the section of this results page (images next to it)")
@@ -408,6 +484,9 @@ def main(argv: list[str] | None = None) -> dict:
     runs = [r.strip() for r in args.runs.split(",") if r.strip()]
     if not runs or any(r not in ("stable", "unstable") for r in runs) or not args.ks or min(args.ks) < 1:
         raise SystemExit("--runs must list stable/unstable and --ks positive ints")
+    args.seeds = [int(v) for v in str(args.seeds).split(",") if v.strip()] if args.seeds else [args.seed]
+    if len(set(args.seeds)) != len(args.seeds) or args.controls < 1:
+        raise SystemExit(f"--seeds must be distinct ints (got {args.seeds}) and --controls >= 1 (got {args.controls})")
     if args.jobs == 2 and args.threads is None:
         args.threads = 1
     if args.tensorboard:
@@ -420,18 +499,19 @@ def main(argv: list[str] | None = None) -> dict:
     out = Path(args.out or f"runs/stable_rnn/truncated_training{'_quick' if args.quick else ''}")
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    jobs = [(r == "stable", args, out) for r in runs]
-    if args.jobs == 2 and len(jobs) == 2:
+    jobs = [(r == "stable", args, out, s) for s in args.seeds for r in runs]
+    if args.jobs == 2 and len(jobs) >= 2:
         with mp.get_context("spawn").Pool(2) as pool:
-            done = pool.map(_run, jobs)
+            done = pool.map(_run, jobs, chunksize=1)
     else:
         done = [_run(j) for j in jobs]
+    names = [run_name(r, s, args.seeds) for s in args.seeds for r in runs]
     res = {"mode": mode, "command": "python experiments/stable_rnn/truncated_training.py " + " ".join(shlex.quote(a) for a in argv),
            "config": {k: v for k, v in vars(args).items()}, "corpus": done[0]["corpus"],
            "env": {"hardware": f"{cpu_name()}, {args.jobs} process(es) x {args.threads or torch.get_num_threads()} thread(s)",
                    "torch": torch.__version__, "python": platform.python_version(),
                    "date": datetime.date.today().isoformat()},
-           "runs": {r: d for r, d in zip(runs, done)}, "total_time_s": round(time.perf_counter() - t0, 1)}
+           "runs": {r: d for r, d in zip(names, done)}, "total_time_s": round(time.perf_counter() - t0, 1)}
     (out / "results.json").write_text(json.dumps(_finite(res), indent=2) + "\n")
     return write_outputs(res, out, args.doc)
 
