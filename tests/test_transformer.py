@@ -575,3 +575,30 @@ def test_layer_with_unequal_dropouts_is_refused():
     with pytest.raises(ValueError, match=r"the layer's dropouts must be nn.Dropout modules of one probability.*"
                                          r"'dropout2': 0.3"):
         layer_from_torch(ref)
+
+
+# ---------------------------------------------------------------------------- torch's signature
+def test_constructors_take_torchs_keywords_and_name_an_unknown_one():
+    """The constructors take nn.TransformerEncoderLayer's own signature (read from torch, not
+    restated): a torch keyword reaches the result, an unknown one is a TypeError naming it."""
+    import inspect
+
+    torch_names = set(inspect.signature(nn.TransformerEncoderLayer).parameters)
+    assert set(inspect.signature(transformer_layer).parameters) == torch_names
+    assert set(inspect.signature(TransformerEncoder).parameters) == torch_names | {"num_layers", "final_norm"}
+    layer = transformer_layer(D, H, FF, norm_first=True, activation="gelu", layer_norm_eps=1e-3, bias=False)
+    assert layer.norm_first and layer.layer_norm_eps == 1e-3 and not layer.use_bias and layer.steps == 7
+    assert layer.core.acts[layer.slots["n1"]].eps == 1e-3 and layer.core.acts[layer.slots["n1"]].bias is None
+    assert isinstance(layer.activation, nn.GELU)
+    enc = transformer_encoder(D, H, 2, FF, norm_first=True, layer_norm_eps=1e-4, final_norm=True)
+    assert all(enc.core.acts[s["n2"]].eps == 1e-4 for s in enc.layer_slots) and enc.norm_slot is not None
+    # the same layer from torch's constructor with the same keywords: the same configuration
+    ref = nn.TransformerEncoderLayer(D, H, FF, dropout=0.0, activation="gelu", layer_norm_eps=1e-3, batch_first=True,
+                                     norm_first=True, bias=False)
+    assert repr(layer_from_torch(ref)) == repr(layer)
+    for make in (lambda: transformer_layer(D, H, FF, norm_frist=True), lambda: TransformerEncoder(D, H, 2, norm_frist=True),
+                 lambda: create_model("transformer_layer", d_model=D, nhead=H, norm_frist=True)):
+        with pytest.raises(TypeError, match="unexpected keyword argument 'norm_frist'"):
+            make()
+    with pytest.raises(ValueError, match="batch_first must be True"):
+        transformer_layer(D, H, FF, batch_first=False)

@@ -36,6 +36,7 @@ Inputs are batch first: ``(*batch, T, d_model)``.
 from __future__ import annotations
 
 import copy
+import inspect
 import math
 from collections.abc import Callable
 
@@ -92,6 +93,53 @@ def _check_config(d_model, nhead, dim_feedforward, layer_norm_eps, what) -> None
         raise InvalidValue(f"{what}: dim_feedforward must be a positive int, got {dim_feedforward!r}")
     if isinstance(layer_norm_eps, bool) or not isinstance(layer_norm_eps, (int, float)) or not layer_norm_eps > 0:
         raise InvalidValue(f"{what}: layer_norm_eps must be a positive float, got {layer_norm_eps!r}")
+
+
+# ---------------------------------------------------------------------------- arguments
+def _torch_signature(extra: tuple[inspect.Parameter, ...] = (), final: tuple[inspect.Parameter, ...] = ()):
+    """``nn.TransformerEncoderLayer``'s own signature, read from torch (not restated here), with
+    two defaults of ours: ``dropout=0.0`` (torch: 0.1; no dropout unless asked) and
+    ``batch_first=True`` (the only layout; ``False`` is refused); ``extra`` positional parameters
+    go after ``nhead`` (the encoder's ``num_layers``), ``final`` keyword-only ones at the end."""
+    ours = {"dropout": 0.0, "batch_first": True}
+    params = [p.replace(default=ours[p.name]) if p.name in ours else p
+              for p in inspect.signature(nn.TransformerEncoderLayer).parameters.values()]
+    return inspect.Signature(params[:2] + list(extra) + params[2:] + list(final))
+
+
+_LAYER_SIGNATURE = _torch_signature()
+_ENCODER_SIGNATURE = _torch_signature((inspect.Parameter("num_layers", inspect.Parameter.POSITIONAL_OR_KEYWORD),),
+                                      (inspect.Parameter("final_norm", inspect.Parameter.KEYWORD_ONLY, default=False),))
+
+
+def _config(what: str, sig: inspect.Signature, args: tuple, kwargs: dict) -> tuple[dict, dict, dict]:
+    """``(cfg, factory_kwargs, own)``: the layer configuration of the call ``(*args, **kwargs)``
+    read back from the ``nn.TransformerEncoderLayer`` it builds (on the meta device: nothing
+    allocated, no random numbers drawn) by :func:`_torch_layer_config`, the same reading
+    :func:`layer_from_torch` does, so every torch keyword reaches the result or is refused
+    there; ``own`` holds the arguments that are not the layer's (``num_layers``, ``final_norm``).
+    A keyword torch does not take is a TypeError naming it."""
+    try:
+        bound = sig.bind(*args, **kwargs)
+    except TypeError as e:
+        raise InvalidType(f"{what}: {e}; it takes the arguments of nn.TransformerEncoderLayer "
+                          f"({', '.join(sig.parameters)})") from None
+    bound.apply_defaults()
+    a = dict(bound.arguments)
+    own = {k: a.pop(k) for k in ("num_layers", "final_norm") if k in a}
+    factory = {"device": a.pop("device"), "dtype": a.pop("dtype")}
+    # our checks first: typed messages that name the argument, before torch's asserts
+    _check_config(a["d_model"], a["nhead"], a["dim_feedforward"], a["layer_norm_eps"], what)
+    dropout = check_dropout(a["dropout"], what)
+    if a["batch_first"] is not True:
+        raise InvalidValue(f"{what}: batch_first must be True (inputs (*batch, T, d_model)), got {a['batch_first']!r}")
+    check_factory(factory["device"], factory["dtype"], what)
+    act = _feedforward_activation(a["activation"], what)
+    layer = nn.TransformerEncoderLayer(**a, device="meta", dtype=factory["dtype"])
+    cfg = _torch_layer_config(layer, what)
+    cfg["dropout"] = dropout
+    cfg["activation"] = act  # the caller's module itself (the reading copies it)
+    return cfg, factory, own
 
 
 # ---------------------------------------------------------------------------- grid building
@@ -245,40 +293,24 @@ class TransformerEncoderLayer(nn.Module):
     f, y``; with dropout also ``sa, fd, ff``: 3 more slots and steps) to indices.
 
     Args:
-        d_model, nhead, dim_feedforward, activation, norm_first, layer_norm_eps, bias,
-        device, dtype: as for ``nn.TransformerEncoderLayer``. ``activation`` is
-        ``"relu"``, ``"gelu"``, ``F.relu``, ``F.gelu`` or an ``nn.Module``.
-        dropout: keyword only; applied where torch applies it (attention weights, attention
-            output, after the feed-forward activation, feed-forward output; module
-            docstring), with torch's draws in training mode. The default is ``0.0``, not
-            torch's ``0.1``: a layer has no dropout unless asked (:func:`seq2d.from_torch`
-            copies the torch layer's value).
+        those of ``nn.TransformerEncoderLayer``, read from torch's signature (so a new torch
+        keyword reaches the result through :func:`layer_from_torch`'s reading, or is refused
+        there), with two defaults of ours: ``dropout=0.0``, not torch's ``0.1`` (a layer has no
+        dropout unless asked; :func:`seq2d.from_torch` copies the torch layer's value), and
+        ``batch_first=True`` (the only layout). ``activation`` is ``"relu"``, ``"gelu"``,
+        ``F.relu``, ``F.gelu`` or an ``nn.Module``. Dropout is applied where torch applies it
+        (attention weights, attention output, after the feed-forward activation, feed-forward
+        output; module docstring), with torch's draws in training mode.
 
     Shape:
         src ``(*batch, T, d_model)`` -> ``(*batch, T, d_model)``.
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        nhead: int,
-        dim_feedforward: int = 2048,
-        activation: str | Callable[[Tensor], Tensor] | nn.Module = "relu",
-        norm_first: bool = False,
-        layer_norm_eps: float = 1e-5,
-        bias: bool = True,
-        *,
-        dropout: float = 0.0,
-        device=None,
-        dtype=None,
-    ) -> None:
-        factory_kwargs = {"device": device, "dtype": dtype}
+    def __init__(self, *args, **kwargs) -> None:
         super().__init__()
-        what = "TransformerEncoderLayer"
-        _check_config(d_model, nhead, dim_feedforward, layer_norm_eps, what)
-        self.dropout = check_dropout(dropout, what)
-        check_factory(device, dtype, what)
-        act = _feedforward_activation(activation, what)
+        cfg, factory_kwargs, _ = _config("TransformerEncoderLayer", _LAYER_SIGNATURE, args, kwargs)
+        d_model, nhead, dim_feedforward, act = cfg["d_model"], cfg["nhead"], cfg["dim_feedforward"], cfg["activation"]
+        norm_first, layer_norm_eps, bias, self.dropout = cfg["norm_first"], cfg["layer_norm_eps"], cfg["bias"], cfg["dropout"]
         self.d_model, self.nhead, self.dim_feedforward = d_model, nhead, dim_feedforward
         self.norm_first, self.layer_norm_eps, self.use_bias = bool(norm_first), float(layer_norm_eps), bool(bias)
         self.batch_first = True
@@ -341,39 +373,22 @@ class TransformerEncoder(nn.Module):
     initialised independently.
 
     Args:
-        d_model, nhead, num_layers, dim_feedforward, activation, norm_first,
-        layer_norm_eps, bias, device, dtype: as for the torch modules.
-        final_norm: add a final LayerNorm (torch's ``norm=nn.LayerNorm(d_model)``).
-        dropout: keyword only, default ``0.0`` (not torch's ``0.1``); every layer's dropout, as
-            in :class:`TransformerEncoderLayer`: where torch applies it, with torch's draws in
+        num_layers: after ``d_model, nhead``; the other arguments are every layer's, those of
+            :class:`TransformerEncoderLayer` (torch's, with ``dropout=0.0`` and
+            ``batch_first=True``); dropout applies where torch applies it, with torch's draws in
             training mode (the layers run in torch's order).
+        final_norm: keyword only; add a final LayerNorm (torch's ``norm=nn.LayerNorm(d_model)``).
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        nhead: int,
-        num_layers: int,
-        dim_feedforward: int = 2048,
-        activation: str | Callable[[Tensor], Tensor] | nn.Module = "relu",
-        norm_first: bool = False,
-        final_norm: bool = False,
-        layer_norm_eps: float = 1e-5,
-        bias: bool = True,
-        *,
-        dropout: float = 0.0,
-        device=None,
-        dtype=None,
-    ) -> None:
-        factory_kwargs = {"device": device, "dtype": dtype}
+    def __init__(self, *args, **kwargs) -> None:
         super().__init__()
         what = "TransformerEncoder"
-        _check_config(d_model, nhead, dim_feedforward, layer_norm_eps, what)
-        self.dropout = check_dropout(dropout, what)
-        check_factory(device, dtype, what)
+        cfg, factory_kwargs, own = _config(what, _ENCODER_SIGNATURE, args, kwargs)
+        d_model, nhead, dim_feedforward, act = cfg["d_model"], cfg["nhead"], cfg["dim_feedforward"], cfg["activation"]
+        norm_first, layer_norm_eps, bias, self.dropout = cfg["norm_first"], cfg["layer_norm_eps"], cfg["bias"], cfg["dropout"]
+        num_layers, final_norm = own["num_layers"], own["final_norm"]
         if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers <= 0:
             raise InvalidValue(f"{what}: num_layers must be a positive int, got {num_layers!r}")
-        act = _feedforward_activation(activation, what)
         self.d_model, self.nhead, self.num_layers, self.dim_feedforward = d_model, nhead, num_layers, dim_feedforward
         self.norm_first, self.layer_norm_eps, self.use_bias = bool(norm_first), float(layer_norm_eps), bool(bias)
         self.batch_first = True
@@ -449,44 +464,22 @@ def _check_src(src, d_model: int) -> None:
 
 
 # ---------------------------------------------------------------------------- constructors
+# Their signatures are the classes', i.e. torch's (``inspect.signature`` shows them, and
+# ``resolve_model`` binds keyword arguments against them).
 @register_model
-def transformer_layer(
-    d_model: int,
-    nhead: int,
-    dim_feedforward: int = 2048,
-    activation: str | Callable[[Tensor], Tensor] | nn.Module = "relu",
-    norm_first: bool = False,
-    layer_norm_eps: float = 1e-5,
-    bias: bool = True,
-    *,
-    dropout: float = 0.0,
-    device=None,
-    dtype=None,
-) -> TransformerEncoderLayer:
+def transformer_layer(*args, **kwargs) -> TransformerEncoderLayer:
     """A transformer encoder layer as one Sequential2D (see :class:`TransformerEncoderLayer`)."""
-    return TransformerEncoderLayer(d_model, nhead, dim_feedforward, activation, norm_first, layer_norm_eps, bias,
-                                   dropout=dropout, device=device, dtype=dtype)
+    return TransformerEncoderLayer(*args, **kwargs)
 
 
 @register_model
-def transformer_encoder(
-    d_model: int,
-    nhead: int,
-    num_layers: int,
-    dim_feedforward: int = 2048,
-    activation: str | Callable[[Tensor], Tensor] | nn.Module = "relu",
-    norm_first: bool = False,
-    final_norm: bool = False,
-    layer_norm_eps: float = 1e-5,
-    bias: bool = True,
-    *,
-    dropout: float = 0.0,
-    device=None,
-    dtype=None,
-) -> TransformerEncoder:
+def transformer_encoder(*args, **kwargs) -> TransformerEncoder:
     """A stack of encoder layers as ONE Sequential2D (see :class:`TransformerEncoder`)."""
-    return TransformerEncoder(d_model, nhead, num_layers, dim_feedforward, activation, norm_first, final_norm,
-                              layer_norm_eps, bias, dropout=dropout, device=device, dtype=dtype)
+    return TransformerEncoder(*args, **kwargs)
+
+
+TransformerEncoderLayer.__signature__ = transformer_layer.__signature__ = _LAYER_SIGNATURE
+TransformerEncoder.__signature__ = transformer_encoder.__signature__ = _ENCODER_SIGNATURE
 
 
 # ---------------------------------------------------------------------------- converters
