@@ -324,50 +324,65 @@ def write_plots(res: dict, folder: Path) -> list[str]:
 
     folder.mkdir(parents=True, exist_ok=True)
     s, names = res["summary"], []
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for ax, group, title in ((axes[0], "spread", "same count, larger block matrix"),
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
+    for ax, group, title in ((axes[0], "spread", "same count (the MLP's), larger block matrix"),
                              (axes[1], "fewer", "fewer parameters, same block matrix")):
         for k, pl in enumerate(PLACEMENTS):
             cs = sorted((c for c in s[group] if c["placement"] == pl), key=lambda c: c["density"])
             if cs:
-                ax.errorbar([c["density"] for c in cs], [100 * c["mean"] for c in cs],
-                            yerr=[0 if math.isnan(c["std"]) else 100 * c["std"] for c in cs], marker="os^"[k],
-                            capsize=3, label=pl, color=f"C{k}")
-        ref = sorted({(c["density"], c["h_params"]) for c in s[group] if c["placement"] == PLACEMENTS[0]} |
-                     {(c["density"], c["h_params"]) for c in s[group]}, key=lambda x: x[0])
-        xs, ys, es, seen = [], [], [], set()
-        for d, h in ref:
-            m = s["mlp"].get(str(h))
-            if m is not None and (d, h) not in seen and h not in {x[1] for x in seen}:
-                seen.add((d, h))
-                xs.append(d), ys.append(100 * m["mean"]), es.append(0 if math.isnan(m["std"]) else 100 * m["std"])
-        if xs:
-            ax.errorbar(xs, ys, yerr=es, marker="D", ls="--", color="k", capsize=3, label="MLP, same count")
+                shift = 1.0 + 0.04 * (k - 1)  # placements side by side
+                ax.plot([c["density"] * shift for c in cs], [100 * c["mean"] for c in cs], marker="os^"[k],
+                        label=f"{pl} (mean; dots: seeds)", color=f"C{k}")
+                for c in cs:
+                    ax.scatter([c["density"] * shift] * len(c["acc"]), [100 * a for a in c["acc"]], s=9,
+                               color=f"C{k}", alpha=0.45)
+        if group == "spread":
+            m = s["mlp"].get(str(res["env"]["base_h"]))
+            if m is not None:
+                sd = 0 if math.isnan(m["std"]) else 100 * m["std"]
+                ax.axhline(100 * m["mean"], color="k", ls="--", label="MLP, same count (mean +- std)")
+                ax.axhspan(100 * m["mean"] - sd, 100 * m["mean"] + sd, color="k", alpha=0.1)
+        else:
+            pts = {}
+            for c in s[group]:
+                m = s["mlp"].get(str(c["h_params"]))
+                if m is not None:
+                    pts.setdefault(c["h_params"], (min(x["density"] for x in s[group] if x["h_params"] == c["h_params"]), m))
+            pts = sorted(pts.values(), key=lambda x: x[0])
+            if pts:
+                ax.errorbar([d for d, _ in pts], [100 * m["mean"] for _, m in pts],
+                            yerr=[0 if math.isnan(m["std"]) else 100 * m["std"] for _, m in pts], marker="D", ls="--",
+                            color="k", capsize=3, label="MLP, same count (mean +- std)")
         ax.set_xscale("log")
-        ax.set_xlabel("density of the random placement")
+        ticks = sorted({float(f"{c['density']:.2g}") for c in s[group] if c["placement"] == PLACEMENTS[0]})
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([f"{t:g}" for t in ticks], rotation=45)
+        ax.minorticks_off()
+        ax.set_xlabel("density of the random placement (log scale)")
         ax.set_ylabel("test accuracy (%)")
         ax.set_title(title, fontsize=10)
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(folder / "accuracy_vs_density.png", dpi=100)
     plt.close(fig)
     names.append("accuracy_vs_density.png")
 
-    fig, ax = plt.subplots(figsize=(6, 4.2))
-    for k, pl in enumerate(PLACEMENTS):
-        rs = [r for r in res["rows"] if r["placement"] == pl and r["iterations"] == 3]
-        ax.scatter([r["fraction_on_path"] for r in rs], [100 * r["test_acc"] for r in rs], s=14, marker="os^"[k],
-                   color=f"C{k}", label=pl, alpha=0.7)
-    ax.set_xlabel("fraction of parameters on an input-output walk")
+    fig, ax = plt.subplots(figsize=(6.5, 4.4))
+    for k, pl in enumerate(PLACEMENTS + ("mlp",)):
+        rs = [r for r in res["rows"] if r["placement"] == pl and r["iterations"] == 3 and r["on_path"] > 0]
+        ax.scatter([r["on_path"] for r in rs], [100 * r["test_acc"] for r in rs], s=14, marker="os^D"[k],
+                   color=f"C{k}" if pl != "mlp" else "k", label=pl, alpha=0.7)
+    ax.set_xscale("log")
+    ax.set_xlabel("trainable parameters on an input-output walk (log scale)")
     ax.set_ylabel("test accuracy (%)")
-    ax.set_title("every random run of the density grid (one point per run)", fontsize=10)
-    ax.grid(alpha=0.3)
+    ax.set_title("every run of the density grid at 3 iterations (one point per run)", fontsize=10)
+    ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(folder / "accuracy_vs_fraction.png", dpi=100)
+    fig.savefig(folder / "accuracy_vs_parameters_on_a_walk.png", dpi=100)
     plt.close(fig)
-    names.append("accuracy_vs_fraction.png")
+    names.append("accuracy_vs_parameters_on_a_walk.png")
 
     if s["iterations"]:
         fig, ax = plt.subplots(figsize=(6, 4.2))
@@ -416,6 +431,7 @@ def write_page(res: dict, doc: Path, src: Path, results: Path | None = None) -> 
             "(mean +- std over seeds) and the fraction of parameters on an input-output walk within that many steps.",
             "", iterations_table(res), ""]
     text += [f"![{n[:-4].replace('_', ' ')}]({doc.stem}/{n})" for n in names]
-    text += ["", "(Points: mean over seeds; bars: +- 1 std.)", ""]
+    text += ["", "(Density plot: lines join the means over seeds, dots are the seeds; iterations plot: mean +- 1 std.)",
+             ""]
     doc.write_text("\n".join(text))
     print(f"wrote {doc} and {len(names)} plots in {img}")
