@@ -28,7 +28,7 @@ the traceback of anything else, saying it is a bug.
 from __future__ import annotations
 
 __all__ = ["Seq2DError", "InvalidValue", "InvalidType", "InvalidInput", "InvalidIndex", "MissingFile", "closest_name",
-           "did_you_mean"]
+           "did_you_mean", "show_value"]
 
 # How close a misspelling must be to a valid name for a hint (difflib's ratio): one rule everywhere.
 HINT_CUTOFF = 0.7
@@ -58,6 +58,15 @@ def did_you_mean(word, choices) -> str:
     unknown-name error gives (keys, choices, fields, keyword arguments)."""
     c = closest_name(word, choices)
     return f" (did you mean {c!r}?)" if c is not None else ""
+
+
+def show_value(v) -> str:
+    """``type value`` for messages about a value that arrived (``int 3``, ``str 'x'``), long
+    values shortened to 60 characters: how spec and config errors say what they got."""
+    r = repr(v)
+    if len(r) > 60:
+        r = r[:57] + "..."
+    return f"{type(v).__name__} {r}"
 
 
 class Seq2DError(Exception):

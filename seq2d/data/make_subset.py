@@ -4,7 +4,7 @@
 
 ``ROOT`` is a data root with ``MNIST/raw`` (default: ``$SEQ2D_DATA``, see
 :func:`seq2d.data.mnist.data_root`).  Each class gets ``n // 10`` digits (the first ``n % 10``
-classes one more), drawn without replacement by ``torch.randperm`` with a generator seeded by
+classes one more), drawn without replacement by :func:`seq2d.sampling.choose` (``torch.randperm``) with a generator seeded by
 ``--seed``; the chosen indices are kept in increasing order.  The file is a ``torch.save`` of::
 
     {"format": "seq2d-mnist-subset/1", "seed": int,
@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from ..errors import InvalidValue
+from ..sampling import choose
 from .mnist import SUBSET_FILE, SUBSET_FORMAT, MnistNotFoundError, _md5, data_root, find_mnist_files, read_idx
 
 
@@ -39,7 +40,7 @@ def balanced_indices(labels: torch.Tensor, n: int, generator: torch.Generator, n
         idx = torch.nonzero(labels == c).flatten()
         if k > idx.numel():
             raise InvalidValue(f"class {c} has only {idx.numel()} examples, {k} requested")
-        picks.append(idx[torch.randperm(idx.numel(), generator=generator)[:k]])
+        picks.append(idx[choose(idx.numel(), k, generator)])
     return torch.cat(picks).sort().values
 
 

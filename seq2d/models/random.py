@@ -36,6 +36,7 @@ import torch
 from torch import Tensor
 
 from ..errors import InvalidValue
+from ..sampling import choose
 from ..activations import activation_name
 from ..arguments import check_factory, check_seed
 from .feedforward import from_mask
@@ -82,13 +83,6 @@ def region_mask(core: Sequential2D, region=None) -> Tensor:
     if bad:
         raise InvalidValue(f"region puts entries in the rows of input slots {bad}; input slots are held")
     return m.clone()
-
-
-def _choose(total: int, k: int, gen: torch.Generator) -> Tensor:
-    """k distinct indices in [0, total), uniformly, sorted."""
-    if k > total:
-        raise InvalidValue(f"cannot place {k} entries in a region of {total}")
-    return torch.randperm(total, generator=gen)[:k].sort().values
 
 
 def _act_spec(core: Sequential2D) -> list:
@@ -164,7 +158,7 @@ def random_blocks_density(sizes: Sequence[int] = (2500, 500, 200, 100, 10), dens
                 total = sizes[i] * sizes[j]
                 keep = max(1, round(density * total))
                 mask = torch.zeros(total, dtype=torch.bool)
-                mask[_choose(total, keep, g)] = True
+                mask[choose(total, keep, g)] = True
                 blocks[(i, j)] = LinearBlock(sizes[j], sizes[i], mask=mask.view(sizes[i], sizes[j]), bias=True,
                                              device=device, dtype=dtype)
     acts = [None] + [activation] * (n - 2) + [activation if output_activation else None]
@@ -240,7 +234,7 @@ def random_tile_engine(sizes: Sequence[int], tile: int, density: float, *, regio
     k = round(density * total)
     if not 0 < k <= total:
         raise InvalidValue(f"density {density} gives {k} tiles of {total} allowed; need at least one")
-    pick = torch.randperm(total, generator=generator)[:k]
+    pick = choose(total, k, generator)
     starts = torch.tensor([0] + counts).cumsum(0)
     which = torch.searchsorted(starts, pick, right=True) - 1
     patterns = {}
@@ -331,7 +325,7 @@ def _element_mask(sizes, off, reg: Tensor, W: int, granularity: str, area: int, 
     if granularity == "element":
         # one flat index space over the region's blocks, row-major inside each block
         counts = [sizes[i] * sizes[j] for i, j in blocks]
-        _scatter(elem, blocks, counts, _choose(area, W, gen), sizes, off)
+        _scatter(elem, blocks, counts, choose(area, W, gen), sizes, off)
         return elem
     left = W
     for b in torch.randperm(len(blocks), generator=gen).tolist():
@@ -342,7 +336,7 @@ def _element_mask(sizes, off, reg: Tensor, W: int, granularity: str, area: int, 
             left -= c
         elif left > 0:  # top up inside this block
             sub = torch.zeros(c, dtype=torch.bool)
-            sub[_choose(c, left, gen)] = True
+            sub[choose(c, left, gen)] = True
             elem[off[i]:off[i + 1], off[j]:off[j + 1]] = sub.view(sizes[i], sizes[j])
             left = 0
     return elem
@@ -405,7 +399,7 @@ def _tile_model(core: Sequential2D, reg: Tensor, W: int, T: int, gen: torch.Gene
         i, j = blocks[bi]
         ra, rb = min(T, sizes[i] - a * T), min(T, sizes[j] - b * T)
         keep = torch.zeros(ra * rb, dtype=torch.bool)
-        keep[_choose(ra * rb, left, gen)] = True
+        keep[choose(ra * rb, left, gen)] = True
         tm = eng.tmask if eng.tmask is not None else torch.ones_like(eng.data, dtype=torch.bool)
         tm = tm.clone()
         tile_mask = torch.zeros(T, T, dtype=torch.bool)

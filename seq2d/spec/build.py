@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from ..arguments import check_factory
 from ..errors import InvalidValue
+from ..sampling import choose
 from ..blocks import Identity, LinearBlock
 from ..core import Sequential2D
 from .io import load_spec
@@ -34,7 +35,7 @@ def _pattern(b: _Block, shape: tuple[int, int], g: torch.Generator) -> Tensor:
     if b.kind in ("random", "exact"):
         k = round(b.density * r * c) if b.kind == "random" else b.n
         mask = torch.zeros(r * c, dtype=torch.bool)
-        mask[torch.randperm(r * c, generator=g)[:k]] = True
+        mask[choose(r * c, k, g)] = True
         return mask.view(r, c)
     # per_row: the first n of a random permutation of every row's columns
     order = torch.rand(r, c, generator=g, dtype=torch.float64).argsort(dim=1, stable=True)

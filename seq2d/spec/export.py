@@ -11,7 +11,8 @@ from ..errors import InvalidType, InvalidValue
 from ..activations import ACTIVATIONS, activation_name
 from ..blocks import LinearBlock
 from ..core import Sequential2D
-from .schema import _choices, _show
+from ..errors import show_value as _show
+from .schema import _choices
 
 
 def _floats(t: Tensor) -> list:

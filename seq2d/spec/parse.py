@@ -15,6 +15,7 @@ from torch import Tensor
 from ..errors import InvalidType, InvalidValue
 from ..activations import ACTIVATIONS
 from ..engines import STORES
+from ..errors import show_value as _show
 from .schema import (
     _BLOCK_DEFAULTS,
     _INIT_KEYS,
@@ -37,7 +38,6 @@ from .schema import (
     _mask_matrix,
     _matrix,
     _number,
-    _show,
     _Slot,
     _Spec,
     _str,

@@ -11,12 +11,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 from torch import Tensor
 
 from ..errors import InvalidType, InvalidValue, did_you_mean
+from ..errors import show_value as _show
 
 # ---------------------------------------------------------------------- schema tables
 TOP_KEYS = ("slots", "blocks", "steps", "inputs", "outputs", "seed", "backend", "name")
@@ -96,14 +96,6 @@ class _Spec:
 
 
 # ---------------------------------------------------------------------- small checks
-def _show(v: Any) -> str:
-    """``type value`` for messages, long values shortened."""
-    r = repr(v)
-    if len(r) > 60:
-        r = r[:57] + "..."
-    return f"{type(v).__name__} {r}"
-
-
 def _choices(values) -> str:
     return ", ".join(repr(v) for v in values)
 

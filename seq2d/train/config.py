@@ -31,6 +31,7 @@ from typing import Any
 
 from ..tablefile import read_table
 from ..errors import InvalidType, InvalidValue, did_you_mean
+from ..errors import show_value as _show
 from ..fileio import atomic_write
 
 __all__ = [
@@ -176,13 +177,6 @@ def config_fields() -> tuple[str, ...]:
 
 
 # ---------------------------------------------------------------------- type checks
-def _show(v: Any) -> str:
-    r = repr(v)
-    if len(r) > 60:
-        r = r[:57] + "..."
-    return f"{type(v).__name__} {r}"
-
-
 def _type_name(hint) -> str:
     if _union(hint) is not None:
         names = [a.__name__ for a in typing.get_args(hint)]

@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from ..errors import InvalidType, InvalidValue, did_you_mean
-from .config import ALLOW_CHANGED_FIELDS, LEGACY_DEFAULTS, OUTPUT_FIELDS, RESUME_FREE_FIELDS, TrainConfig, _show, config_fields, config_to_dict
+from ..errors import show_value as _show
+from .config import ALLOW_CHANGED_FIELDS, LEGACY_DEFAULTS, OUTPUT_FIELDS, RESUME_FREE_FIELDS, TrainConfig, config_fields, config_to_dict
 
 __all__ = ["config_hash", "config_diff", "format_diff", "parse_allow_changed"]
 
