@@ -11,6 +11,8 @@ import statistics
 from pathlib import Path
 
 PLACEMENTS = ("element", "tile", "block")
+#: test digits per data set (MNIST's test set; the bundled subset's 1,000)
+TEST_DIGITS = {"full": 10_000, "subset": 1_000}
 #: a placement "matters" at a density when its mean differs from its matched MLP's by more than
 #: this (accuracy, 1 point) and the 95% Welch interval of the difference excludes zero
 MARGIN = 0.01
@@ -191,7 +193,8 @@ def verdict(res: dict) -> str:
     lines = ["## Verdict", "", "<!-- Written by experiments/placement/run.py from experiments/placement/results/results.json; "
              "rerun it rather than editing numbers. -->", "",
              f"Scale (our variant): {'full MNIST (60,000 / 10,000 digits)' if p['data'] == 'full' else p['data']} at "
-             f"{p['image_size']}x{p['image_size']}, {p['epochs']} epoch{'s' if p['epochs'] > 1 else ''}, Adam lr {p['lr']:g}, batch {p['batch_size']}; "
+             f"{p['image_size']}x{p['image_size']}, {p['epochs']} epoch{'s' if p['epochs'] > 1 else ''}, "
+             f"Adam lr {p['lr']:g}, batch {p['batch_size']}; "
              f"seeds {env['seeds']} per density cell, {env['iteration_seeds']} per iteration cell; "
              f"{env['finished_runs']} of {env['grid_runs']} planned runs finished. \"Matters\" below: the mean differs from "
              f"the MLP with the same trainable-parameter count by more than {100 * MARGIN:g} point and the 95% Welch "
@@ -243,7 +246,8 @@ def verdict(res: dict) -> str:
         fixed = sum(c.get("output_fixed", 0) for c in allc)
         nruns = sum(c["n"] for c in allc)
         lines.append(f"- Path length: where a walk exists, the random models' shortest input-to-output walk has "
-                     f"{' or '.join(map(str, paths))} step(s) (the MLP's: 3; the region includes the input -> output "
+                     f"{' or '.join(map(str, paths))} step(s) (the MLP's: {mlp_base['path_min'] if mlp_base else '?'}; "
+                     "the region includes the input -> output "
                      f"block). {nop} of the {nruns} random runs below the base density have no walk within their 3 steps"
                      + (f", {fixed} of them because no block and no bias lands in the output row (a constant output: "
                         "nothing to train, scored untrained)" if fixed else "")
@@ -272,9 +276,13 @@ def verdict(res: dict) -> str:
                          + f", {100 * last['mean']:.2f}% at {last['iterations']}")
         ref = f" (MLP {100 * mlp_base['mean']:.2f}%)" if mlp_base else ""
         lines.append(f"- **Iterations** (the base block matrix, the MLP's count{ref}): " + "; ".join(parts) + ".")
+    n_test = TEST_DIGITS.get(p["data"])
+    se = (f", {100 * math.sqrt(mlp_base['mean'] * (1 - mlp_base['mean']) / n_test):.2f} point (binomial, "
+          f"sqrt(p (1 - p) / n)) for {n_test:,} digits at the MLP's {100 * mlp_base['mean']:.2f}%"
+          if n_test and mlp_base else "")
     lines.append("- Not tested: the source's 50x50 inputs, its MLP [2500, 500, 200, 100, 10] and 100 epochs; other "
-                 "data sets; more seeds (the Welch intervals see only the spread over seeds, not the test set's own "
-                 "sampling error, about 0.25 point for 10,000 digits at 93%).")
+                 "data sets; more seeds. The Welch intervals see only the spread over seeds, not the test set's own "
+                 f"sampling error{se}.")
     return "\n".join(lines)
 
 
