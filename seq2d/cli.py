@@ -218,9 +218,12 @@ _MODEL_HELP = "a preset (see below), a .toml/.json spec file, or a registered co
 
 
 def _presets_epilog(examples: str) -> str:
+    from .models import list_models
     from .models.presets import preset_help
 
-    return f"examples:\n{examples}\npresets:\n{preset_help()}"
+    names = _wrap("registered models (the one table of model names; give one as NAME key=value ... or, where it "
+                  "has a preset, NAME:ARGS): " + ", ".join(list_models()))
+    return f"examples:\n{examples}\npresets:\n{preset_help()}\n{names}"
 
 
 # Each command's one-line help, in the order `seq2d --help` lists them.
@@ -231,7 +234,7 @@ _COMMANDS = {
     "equivalence": "max abs errors of every constructor vs torch.nn",
     "stability": "certified and data-dependent contraction constant (lambda) and the truncation length k",
     "mnist": "the MNIST sparsity experiment: MLP vs randomized Sequential2Ds of equal parameter count",
-    "train": "train one model from a TOML config (flags override it)",
+    "train": "train one model from a TOML config (flags override it; the same as python -m seq2d.train)",
 }
 
 
@@ -398,47 +401,10 @@ def _cmd_mnist(args) -> int:
     return 0
 
 
-def _cmd_train(args) -> int:
-    from .cli_text import train_result_line
-    from .train.config import config_from_args
-    from .train.errors import cli_terms
-    from .train.identity import parse_allow_changed
-    from .train.rundir import reuse_line
-    from .train.trainer import run
-
-    if args.config_file:
-        if args.config and args.config != args.config_file:
-            raise InvalidValue(f"two config files given: {args.config_file!r} and --config {args.config!r}")
-        args.config = args.config_file
-    cfg = config_from_args(args, base=_TRAIN_DEFAULTS)
-    allow = parse_allow_changed(args.allow_changed, where="--allow-changed")
-    if allow and not args.resume:
-        raise InvalidValue("--allow-changed only applies when resuming: add --resume")
-    with cli_terms():  # the run's errors name flags (--resume), not keyword arguments
-        summary = run(cfg, resume=args.resume, overwrite=args.overwrite, allow_changed=allow)
-        if summary.get("reused") and cfg.quiet:  # else the trainer said it
-            print(reuse_line(summary))
-    if summary["final_test_acc"] is None:
-        print(f"no epoch was trained or evaluated (epochs = {cfg.epochs}, {summary['steps']} steps); outputs in "
-              f"{summary['out_dir']}")
-        return 0
-    print(train_result_line(summary))
-    if not summary["complete"]:
-        print(f"partial run: stopped by max_steps at step {summary['steps']} ({summary['epochs']} of {cfg.epochs} "
-              "epochs finished); the accuracy is the one where it stopped, and run.json says status 'partial'. "
-              "Continue it with --resume (and a larger --max-steps, or none)")
-    return 0
-
-
-# The training commands choose torch's thread count from the idle cores unless told otherwise.
-_TRAIN_DEFAULTS = {"num_threads": "auto"}
-
-
 def _add_run_commands(sub) -> None:
     from .mnist_comparison import MODELS, PROTOCOLS
     from .parallel import jobs_arg
     from .threads import threads_arg
-    from .train.config import add_config_args
 
     p = sub.add_parser(
         "mnist", help=_COMMANDS["mnist"],
@@ -499,22 +465,9 @@ def _add_run_commands(sub) -> None:
     p.add_argument("--progress", action="store_true", help=argparse.SUPPRESS)  # the default now; kept for old scripts
     p.set_defaults(fn=_cmd_mnist)
 
-    p = sub.add_parser("train", help=_COMMANDS["train"],
-                       description=_wrap("Train one model from a config file; every config field also has a flag, "
-                                         "and --set key=value overrides any field."),
-                       epilog="examples:\n  seq2d train experiments/mnist_sparsity/configs/mlp.toml --data subset --epochs 4\n"
-                              "  seq2d train experiments/mnist_sparsity/configs/mlp.toml --data-root ~/data   (full MNIST)\n"
-                              "  seq2d train run.toml --epochs 3 --resume\n"
-                              "  seq2d train run.toml --resume --lr 1e-4 --allow-changed lr",
-                       formatter_class=_FMT, allow_abbrev=False)
-    p.add_argument("config_file", nargs="?", default=None, help="the TOML config (same as --config)")
-    add_config_args(p, defaults=_TRAIN_DEFAULTS)
-    p.add_argument("--resume", action="store_true", help="continue from out_dir/checkpoint.pt exactly")
-    p.add_argument("--overwrite", action="store_true", help="start afresh even if out_dir holds a checkpoint")
-    p.add_argument("--allow-changed", dest="allow_changed", metavar="FIELDS", default=None,
-                   help="with --resume: let these comma-separated fields (lr, optimizer, weight_decay) differ from the "
-                        "checkpoint's config; the change (old -> new, step) is recorded in the metrics and run.json")
-    p.set_defaults(fn=_cmd_train)
+    from .train.command import add_train_arguments
+
+    add_train_arguments(sub.add_parser("train", help=_COMMANDS["train"], formatter_class=_FMT, allow_abbrev=False))
 
 
 BUG_LINE = "seq2d: internal error (a bug; please report it with the command line above)"

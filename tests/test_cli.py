@@ -280,6 +280,40 @@ def test_a_parser_built_for_one_command_equals_the_full_one_for_that_command(com
     assert list(_COMMANDS) == list(next(a for a in full._actions if a.dest == "cmd").choices)
 
 
+def test_one_training_entry_point(tmp_path, capsys):
+    """`seq2d train` and `python -m seq2d.train` share one parser (seq2d.train.command): the same
+    arguments, defaults and help; both --help texts and `seq2d show --help` list the registered
+    model names, the one table of them."""
+    from seq2d.cli import build_parser
+    from seq2d.train.__main__ import build_parser as module_parser
+    from seq2d.train.__main__ import main as module_main
+
+    train = next(a for a in build_parser("train")._actions if a.dest == "cmd").choices["train"]
+    module = module_parser()
+
+    def arguments(parser):
+        return [(a.dest, tuple(a.option_strings), a.default, a.help) for a in parser._actions]
+
+    assert arguments(train) == arguments(module)
+    assert train.format_help().split("\n\n", 1)[1] == module.format_help().split("\n\n", 1)[1]  # past the usage
+    names = re.sub(r"\s+", " ", module.format_help())
+    assert ", ".join(seq2d.list_models()) in names
+    with pytest.raises(SystemExit):
+        main(["show", "--help"])
+    assert ", ".join(seq2d.list_models()) in re.sub(r"\s+", " ", capsys.readouterr().out)
+    argv = ["--data", "synthetic", "--sizes", "16", "8", "4", "--epochs", "1", "--quiet", "--num-threads", "1"]
+    assert main(["train", *argv, "--out-dir", str(tmp_path / "a")]) == 0
+    cli_out = capsys.readouterr().out
+    assert module_main([*argv, "--out-dir", str(tmp_path / "b")]) == 0
+    module_out = capsys.readouterr().out
+    def same(text):  # the epoch time differs from run to run
+        return re.sub(r"[0-9.]+ s/epoch", "s/epoch", text).replace(str(tmp_path / "b"), str(tmp_path / "a"))
+
+    assert cli_out.startswith("final test accuracy") and same(module_out) == same(cli_out)
+    assert module_main([*argv, "--out-dir", str(tmp_path / "c"), "--allow-changed", "lr"]) == 2
+    assert "seq2d train: error: --allow-changed only applies when resuming" in capsys.readouterr().err
+
+
 def test_show_without_a_model_names_only_the_model_as_required(capsys):
     with pytest.raises(SystemExit) as e:
         main(["show"])
