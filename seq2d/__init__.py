@@ -46,13 +46,6 @@ def available_backends() -> list[str]:
     return list(STORES)
 
 
-_MOVED = {"constructors": "seq2d.models.feedforward (mlp, from_mask) and seq2d.models.recurrent (rnn)",
-          "recurrent": "seq2d.models.recurrent", "randomize": "seq2d.models.random",
-          "presets": "seq2d.models.presets", "registry": "seq2d.models.registry",
-          "transformer": "seq2d.models.transformer (AttentionCore: seq2d.attention)", "convert": "seq2d.models.convert",
-          "sparsity": "seq2d.mnist_comparison"}
-
-
 def __getattr__(name):
     if name in _LAZY:
         import importlib
@@ -61,11 +54,6 @@ def __getattr__(name):
         value = module if name == "graph" else getattr(module, name)
         globals()[name] = value  # later lookups skip this function
         return value
-    if name in _MOVED:
-        raise AttributeError(f"the module seq2d.{name} moved: see {_MOVED[name]}")
-    if name == "register_backend":
-        raise AttributeError("seq2d.register_backend was removed: linear blocks now live in a parameter "
-                             "store; a new fast path is an engine in seq2d.engines (see docs/concepts.md)")
     raise AttributeError(f"module 'seq2d' has no attribute {name!r}")
 
 

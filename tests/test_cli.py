@@ -263,8 +263,8 @@ def test_every_public_name_imports_from_the_lazy_package():
             "from seq2d import graph, mlp, Sequential2D\n"
             "assert isinstance(mlp([3, 2]), Sequential2D) and graph.__name__ == 'seq2d.graph'")
     assert "torch" in _modules_after(code)
-    with pytest.raises(AttributeError, match="moved"):
-        seq2d.constructors  # noqa: B018 - the old-module message still comes first
+    with pytest.raises(AttributeError, match="has no attribute 'constructors'"):
+        seq2d.constructors  # noqa: B018 - no moved-name shim (0.1.0): a plain AttributeError
 
 
 @pytest.mark.parametrize("command", ["models", "show", "draw", "equivalence", "stability", "mnist", "train"])

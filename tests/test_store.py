@@ -177,6 +177,16 @@ def test_to_blocksparse_releases_the_old_handles_with_their_values():
     assert a.store is None and isinstance(a.weight, nn.Parameter) and torch.equal(a.weight, w)
 
 
+def test_store_kind_says_which_store_holds_the_blocks():
+    m, _, _ = _two_block_model()
+    assert (m.backend, m.store_kind) == ("dense", "dense")
+    m.to_blocksparse(16)
+    assert (m.backend, m.store_kind) == ("dense", "tiled")  # the constructor's name stays; the store changed
+    assert seq2d.rnn(3, 4).store_kind == "dense"
+    only_modules = Sequential2D([2, 2], {(1, 0): nn.Linear(2, 2)}, dtype=D)
+    assert only_modules.store is None and only_modules.store_kind is None
+
+
 # ---------------------------------------------------------------------------- the flat API
 def test_flat_api_equals_the_list_api():
     for tiled in (False, True):

@@ -185,9 +185,16 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
 
     @property
     def backend(self) -> str:
-        """The store name given at construction ('dense', 'loop' or 'auto'). Setting 'dense' or
-        'loop' switches a dense store between one GEMM per box and one F.linear per block."""
+        """The store name given at construction ('dense', 'loop' or 'auto'), kept after
+        :meth:`to_blocksparse` (which store holds the blocks now: :attr:`store_kind`). Setting 'dense'
+        or 'loop' switches a dense store between one GEMM per box and one F.linear per block."""
         return self._backend
+
+    @property
+    def store_kind(self) -> str | None:
+        """Which parameter store holds the linear blocks now: 'dense' or 'tiled' (after
+        :meth:`to_blocksparse`, or ``backend='auto'`` choosing tiles); None without linear blocks."""
+        return None if self.store is None else self.store.kind
 
     @backend.setter
     def backend(self, name: str) -> None:

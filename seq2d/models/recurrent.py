@@ -59,6 +59,11 @@ class RNN(nn.Module):
     def num_parameters(self) -> int:
         return self.core.num_parameters()
 
+    @property
+    def store_kind(self) -> str | None:
+        """The core's :attr:`~seq2d.Sequential2D.store_kind` ('dense' or 'tiled')."""
+        return self.core.store_kind
+
     def extra_repr(self) -> str:
         s = f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}"
         if self.nonlinearity != "tanh":
@@ -193,6 +198,11 @@ class TruncatedRNN(nn.Module):
 
     def num_parameters(self) -> int:
         return self.core.num_parameters()
+
+    @property
+    def store_kind(self) -> str | None:
+        """The core's :attr:`~seq2d.Sequential2D.store_kind` ('dense' or 'tiled')."""
+        return self.core.store_kind
 
     def extra_repr(self) -> str:
         return f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}, k={self.k}"

@@ -22,10 +22,3 @@ __all__ = [
     "layout_from_tile_mask",
     "resolve_backend",
 ]
-
-
-def __getattr__(name):
-    if name == "TiledBlock":
-        raise AttributeError("seq2d.sparse.TiledBlock moved to seq2d.engines.TiledBlock "
-                             "(seq2d.sparse knows nothing of Sequential2D grids)")
-    raise AttributeError(f"module 'seq2d.sparse' has no attribute {name!r}")
