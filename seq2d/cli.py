@@ -31,7 +31,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from .errors import InvalidValue, MissingFile, Seq2DError
+from .errors import InvalidValue, MissingFile, Seq2DError, did_you_mean
 
 # Nothing above imports torch: each command imports what it needs (matplotlib, networkx, the
 # trainer, torchvision, scipy, torch itself) when it runs, so `seq2d --help` starts at once.
@@ -383,7 +383,8 @@ def _cmd_mnist(args) -> int:
     models = [m.strip() for m in (args.models or ",".join(PROTOCOLS[args.protocol].models)).split(",") if m.strip()]
     bad = [m for m in models if m not in MODELS]
     if bad:
-        raise InvalidValue(f"unknown model(s) {bad}. Select from " + ", ".join(repr(m) for m in MODELS))
+        raise InvalidValue(f"unknown model(s) {bad}{did_you_mean(bad[0], list(MODELS))}. Select from "
+                           + ", ".join(repr(m) for m in MODELS))
     seeds = [0, 1, 2, 3, 4] if args.full else [0]
     if args.seeds:
         parts = [x.strip() for x in args.seeds.split(",")]

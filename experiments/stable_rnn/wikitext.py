@@ -74,6 +74,7 @@ import torch  # noqa: E402
 
 from seq2d.data.wikitext import Corpus, batchify  # noqa: E402
 from seq2d.envinfo import cpu_name  # noqa: E402
+from seq2d.errors import did_you_mean  # noqa: E402
 from seq2d.results_page import json_safe as _finite  # noqa: E402
 from seq2d.results_page import write_section  # noqa: E402
 from seq2d.lm import (VANISH_FRACTION, RNNLM, divergence, evaluate, grad_norm_carried, grad_norm_vs_distance,  # noqa: E402
@@ -83,11 +84,14 @@ from seq2d.train.checkpoint import save_checkpoint  # noqa: E402
 from seq2d.train.seeds import seed_everything  # noqa: E402
 from seq2d.train.trainer import write_metrics  # noqa: E402
 
-MODELS = {  # name -> (cell, stable)
-    "tanh-unstable": ("tanh", False),
-    "tanh-stable": ("tanh", True),
-    "lstm-unstable": ("lstm", False),
-    "lstm-stable": ("lstm", True),
+# The experiment's conditions, named as its results are (not model names: the model is always
+# seq2d.lm.RNNLM, a language model around a registered rnn or nn.LSTM, not a registry entry):
+# name -> (RNNLM keyword arguments, whether the stabilizer projects after every step).
+MODELS = {
+    "tanh-unstable": ({"cell": "tanh"}, False),
+    "tanh-stable": ({"cell": "tanh"}, True),
+    "lstm-unstable": ({"cell": "lstm"}, False),
+    "lstm-stable": ({"cell": "lstm"}, True),
 }
 #: Test perplexities on WikiText-2, (unstable, stable), as the blog post's table gives them
 #: (seeds/001_67665dca4b881617.txt: "TanhRNN 146.7 143.5", "LSTM 92.3 95.1").
@@ -451,7 +455,7 @@ def main(argv: list[str] | None = None) -> dict:
     names = [m.strip() for m in args.models.split(",") if m.strip()]
     for m in names:
         if m not in MODELS:
-            raise SystemExit(f"Unknown model {m!r}. Select from {', '.join(MODELS)}")
+            raise SystemExit(f"Unknown model {m!r}{did_you_mean(m, MODELS)}. Select from {', '.join(MODELS)}")
     ks = sorted({int(k) for k in str(args.ks).split(",") if k.strip()})
     if not ks or min(ks) <= 0:
         raise SystemExit(f"--ks must list positive ints, got {args.ks!r}")
@@ -489,9 +493,9 @@ def main(argv: list[str] | None = None) -> dict:
         "grad_curve_carried": {},
     }
     for name in names:
-        cell, stable = MODELS[name]
+        kwargs, stable = MODELS[name]
         seed_everything(args.seed)  # torch, random, numpy: every generator the run may draw from
-        model = RNNLM(V, args.emb, args.hidden, args.layers, args.dropout, cell=cell).to(device)
+        model = RNNLM(V, args.emb, args.hidden, args.layers, args.dropout, **kwargs).to(device)
         stabilize = None
         if stable:
             stabilize, desc = make_stabilizer(model, args)
@@ -512,7 +516,7 @@ def main(argv: list[str] | None = None) -> dict:
         dl = lm_data_lambda(model, data["test"][:args.lambda_tokens])
         lam_data = {k2: dl[k2] for k2 in ("max", "mean", "max_inf", "mean_inf") if k2 in dl}
         results["models"][name] = {
-            "cell": cell, "stable": stable, "test_loss": test_loss, "test_ppl": perplexity(test_loss),
+            "cell": model.cell, "stable": stable, "test_loss": test_loss, "test_ppl": perplexity(test_loss),
             "valid_ppl": perplexity(info["best_valid_loss"]), "truncated": trunc,
             "certified_lambda": certified_lambda(model), "data_lambda": lam_data, **info,
             "diverged": divergence(test_loss, V, training=info["diverged"]),
