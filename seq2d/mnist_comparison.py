@@ -19,7 +19,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .errors import InvalidValue
+from .errors import InvalidValue, did_you_mean
 from .fileio import atomic_write
 from .train.config import TrainConfig, load_config
 
@@ -27,7 +27,9 @@ __all__ = ["MODELS", "SCALES", "PROTOCOLS", "PLOTS", "SEED_SUMMARY", "Protocol",
            "protocols_section", "configs_for", "compare",
            "train_one", "run_memory", "summarize", "difference", "format_table", "write_plots", "write_results"]
 
-# The models of the comparison: config overrides on top of the protocol.
+# The models of the comparison, as named configurations: each is a registered model name
+# (seq2d.list_models(), the one table of model names) plus config fields, on top of the protocol;
+# none defines a model of its own (tests/test_run_identity.py checks both).
 MODELS: dict[str, dict] = {
     "mlp": {"model": "mlp"},
     "random-element": {"model": "random", "granularity": "element"},
@@ -151,7 +153,8 @@ def configs_for(base: TrainConfig | Mapping | str | None, models: Sequence[str],
     out = {}
     for name in models:
         if name not in MODELS:
-            raise InvalidValue(f"Unknown model {name!r}. Select from " + ", ".join(repr(m) for m in MODELS))
+            raise InvalidValue(f"Unknown model {name!r}{did_you_mean(name, list(MODELS))}. Select from "
+                               + ", ".join(repr(m) for m in MODELS))
         out[name] = dataclasses.replace(base_cfg, **MODELS[name], **(overrides or {}))
     return out
 

@@ -50,3 +50,7 @@ def test_one_names_table():
         build_model(TrainConfig(model="truncated-rnn"))
     with pytest.raises(ValueError, match=r"Unknown model 'random-tile' \(did you mean 'random_tiles'\?\)"):
         seq2d.resolve_model("random-tile")
+    from seq2d.mnist_comparison import configs_for
+
+    with pytest.raises(ValueError, match=r"Unknown model 'random_tile' \(did you mean 'random-tile'\?\)"):
+        configs_for({"data": "synthetic"}, ["random_tile"])
