@@ -148,7 +148,7 @@ def test_cli_defaults_and_keeps_ints():
     assert ap.parse_args(["mnist"]).num_threads == 1 and ap.parse_args(["mnist"]).jobs == "auto"
     assert ap.parse_args(["mnist", "--num-threads", "auto"]).num_threads == "auto"
     assert ap.parse_args(["mnist", "--num-threads", "1"]).num_threads == 1
-    from seq2d.cli import _TRAIN_DEFAULTS
+    from seq2d.train.command import TRAIN_DEFAULTS as _TRAIN_DEFAULTS  # seq2d train and python -m seq2d.train
     from seq2d.train.config import config_from_args
 
     assert config_from_args(ap.parse_args(["train"]), base=_TRAIN_DEFAULTS).num_threads == "auto"
