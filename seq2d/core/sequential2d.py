@@ -194,7 +194,7 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
     def store_kind(self) -> str | None:
         """Which parameter store holds the linear blocks now: 'dense' or 'tiled' (after
         :meth:`to_blocksparse`, or ``backend='auto'`` choosing tiles); None without linear blocks."""
-        return None if self.store is None else self.store.kind
+        return None if self.store is None else self.store.name
 
     @backend.setter
     def backend(self, name: str) -> None:

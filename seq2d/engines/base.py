@@ -44,6 +44,12 @@ class Engine(nn.Module):
     kind = "base"
     #: a label for messages ("the tiled (block-sparse) store")
     label = "base"
+
+    @property
+    def name(self) -> str:
+        """The store's short name, as ``model.store_kind`` reports it ('dense', 'tiled'): to show
+        to a reader, never to branch on (ask for a capability below instead)."""
+        return self.kind
     #: ``product(..., bias=b)`` adds ``b`` inside its GEMM (one box only)
     fuses_bias = False
     #: ``product``'s outputs are fresh tensors that no autograd node saved: a caller may add to
