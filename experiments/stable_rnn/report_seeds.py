@@ -213,6 +213,7 @@ def noise_floor(res: dict) -> list[dict]:
                 d = o["by_k"].setdefault(str(m["k"]), {"diff": [], "dist": []})
                 d["diff"].append(m["test_ppl_truncated"] - rec["test_ppl_recurrent"])
                 d["dist"].append(m["distance"]["recurrent_rel"])
+    out = {t: o for t, o in out.items() if o["controls"]}  # no controls (--control-eps 0): no floor to read against
     for o in out.values():
         lo, hi = min(o["controls"]), max(o["controls"])
         for d in o["by_k"].values():
