@@ -358,6 +358,7 @@ def _add_stability(sub) -> None:
 
 
 def _cmd_mnist(args) -> int:
+    from .launch import launcher_from_args
     from .mnist_comparison import MODELS, PROTOCOLS, compare, configs_for, protocol_config, write_results
     from .cli_text import threads_line
     from .train.config import load_config
@@ -393,9 +394,10 @@ def _cmd_mnist(args) -> int:
             raise InvalidValue(f"--seeds: expected comma-separated ints >= 0 such as 0,1,2; {bad[0]!r} in {args.seeds!r} is not")
         seeds = [int(x) for x in parts]
     base = load_config(proto)
+    launcher = launcher_from_args(args)  # submitit is imported only for --launcher slurm / submitit-local
     print(threads_line(base.num_threads))
     rows = compare(configs_for(base, models), seeds, args.out, resume=not args.fresh, jobs=args.jobs,
-                   vectorize_seeds=args.vectorize_seeds)
+                   vectorize_seeds=args.vectorize_seeds, launcher=launcher)
     written = write_results(rows, args.out, config=base, protocol=proto, models=models, seeds=seeds, name=args.protocol)
     print()
     print(written["text"])
@@ -403,6 +405,7 @@ def _cmd_mnist(args) -> int:
 
 
 def _add_run_commands(sub) -> None:
+    from .launch import add_launcher_args
     from .mnist_comparison import MODELS, PROTOCOLS
     from .parallel import jobs_arg
     from .threads import threads_arg
@@ -422,7 +425,8 @@ def _add_run_commands(sub) -> None:
                "  seq2d mnist --protocol ms-thesis\n"
                "  seq2d mnist --data full --epochs 5 --seeds 0,1,2 --models mlp,random-element,random-tile\n"
                "  seq2d mnist --models random-element --iterations 6\n"
-               "  seq2d mnist --full --jobs 2 --out runs/mnist_full   (2 runs at once, 1 torch thread each)",
+               "  seq2d mnist --full --jobs 2 --out runs/mnist_full   (2 runs at once, 1 torch thread each)\n"
+               "  seq2d mnist --full --launcher slurm --partition cpu --time 12:00:00 --mem 4G   (a SLURM job array)",
         formatter_class=_FMT, allow_abbrev=False)
     p.add_argument("--full", action="store_true", help="the paper's scale: full MNIST, 100 epochs, 5 seeds (with any --protocol)")
     p.add_argument("--protocol", default="ours", choices=list(PROTOCOLS),
@@ -445,6 +449,7 @@ def _add_run_commands(sub) -> None:
                    help="runs trained at once, each in its own process (seq2d.parallel); auto (default): as many as "
                         "cores are idle (seq2d.threads) and memory holds, at most one per run; 1: one after the "
                         "other in this process")
+    add_launcher_args(p)
     p.add_argument("--vectorize-seeds", dest="vectorize_seeds", action="store_true",
                    help="train each model's seeds as one batched computation in this process (seq2d.train.vectorized; "
                         "each seed's run equals its single-seed run); models that cannot be batched (random-tile) and "

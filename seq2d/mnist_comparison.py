@@ -24,7 +24,7 @@ from .fileio import atomic_write
 from .train.config import TrainConfig, load_config
 
 __all__ = ["MODELS", "SCALES", "PROTOCOLS", "PLOTS", "SEED_SUMMARY", "Protocol", "protocol_config", "protocol_table",
-           "protocols_section", "configs_for", "compare",
+           "protocols_section", "configs_for", "compare", "plan_runs", "run_plan",
            "train_one", "run_memory", "summarize", "difference", "format_table", "write_plots", "write_results"]
 
 # The models of the comparison, as named configurations: each is a registered model name
@@ -160,7 +160,8 @@ def configs_for(base: TrainConfig | Mapping | str | None, models: Sequence[str],
 
 
 def compare(configs: Mapping[str, TrainConfig], seeds: Sequence[int], out_dir: str | Path, *,
-            resume: bool = True, log=print, jobs: int | str = 1, vectorize_seeds: bool = False) -> list[dict]:
+            resume: bool = True, log=print, jobs: int | str = 1, vectorize_seeds: bool = False,
+            launcher=None) -> list[dict]:
     """Train every named config for every seed, one run per (model, seed) in
     ``out_dir/<model>/seed<seed>``; one row per run, in the order models, then seeds.
 
@@ -188,21 +189,42 @@ def compare(configs: Mapping[str, TrainConfig], seeds: Sequence[int], out_dir: s
     or ``resume`` off) are trained as one batched computation in this process
     (:func:`_train_vectorized`, :mod:`seq2d.train.vectorized`: each seed's run and folder as a
     single run's); a model that cannot be batched (random-tile) and the runs with a checkpoint to
-    continue go the usual way."""
+    continue go the usual way.
+
+    ``launcher`` (a :class:`seq2d.launch.Launcher`; default: local processes, ``jobs`` of them):
+    where the runs still to train execute, e.g. each one task of a SLURM job array
+    (``Launcher("slurm", ...)``) or submitit's local executor; the rows are merged the same way."""
+    return run_plan(plan_runs(configs, seeds, out_dir), folder=out_dir, resume=resume, log=log, jobs=jobs,
+                    vectorize_seeds=vectorize_seeds, launcher=launcher)
+
+
+def plan_runs(configs: Mapping[str, TrainConfig], seeds: Sequence[int], out_dir: str | Path) -> list[tuple]:
+    """The runs of :func:`compare`: ``(name, seed, config)`` with the config's seed, name
+    (``<name>-s<seed>``) and folder (``out_dir/<name>/seed<seed>``) set, models then seeds."""
+    out_dir = Path(out_dir)
+    return [(name, seed, dataclasses.replace(base_cfg, seed=seed, name=f"{name}-s{seed}",
+                                             out_dir=str(out_dir / name / f"seed{seed}")))
+            for name, base_cfg in configs.items() for seed in seeds]
+
+
+def run_plan(plan: Sequence[tuple], *, folder: str | Path, resume: bool = True, log=print, jobs: int | str = 1,
+             vectorize_seeds: bool = False, launcher=None, tags: Sequence[str] | None = None) -> list[dict]:
+    """:func:`compare` for runs already planned (:func:`plan_runs`; several sweeps' runs may be
+    joined, e.g. every budget of experiments/param_budget/run.py in one job array): the rows in
+    the order of ``plan``. ``folder``: where submitit keeps its files (``folder/submitit``);
+    ``tags``: each run's log prefix (default ``[name seed k]``)."""
     from .train.identity import config_hash
 
-    out_dir = Path(out_dir)
-    plan = []  # (name, seed, cfg) in the order of the rows
-    for name, base_cfg in configs.items():
-        for seed in seeds:
-            run_dir = out_dir / name / f"seed{seed}"
-            plan.append((name, seed, dataclasses.replace(base_cfg, seed=seed, name=f"{name}-s{seed}", out_dir=str(run_dir))))
+    if vectorize_seeds and launcher is not None and launcher.submitit:
+        raise InvalidValue(f"--vectorize-seeds trains the batched seeds in this process, --launcher {launcher.kind} "
+                           "each run as its own job: use one of them")
+    tags = list(tags) if tags is not None else [_tag(name, seed) for name, seed, _ in plan]
     rows: list = [None] * len(plan)
     todo = []
     for k, (name, seed, cfg) in enumerate(plan):
         old = _read_json(Path(cfg.out_dir) / "summary.json") if resume else None
         if old is not None and old.get("complete") is True and old.get("config_hash") == config_hash(cfg):
-            log(f"{_tag(name, seed)} reusing finished run in {cfg.out_dir}")
+            log(f"{tags[k]} reusing finished run in {cfg.out_dir}")
             rows[k] = old
         else:
             todo.append(k)
@@ -210,23 +232,23 @@ def compare(configs: Mapping[str, TrainConfig], seeds: Sequence[int], out_dir: s
         todo = _train_vectorized(plan, todo, rows, resume=resume, log=log)
     if not todo:
         return rows
-    from .parallel import JobsFailedError, resolve_jobs, run_jobs
+    from .launch import Launcher
+    from .parallel import JobsFailedError
 
+    launcher = launcher or Launcher("local", jobs=jobs)
     fixed = {plan[k][2].num_threads for k in todo}
     threads = max(t for t in fixed if isinstance(t, int)) if any(isinstance(t, int) for t in fixed) else 1
-    n = resolve_jobs(jobs, len(todo), threads=threads, memory=max(run_memory(plan[k][2]) for k in todo))
-    if n == 1:
-        for k in todo:
-            rows[k] = train_one(*plan[k], resume=resume, log=log)
-        return rows
-    if not all(isinstance(t, int) for t in fixed):  # "auto"/None: each worker's share of the cores is its limit
+    memory = max(run_memory(plan[k][2]) for k in todo)
+    if not all(isinstance(t, int) for t in fixed) and not launcher.submitit:
+        from .parallel import resolve_jobs
         from .threads import cpu_limit
 
-        threads = max(1, cpu_limit() // n)
-    log(f"{len(todo)} run(s) to train in {n} parallel worker processes, each starting with {threads} torch "
-        "thread(s); their lines are tagged [model seed k]")
-    results = run_jobs(_train_in_worker, [(*plan[k], resume) for k in todo], tags=[_tag(*plan[k][:2]) for k in todo],
-                       jobs=n, threads=threads, log=log)
+        n = resolve_jobs(launcher.jobs, len(todo), threads=threads, memory=memory)
+        threads = max(1, cpu_limit() // n) if n > 1 else threads  # "auto"/None: each worker's share is its limit
+        launcher = dataclasses.replace(launcher, jobs=n)
+    results = launcher.run(_train_in_worker, [(*plan[k], resume) for k in todo], tags=[tags[k] for k in todo],
+                           folder=folder, threads=threads, memory=memory, log=log,
+                           inline=lambda *task: train_one(*task[:3], resume=resume, log=log))
     failures = []
     for k, res in zip(todo, results):
         if isinstance(res, dict):

@@ -13,7 +13,9 @@ Each model's config is a TOML file in configs/ (also usable with ``seq2d train``
 override epochs, data, seeds and device. Runs land in ``OUT/<model>/seed<k>/`` (metrics,
 checkpoint; finished runs are reused, interrupted ones resumed), ``--jobs N`` of them at once
 in worker processes (default ``auto``: as many as cores are idle; 1 torch thread each unless
-``--num-threads``), exactly as ``seq2d mnist --jobs N``. Outputs, written by
+``--num-threads``), exactly as ``seq2d mnist --jobs N``; ``--launcher slurm --partition P --time T``
+sends each (model, seed) to SLURM as one task of a job array instead (through submitit,
+``seq2d.launch``; ``--launcher submitit-local`` the same on this machine). Outputs, written by
 ``seq2d.mnist_comparison.write_results`` as for ``seq2d mnist``: ``OUT/results.md`` and
 ``OUT/results.json`` (the table: mean +- std test accuracy, parameters, time per epoch,
 device; differences to the MLP with 95% Welch intervals and TOST), plots
@@ -35,6 +37,7 @@ from pathlib import Path
 import torch
 
 from seq2d.envinfo import device_name
+from seq2d.launch import add_launcher_args, launcher_from_args, launcher_summary
 from seq2d.mnist_comparison import (MODELS, PROTOCOLS, compare, format_table, protocols_section,
                                     write_results)
 from seq2d.parallel import jobs_arg
@@ -67,6 +70,7 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default=None, help="auto, cpu or cuda")
     ap.add_argument("--jobs", type=jobs_arg, default="auto", metavar="INT|auto",
                     help="runs trained at once, each in its own process; auto (default): as many as cores are idle")
+    add_launcher_args(ap)
     ap.add_argument("--num-threads", type=threads_arg, default=1, metavar="INT|auto",
                     help="torch threads per run (default 1); auto: the cores idle at the start of each run")
     ap.add_argument("--sweep-iterations", default=None, help="e.g. 1,2,3,4,5,6: also train random-element with each")
@@ -101,6 +105,7 @@ def main(argv=None) -> int:
             require_tensorboard("--tensorboard")  # one clear error before any run starts
         except TensorBoardMissing as e:
             ap.error(str(e))
+    launcher = launcher_from_args(args, ap.error)
     models = [m for m in args.models.split(",") if m]
     unknown = [m for m in models if m not in CONFIGS and m not in EXTRA]
     if unknown:
@@ -112,7 +117,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     started = datetime.datetime.now()
     print(threads_line(args.num_threads))
-    rows = compare(configs, seeds, out, resume=not args.fresh, jobs=args.jobs)
+    rows = compare(configs, seeds, out, resume=not args.fresh, jobs=args.jobs, launcher=launcher)
     table = format_table(rows)
 
     sweep_rows, sweep_table = [], None
@@ -124,7 +129,7 @@ def main(argv=None) -> int:
             sw["epochs"] = args.sweep_epochs
         sweep_cfgs = {f"random-element-it{i}": dataclasses.replace(base, **sw, iterations=i) for i in its}
         sweep_rows = compare(sweep_cfgs, [int(s) for s in args.sweep_seeds.split(",")], out / "sweep",
-                             resume=not args.fresh, jobs=args.jobs)
+                             resume=not args.fresh, jobs=args.jobs, launcher=launcher)
         plot_accuracy_vs_iterations(sweep_rows, out / "accuracy_vs_iterations.png")
         sweep_table = format_table(sweep_rows, reference="")
 
@@ -132,6 +137,7 @@ def main(argv=None) -> int:
     env = {"date": started.strftime("%Y-%m-%d"), "command": "python " + " ".join(shlex.quote(a) for a in sys.argv),
            "hardware": device_name(dev), "torch": torch.__version__, "seeds": seeds,
            "num_threads": args.num_threads, "jobs": args.jobs,
+           **({"launcher": launcher_summary(launcher)} if launcher.submitit else {}),
            "threads": sorted({h["num_threads"] for r in rows for h in read_metrics(r["run_dir"]) if h.get("num_threads")}),
            "protocol": {k: v for k, v in dataclasses.asdict(next(iter(configs.values()))).items()
                         if k in ("data", "epochs", "batch_size", "lr", "optimizer", "sizes", "image_size", "iterations",

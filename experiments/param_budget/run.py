@@ -18,7 +18,11 @@ with the number of parameters): do the placements' curves lie on the MLP's?
         --doc docs/results/param_budget.md
 
 A budget is given by its first hidden width ``h``. Runs land in ``OUT/h<h>/<model>/seed<k>/``
-(finished runs are reused). Outputs: ``OUT/results.json`` (every run: model, budget, seed,
+(finished runs are reused). By default they train one after the other in this process; ``--jobs
+N`` trains them N at once in worker processes, and ``--launcher slurm --partition P --time T``
+sends every run to SLURM as one task of a single job array (through submitit, ``seq2d.launch``;
+``--launcher submitit-local``: the same on this machine); the tables are then merged from the run
+folders as after a run in this process. Outputs: ``OUT/results.json`` (every run: model, budget, seed,
 params, accuracy, time; and per budget the Welch interval and TOST of each placement vs the
 MLP), ``OUT/results.md`` (tables) and ``OUT/accuracy_vs_params.png`` (log x; mean +- std over
 seeds, one line per placement).
@@ -45,7 +49,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 from seq2d.envinfo import cpu_name  # noqa: E402
-from seq2d.mnist_comparison import EQUIVALENCE_MARGIN, MODELS, compare, difference  # noqa: E402
+from seq2d.launch import add_launcher_args, launcher_from_args  # noqa: E402
+from seq2d.mnist_comparison import EQUIVALENCE_MARGIN, MODELS, compare, difference, plan_runs, run_plan  # noqa: E402
+from seq2d.parallel import jobs_arg  # noqa: E402
 from seq2d.train.config import TrainConfig  # noqa: E402
 
 PLACEMENTS = ["mlp", "random-element", "random-tile", "random-block"]
@@ -350,6 +356,10 @@ def main(argv=None) -> int:
     ap.add_argument("--data", choices=("subset", "full", "synthetic"), default="subset", help="data set (default subset)")
     ap.add_argument("--image-size", type=int, default=28, help="inputs resized to this edge (default 28)")
     ap.add_argument("--num-threads", type=int, default=1, help="torch threads per run (default 1)")
+    ap.add_argument("--jobs", type=jobs_arg, default=1, metavar="INT|auto",
+                    help="runs trained at once (default 1: one after the other in this process); with --launcher "
+                         "slurm: tasks of the job array at once (auto: no limit)")
+    add_launcher_args(ap)
     ap.add_argument("--out", default="runs/param_budget", help="output folder")
     ap.add_argument("--doc", default=None, help="also write the results page (markdown) here, the plot next to it")
     ap.add_argument("--quick", action="store_true", help="CI smoke run: 2 budgets, 1 seed, 1 epoch on the subset")
@@ -374,6 +384,7 @@ def main(argv=None) -> int:
     bad = [m for m in models if m not in PLACEMENTS]
     if bad or "mlp" not in models:
         ap.error(f"models must include mlp and be among {PLACEMENTS}; got {models}")
+    launcher = launcher_from_args(args, ap.error)
     torch.set_num_threads(args.num_threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -389,12 +400,23 @@ def main(argv=None) -> int:
         for m in models:
             extra = {"iterations": len(sizes) - 1} if m != "mlp" else {}
             configs[h, m] = dataclasses.replace(base, **MODELS[m], sizes=sizes, **extra)
+    resume = not args.fresh
+    if launcher.submitit or args.jobs != 1:
+        # every run at once through the launcher (one job array on SLURM); the loop below then reuses them
+        plan, tags = [], []
+        for seed in seeds:
+            for (h, m), cfg in configs.items():
+                plan += plan_runs({m: cfg}, [seed], out / f"h{h}")
+                tags.append(f"[h={h}] [{m} seed {seed}]")
+        run_plan(plan, folder=out, resume=resume, jobs=args.jobs, launcher=launcher, tags=tags,
+                 log=lambda s: print(s, flush=True))
+        resume = True
     rows = []
     # seeds outermost: a sweep stopped early still has every budget and placement for its first seeds
     for seed in seeds:
         for (h, m), cfg in configs.items():
             t0 = time.perf_counter()
-            (r,) = compare({m: cfg}, [seed], out / f"h{h}", resume=not args.fresh,
+            (r,) = compare({m: cfg}, [seed], out / f"h{h}", resume=resume,
                            log=lambda s, h=h: print(f"[h={h}] {s}", flush=True))
             wall = time.perf_counter() - t0
             tpe = r.get("time_per_epoch_s")

@@ -1,0 +1,290 @@
+r"""Where the runs of a sweep execute: one seam for ``seq2d mnist``,
+``experiments/mnist_sparsity/run.py`` and ``experiments/param_budget/run.py``.
+
+A :class:`Launcher` takes the runs still to train (each (model, seed) one task) and returns their
+results in the order of the tasks, a :class:`~seq2d.parallel.JobFailure` in place of a run that
+failed. The results themselves live in the run folders (``summary.json``, written by the run), so
+a finished run is never redone by a later call, whichever launcher ran it. Three kinds:
+
+- ``local`` (the default): processes on this machine, :func:`seq2d.parallel.run_jobs` with
+  ``jobs`` workers (one job, or one run: in this process, one after the other).
+- ``slurm``: each run one task of a SLURM job array, submitted through ``submitit`` (an optional
+  extra: ``pip install -e ".[slurm]"``) with the partition, time, memory, cores and GPUs given;
+  ``jobs`` an int caps the tasks running at once (``--array=0-N%jobs``). This process waits for
+  the array, then merges; interrupted, it leaves the jobs running (``scancel`` stops them) and a
+  new call reuses what finished and resumes the rest from their checkpoints.
+- ``submitit-local``: ``submitit``'s local executor, the same code path as ``slurm`` (pickled
+  task, a fresh ``python -m submitit.core._submit`` process, result read back from its folder)
+  on this machine, at most ``jobs`` at once; for trying a sweep before sending it to a cluster.
+
+``submitit`` is imported only by the last two, so the CLI starts without it.
+:func:`add_launcher_args` and :func:`launcher_from_args` give the fronts the same flags::
+
+    seq2d mnist --full --launcher slurm --partition cpu --time 12:00:00 --mem 4G --cpus-per-task 1
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from .errors import InvalidValue, Seq2DError
+
+__all__ = ["KINDS", "INSTALL_HINT", "Launcher", "SubmititMissing", "require_submitit", "parse_time", "parse_mem",
+           "add_launcher_args", "launcher_from_args", "launcher_summary"]
+
+KINDS = ("local", "slurm", "submitit-local")
+INSTALL_HINT = 'pip install -e ".[slurm]" (or pip install submitit)'
+# the scheduler options of add_launcher_args: flag -> (attribute, the submitit parameter it sets)
+_SLURM_FLAGS = {"--partition": "partition", "--time": "time", "--mem": "mem", "--cpus-per-task": "cpus_per_task",
+                "--gpus-per-node": "gpus_per_node", "--account": "account"}
+
+
+class SubmititMissing(Seq2DError, ImportError):
+    """``--launcher slurm`` / ``submitit-local`` was asked for, but ``submitit`` is not installed."""
+
+
+def require_submitit(what: str = "--launcher slurm"):
+    """The ``submitit`` module; :class:`SubmititMissing` naming the extra when it is absent."""
+    try:
+        import submitit
+    except ImportError as e:
+        raise SubmititMissing(f"{what} needs the submitit package, an optional extra of seq2d: {INSTALL_HINT}. "
+                              f"The import said: {e}") from None
+    return submitit
+
+
+def parse_time(text: str | int) -> int:
+    """A SLURM time limit in minutes: ``90`` (minutes), ``MM:SS``, ``HH:MM:SS``, ``D-HH``,
+    ``D-HH:MM`` or ``D-HH:MM:SS`` (seconds rounded up to a minute)."""
+    s = str(text).strip()
+    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", s)
+    if not m:
+        raise InvalidValue(f"--time: expected minutes or [D-]HH:MM[:SS] such as 90 or 12:00:00, got {text!r}")
+    d, a, b, c = (int(x) if x is not None else None for x in m.groups())
+    if d is None:
+        parts = [a] if b is None else [0, a, b] if c is None else [a, b, c]
+        if len(parts) == 1:
+            minutes, seconds = a, 0
+        else:  # MM:SS or HH:MM:SS
+            minutes, seconds = parts[0] * 60 + parts[1], parts[2]
+    else:  # D-HH, D-HH:MM, D-HH:MM:SS
+        minutes, seconds = d * 1440 + a * 60 + (b or 0), c or 0
+    minutes += -(-seconds // 60)
+    if minutes < 1:
+        raise InvalidValue(f"--time: expected at least one minute, got {text!r}")
+    return minutes
+
+
+def parse_mem(text: str | float) -> float:
+    """Memory per job in GB (submitit's ``mem_gb``): ``4``, ``4G``, ``4GB``, ``500M``, ``1T``."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT]?)B?", str(text).strip().upper())
+    if not m or float(m.group(1)) <= 0:
+        raise InvalidValue(f"--mem: expected a size such as 4G, 500M or 4 (GB), got {text!r}")
+    return float(m.group(1)) * {"K": 2 ** -20, "M": 2 ** -10, "G": 1, "T": 1024, "": 1}[m.group(2)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Launcher:
+    """Where runs execute (see the module docstring). ``jobs``: runs at once (local: worker
+    processes, an int or ``"auto"``; slurm: the array's ``%`` limit, ``"auto"`` none;
+    submitit-local: processes at once, ``"auto"`` as for local). ``partition``, ``time`` (minutes),
+    ``mem_gb``, ``cpus_per_task``, ``gpus_per_node``, ``account``: the scheduler's resources per job
+    (slurm; only time, cores and GPUs mean something to submitit-local). ``folder``: where submitit
+    keeps its pickles and each job's log (default: ``<sweep folder>/submitit``)."""
+
+    kind: str = "local"
+    jobs: int | str = 1
+    partition: str | None = None
+    time: int | None = None
+    mem_gb: float | None = None
+    cpus_per_task: int | None = None
+    gpus_per_node: int | None = None
+    account: str | None = None
+    folder: str | None = None
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise InvalidValue(f"launcher: expected one of {', '.join(KINDS)}, got {self.kind!r}")
+
+    @property
+    def submitit(self) -> bool:
+        return self.kind != "local"
+
+    def parameters(self, tasks: int) -> dict:
+        """The keyword arguments of ``submitit.AutoExecutor.update_parameters`` for ``tasks`` runs."""
+        out: dict = {"name": "seq2d"}
+        if self.time is not None:
+            out["timeout_min"] = self.time
+        if self.mem_gb is not None:
+            out["mem_gb"] = self.mem_gb
+        if self.cpus_per_task is not None:
+            out["cpus_per_task"] = self.cpus_per_task
+        if self.gpus_per_node is not None:
+            out["gpus_per_node"] = self.gpus_per_node
+        if self.partition is not None:
+            out["slurm_partition"] = self.partition
+        if self.account is not None:
+            out["slurm_account"] = self.account
+        if self.kind == "slurm":
+            out["slurm_array_parallelism"] = self.jobs if isinstance(self.jobs, int) else max(1, tasks)
+        return out
+
+    def executor(self, folder: str | Path, tasks: int):
+        """The configured ``submitit.AutoExecutor`` (``slurm``: needs ``srun``/``sbatch`` on the PATH)."""
+        submitit = require_submitit(f"--launcher {self.kind}")
+        try:
+            ex = submitit.AutoExecutor(folder=str(self.folder or folder),
+                                       cluster="slurm" if self.kind == "slurm" else "local")
+        except RuntimeError as e:  # submitit found no srun
+            raise InvalidValue(f"--launcher slurm: no SLURM here ({e}); run on the cluster's login node, or try the "
+                               "sweep on this machine with --launcher submitit-local") from None
+        ex.update_parameters(**self.parameters(tasks))
+        return ex
+
+    def run(self, fn: Callable, tasks: Sequence[tuple], *, tags: Sequence[str], folder: str | Path,
+            threads: int = 1, memory: int | None = None, log: Callable[[str], object] = print,
+            inline: Callable | None = None, wait: bool = True) -> list:
+        """``[fn(*task) for task in tasks]`` where this launcher runs them; a failed task gives a
+        :class:`~seq2d.parallel.JobFailure` (logged). ``local``: :func:`~seq2d.parallel.resolve_jobs`
+        workers of ``threads`` threads (``memory``: bytes one task needs); one worker runs ``inline``
+        (default ``fn``) here, the first error raised. ``folder``: the sweep's output folder.
+        ``wait=False`` (submitit kinds): submit and return the submitit jobs."""
+        from .parallel import resolve_jobs, run_jobs
+
+        if len(tags) != len(tasks):
+            raise InvalidValue(f"Launcher.run: {len(tasks)} tasks but {len(tags)} tags")
+        if not self.submitit:
+            n = resolve_jobs(self.jobs, len(tasks), threads=threads, memory=memory)
+            if n == 1:
+                return [(inline or fn)(*task) for task in tasks]
+            log(f"{len(tasks)} run(s) to train in {n} parallel worker processes, each starting with {threads} torch "
+                "thread(s); their lines are tagged [model seed k]")
+            return run_jobs(fn, tasks, tags=tags, jobs=n, threads=threads, log=log)
+        folder = Path(self.folder or Path(folder) / "submitit")
+        ex = self.executor(folder, len(tasks))
+        calls = [(_job, fn, tag, tuple(task)) for task, tag in zip(tasks, tags)]
+        if self.kind == "slurm":
+            with ex.batch():  # one job array, each run one task of it
+                jobs = [ex.submit(*c) for c in calls]
+            log(f"{len(jobs)} run(s) submitted to SLURM as job array {jobs[0].job_id.split('_')[0]}"
+                f" ({self.jobs if isinstance(self.jobs, int) else 'no limit on the'} at once); logs in {folder}")
+            if not wait:
+                return jobs
+            return self._collect(jobs, tags, log)
+        # submitit-local: at most `jobs` processes at once
+        limit = resolve_jobs(self.jobs, len(tasks), threads=max(threads, self.cpus_per_task or 1), memory=memory)
+        log(f"{len(tasks)} run(s) to train through submitit's local executor, {limit} at once; logs in {folder}")
+        results: list = [None] * len(tasks)
+        running: dict[int, object] = {}
+        pending = list(range(len(tasks)))
+        jobs = []
+        try:
+            while pending or running:
+                while pending and len(running) < limit:
+                    k = pending.pop(0)
+                    running[k] = ex.submit(*calls[k])
+                    jobs.append(running[k])
+                    log(f"{tags[k]} submitted as job {running[k].job_id} (its log: {running[k].paths.stdout})")
+                for k in [k for k, j in running.items() if j.done()]:
+                    results[k] = self._collect([running.pop(k)], [tags[k]], log)[0]
+                time.sleep(0.2)
+        except KeyboardInterrupt:
+            log(f"interrupted: cancelling {len(running)} job(s); interrupted runs resume from their checkpoints")
+            for j in running.values():
+                j.cancel(check=False)
+            raise
+        return results
+
+    @staticmethod
+    def _collect(jobs: Sequence, tags: Sequence[str], log: Callable[[str], object]) -> list:
+        """The results of submitit ``jobs`` in order (waiting for each); a job that failed or was
+        killed gives a :class:`~seq2d.parallel.JobFailure`, logged."""
+        from .parallel import JobFailure
+
+        out = []
+        try:
+            for job, tag in zip(jobs, tags):
+                try:
+                    status, value = job.result()
+                except Exception as e:  # the job died (killed, timed out, out of memory) or did not unpickle
+                    status, value = "error", JobFailure(
+                        tag, type(e).__name__, f"job {job.job_id} ended without a result ({str(e).strip()[-2000:]}); "
+                        f"its log: {job.paths.stdout}; a new call resumes the run from its last checkpoint", "", True)
+                if status == "error":
+                    log(value.line())
+                    if not value.user_error and value.traceback:
+                        log(value.traceback.rstrip("\n"))
+                else:
+                    log(f"{tag} finished (job {job.job_id})")
+                out.append(value)
+        except KeyboardInterrupt:
+            log("interrupted: the submitted jobs keep running on the cluster (scancel stops them); a new call "
+                "reuses the runs that finished and resumes the others from their checkpoints")
+            raise
+        return out
+
+
+def _job(fn: Callable, tag: str, args: tuple):
+    """What a submitit job runs: ``("ok", fn(*args))``, or ``("error", JobFailure)`` when it raised
+    (so the parent knows a user's error from a bug, as with local workers)."""
+    from .parallel import JobFailure
+
+    try:
+        return "ok", fn(*args)
+    except Exception as e:
+        return "error", JobFailure(tag, type(e).__name__, str(e), traceback.format_exc(), isinstance(e, Seq2DError))
+
+
+def add_launcher_args(p) -> None:
+    """The launcher flags (besides ``--jobs``, which each front has already) on argparse parser ``p``."""
+    g = p.add_argument_group("where the runs execute (seq2d.launch)")
+    g.add_argument("--launcher", choices=KINDS, default="local",
+                   help="local (default): processes on this machine (--jobs of them); slurm: each (model, seed) one "
+                        "task of a SLURM job array through submitit (--jobs N: at most N at once); submitit-local: "
+                        f"the same code path on this machine. slurm and submitit-local need {INSTALL_HINT}")
+    g.add_argument("--partition", default=None, help="SLURM partition of the jobs (--launcher slurm)")
+    g.add_argument("--time", default=None, metavar="MIN|[D-]HH:MM:SS",
+                   help="time limit per job (default: submitit's, 5 min): minutes or [D-]HH:MM[:SS]")
+    g.add_argument("--mem", default=None, metavar="SIZE", help="memory per job, e.g. 4G or 500M")
+    g.add_argument("--cpus-per-task", dest="cpus_per_task", type=int, default=None, help="cores per job")
+    g.add_argument("--gpus-per-node", dest="gpus_per_node", type=int, default=None, help="GPUs per job")
+    g.add_argument("--account", default=None, help="SLURM account to charge (--launcher slurm)")
+
+
+def launcher_from_args(args, error: Callable[[str], object] | None = None) -> Launcher:
+    """The :class:`Launcher` of parsed flags (:func:`add_launcher_args` and ``--jobs``); checks
+    that submitit imports when it is needed, and refuses scheduler options with ``--launcher
+    local``. ``error`` (e.g. ``parser.error``) reports a problem instead of raising it."""
+    try:
+        kind = getattr(args, "launcher", "local") or "local"
+        given = [flag for flag, attr in _SLURM_FLAGS.items() if getattr(args, attr, None) is not None]
+        if kind == "local" and given:
+            raise InvalidValue(f"{', '.join(given)}: scheduler options need --launcher slurm (or submitit-local); "
+                               "got the default --launcher local")
+        if kind == "submitit-local" and ({"--partition", "--account"} & set(given)):
+            raise InvalidValue("--partition / --account: only --launcher slurm has them; got --launcher submitit-local")
+        if kind != "local":
+            require_submitit(f"--launcher {kind}")
+        return Launcher(kind, jobs=getattr(args, "jobs", 1),
+                        partition=getattr(args, "partition", None),
+                        time=parse_time(args.time) if getattr(args, "time", None) is not None else None,
+                        mem_gb=parse_mem(args.mem) if getattr(args, "mem", None) is not None else None,
+                        cpus_per_task=getattr(args, "cpus_per_task", None),
+                        gpus_per_node=getattr(args, "gpus_per_node", None), account=getattr(args, "account", None))
+    except Seq2DError as e:
+        if error is None:
+            raise
+        error(str(e))
+        raise
+
+
+def launcher_summary(launcher: Launcher | None) -> Mapping:
+    """What a results file records about the launcher (kind and resources; nothing for local)."""
+    if launcher is None or not launcher.submitit:
+        return {}
+    return {k: v for k, v in dataclasses.asdict(launcher).items() if v is not None and k != "folder"}
