@@ -149,7 +149,9 @@ def density_table(res: dict, group: str) -> str:
 def iterations_table(res: dict) -> str:
     cells = res["summary"]["iterations"]
     its = sorted({c["iterations"] for c in cells})
-    lines = ["| placement | " + " | ".join(f"{i} it." for i in its) + " |", "| --- |" + " --- |" * len(its)]
+    lines = ["| placement | " + " | ".join(f"{i} it." for i in its) + " |", "| --- |" + " --- |" * len(its),
+             "| runs per cell | " + " | ".join("/".join(str(c["n"]) for c in cells if c["iterations"] == i) for i in its)
+             + " |"]
     for p in PLACEMENTS:
         row = {c["iterations"]: c for c in cells if c["placement"] == p}
         if row:
@@ -271,7 +273,9 @@ def verdict(res: dict) -> str:
             best = max(cs, key=lambda c: c["mean"])
             one = next((c for c in cs if c["iterations"] == 1), None)
             last = max(cs, key=lambda c: c["iterations"])
-            parts.append(f"{pl} best at {best['iterations']} ({100 * best['mean']:.2f}%)"
+            sat = min((c for c in cs if c["mean"] >= best["mean"] - MARGIN), key=lambda c: c["iterations"])
+            parts.append(f"{pl} best at {best['iterations']} ({100 * best['mean']:.2f}%), within {100 * MARGIN:g} point "
+                         f"of that from {sat['iterations']} iteration{'s' if sat['iterations'] > 1 else ''} on"
                          + (f", {100 * one['mean']:.2f}% at 1" if one else "")
                          + f", {100 * last['mean']:.2f}% at {last['iterations']}")
         ref = f" (MLP {100 * mlp_base['mean']:.2f}%)" if mlp_base else ""
@@ -436,7 +440,8 @@ def write_page(res: dict, doc: Path, src: Path, results: Path | None = None) -> 
             density_table(res, "fewer"), "",
             "## The number of iterations", "",
             "The base random models (the MLP's count over its own block matrix) at 1-8 iterations; accuracy "
-            "(mean +- std over seeds) and the fraction of parameters on an input-output walk within that many steps.",
+            "(mean +- std over seeds) and the fraction of parameters on an input-output walk within that many steps. "
+            "Runs per cell in the order element/tile/block (3 iterations is the density grid's base cell, with its seeds).",
             "", iterations_table(res), ""]
     text += [f"![{n[:-4].replace('_', ' ')}]({doc.stem}/{n})" for n in names]
     text += ["", "(Density plot: lines join the means over seeds, dots are the seeds; iterations plot: mean +- 1 std.)",

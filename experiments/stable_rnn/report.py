@@ -91,6 +91,13 @@ def gaps_section(g: dict, rel: str) -> str:
     lines += [""] + [f"- step `{r}`: fitted slope {rules[r]['slope']:+.3f}; final loss of the recurrent model "
                      f"{rules[r]['full_final_loss']:.4f}" for r in rules]
     lines += ["", f"![gradient and weight gaps vs k]({rel}/gradient_gaps.png)"]
+    frozen = [p for p in ("W_ih", "W_hh", "b") if all(r.get(p) == 0 for r in g.get("gradient_gap_by_parameter", []))]
+    if frozen and all(v > 0 for v in g["gradient_gap"]):
+        lines += ["", f"**This run trains the readout only.** The gradient gap for {', '.join(frozen)} is 0 at every k "
+                  "in its JSON: gradient_gaps.py differentiates with respect to views of seq2d's packed parameter "
+                  "store, which get no gradient, so the recurrent weights never move and every number in this "
+                  "section (the N table included) is about the readout. The next section (gap_sweep.py) trains "
+                  "every weight."]
     return "\n".join(lines)
 
 

@@ -213,6 +213,7 @@ def noise_floor(res: dict) -> list[dict]:
                 d = o["by_k"].setdefault(str(m["k"]), {"diff": [], "dist": []})
                 d["diff"].append(m["test_ppl_truncated"] - rec["test_ppl_recurrent"])
                 d["dist"].append(m["distance"]["recurrent_rel"])
+    out = {t: o for t, o in out.items() if o["controls"]}  # no controls (--control-eps 0): no floor to read against
     for o in out.values():
         lo, hi = min(o["controls"]), max(o["controls"])
         for d in o["by_k"].values():
@@ -263,9 +264,12 @@ def noise_verdict(res: dict) -> tuple[list[str], list[str]]:
         line = (f"**Truncated training, perplexity, against the noise floor** ({scale}): truncated minus recurrent "
                 f"{_r(diffs, '+.1f')} (k in {sorted(int(k) for k in o['by_k'])}), controls minus recurrent "
                 f"{_r(o['controls'], '+.1f')}; ")
+        inside = sorted(int(k) for k in o["by_k"] if int(k) not in out_k)
         if out_k:
-            fails.append(line + f"every seed outside the controls' range for k in {out_k}: truncation changes the "
-                         "perplexity there by more than the noise.")
+            fails.append(line + "every seed outside the controls' range for k in "
+                         + ", ".join(f"{k} (mean {o['by_k'][str(k)]['mean']:+.1f})" for k in out_k)
+                         + ": truncation changes the perplexity there by more than the noise"
+                         + (f"; within the noise for k in {inside}." if inside else "."))
         else:
             holds.append(line + "no k has every seed outside the controls' range: no effect of truncation on "
                          "perplexity beyond the noise at this scale.")
