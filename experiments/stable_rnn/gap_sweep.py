@@ -45,9 +45,9 @@ from pathlib import Path
 
 import torch
 
-FULL = dict(input=4, hidden=16, teacher_hidden=16, teacher_lambda=0.8, noise=0.1, T=24, n_out=8, n=32,
+FULL = dict(input=4, hidden=16, teacher_hidden=16, teacher_lambda=0.8, noise=0.1, T=16, n_out=8, n=16,
             lams=[0.5, 0.8, 0.95], k=5, seeds=[0, 1, 2, 3, 4], tune_seeds=[0],
-            alphas={"alpha/t": [0.25, 0.5, 1.0, 2.0, 4.0], "constant": [0.001, 0.002, 0.005, 0.01, 0.02, 0.05]},
+            alphas={"alpha/t": [0.25, 0.5, 1.0, 2.0], "constant": [0.001, 0.002, 0.005, 0.01, 0.02, 0.05]},
             steps_list=[1, 2, 3, 5, 10, 20, 30, 50, 100, 200, 300, 500, 1000, 2000, 3000, 5000, 10000],
             fit_from=10, beta_iters=20, diverged_loss=1e3)
 QUICK = dict(FULL, hidden=8, teacher_hidden=8, T=12, n_out=4, n=16, lams=[0.5, 0.9], k=3, seeds=[0, 1],

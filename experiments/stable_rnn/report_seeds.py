@@ -55,6 +55,13 @@ def sweep_facts(doc: dict) -> dict:
     sl_co = [s for r in co for s in r["slope"]]
     rising = sum(x for r in co for x in r["local_slopes_rising"])
     per_lam = []
+    Ns = doc["config"]["steps_list"]
+    i0 = Ns.index(doc["config"]["fit_from"]) if doc["config"]["fit_from"] in Ns else 0
+    early = {}
+    for rule in ("alpha/t", "constant"):
+        early[rule] = [cf["weight_gap"][i0] / cf["weight_gap"][-1] for r in S if r["rule"] == rule
+                       for cf in doc["configs"] if cf["lam"] == r["lam"] and cf["rule"] == rule
+                       and cf["alpha"] == r["alpha"] and not cf["diverged"]]
     for a, c in zip(at, co):
         per_lam.append({"lam": a["lam"], "ratio_gap": [y / x for x, y in zip(a["gap_at_max_N"], c["gap_at_max_N"])],
                         "loss_ratio": _mean(c["final_loss"]) / _mean(a["final_loss"]),
@@ -63,7 +70,7 @@ def sweep_facts(doc: dict) -> dict:
     return {"slopes_alpha_t": sl_at, "bound_alpha_t": bound_at, "below_one": below, "below_bound": below_b,
             "n_alpha_t": len(sl_at), "slopes_constant": sl_co, "rising": rising, "n_constant": len(sl_co),
             "per_lambda": per_lam, "n_seeds": len(doc["config"]["seeds"]), "lams": doc["config"]["lams"],
-            "N": max(doc["config"]["steps_list"]), "fit_from": doc["config"]["fit_from"]}
+            "N": max(doc["config"]["steps_list"]), "fit_from": doc["config"]["fit_from"], "early": early}
 
 
 def gap_sweep_section(doc: dict, rel: str) -> str:
@@ -145,7 +152,9 @@ def sweep_paragraph(doc: dict) -> str:
                         + ("disjoint across seeds" if d["disjoint"] else "overlapping across seeds")
                         for d in f["per_lambda"])
     q = (f"**Fig. 1 against ours.** The slides' caption of Fig. 1 concludes: \"{FIG1_CAPTION}\" Ours, at a "
-         f"comparable training loss: {lam_txt}. ")
+         f"comparable training loss: {lam_txt}. By N = {f['fit_from']} the alpha/t gap has reached "
+         f"{_r(f['early']['alpha/t'])} of its value at N = {f['N']:,} (its large first steps make it), the "
+         f"constant step's {_r(f['early']['constant'], '.3f')} of its own. ")
     faster = bool(f["per_lambda"]) and all(d["constant_faster"] for d in f["per_lambda"])
     if faster and f["rising"] == 0:
         q += ("Without the 1/t rate the gap's slope in N is larger in every seed and lambda, but the gap grows as a "
