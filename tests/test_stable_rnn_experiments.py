@@ -53,6 +53,8 @@ def test_gradient_gaps_quick(tmp_path, capsys):
     assert doc["certified_lambda_init"] <= doc["config"]["lam"] + 1e-9
     # (a) the gradient gap at the shared start shrinks geometrically in k
     assert gg[-1] < 1e-4 * gg[0] and doc["gradient_gap_slope"] < 0.5 * math.log(doc["config"]["lam"])
+    # every weight is differentiated: the recurrent weights' gap at k = 1 is not zero
+    assert all(doc["gradient_gap_by_parameter"][0][w] > 0 for w in ("W_ih", "W_hh", "b"))
     # (b) so does the weight gap after N projected steps, for both step rules
     for rule in ("alpha/t", "constant"):
         r = doc["rules"][rule]
@@ -76,6 +78,39 @@ def test_gradient_gaps_quick(tmp_path, capsys):
             # trained once to max N (= the k-table's N): the last gap is the k-table's gap, where k is in both
             if k in ks:
                 assert r["weight_gap"][-1] == pytest.approx(doc["rules"][rule]["weight_gap"][ks.index(k)], rel=1e-9)
+
+
+def test_gradient_gaps_differentiates_every_weight():
+    """grads() returns the gradient at each of W_ih, W_hh, b, readout (the block weights are
+    views of seq2d's parameter store, which torch.autograd.grad would call unused): equal to
+    the gradient of the same loss written in plain torch with leaf tensors, float64."""
+    import torch
+    from torch import nn
+
+    import seq2d
+
+    mod = _load("gradient_gaps")
+    torch.manual_seed(0)
+    T, n, d, H, n_out = 6, 3, 2, 4, 3
+    X, Y = torch.randn(T, n, d, dtype=torch.float64), torch.randn(n_out, n, dtype=torch.float64)
+    rnn = seq2d.rnn(d, H, dtype=torch.float64)
+    readout = nn.Linear(H, 1, dtype=torch.float64)
+    full = mod.Full(rnn, readout, n_out)
+    got = mod.grads(full, X, Y)
+    # the reference: the RNN's recurrence with leaf copies of the same weights
+    w_ih, w_hh, b, w_o, b_o = (p.detach().clone().requires_grad_(True) for p in full.params)
+    h, hs = torch.zeros(n, H, dtype=torch.float64), []
+    for t in range(T):
+        h = torch.tanh(X[t] @ w_ih.T + h @ w_hh.T + b)
+        hs.append(h)
+    pred = (torch.stack(hs[-n_out:]) @ w_o.T + b_o).squeeze(-1)
+    want = torch.autograd.grad(0.5 * ((pred - Y) ** 2).mean(), [w_ih, w_hh, b, w_o, b_o])
+    for name, g, w in zip(mod.NAMES, got, want):
+        assert float(w.abs().max()) > 0, name
+        torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-14, msg=name)
+    # the truncation's recurrent weights get theirs too (k = 3: W_hh sits at F[k+1][k])
+    tr = mod.Truncated(rnn, readout, 3, n_out)
+    assert all(float(g.abs().max()) > 0 for g in mod.grads(tr, X, Y))
 
 
 def test_gradient_gaps_steps_list_and_doc(tmp_path):

@@ -114,6 +114,7 @@ class Full:
         self.params = [rnn.core.block(1, 0).weight, rnn.core.block(1, 1).weight, rnn.core.bias(1),
                        readout.weight, readout.bias]
         self.whh = rnn.core.block(1, 1).weight
+        self.leaves = [*rnn.parameters(), *readout.parameters()]
 
     def predict(self, X):
         hs = self.rnn(X)[0][-self.n_out:]  # (n_out, n, H)
@@ -130,6 +131,7 @@ class Truncated:
         whh = core.block(k + 1, k).weight if k > 1 else nn.Parameter(rnn.core.block(1, 1).weight.detach().clone())
         self.params = [core.block(k, 0).weight, whh, core.bias(k), self.readout.weight, self.readout.bias]
         self.whh = whh if k > 1 else None
+        self.leaves = [*self.tr.parameters(), *self.readout.parameters()]
 
     def predict(self, X):
         T, n, d = X.shape
@@ -143,9 +145,17 @@ def loss_fn(model, X, Y):
 
 
 def grads(model, X, Y) -> list[torch.Tensor]:
-    loss = loss_fn(model, X, Y)
-    gs = torch.autograd.grad(loss, model.params, allow_unused=True)
-    return [torch.zeros_like(p) if g is None else g for p, g in zip(model.params, gs)]
+    """The loss's gradient at each of ``model.params``.
+
+    The block weights and the bias are views of seq2d's parameter store (``StoreView``), not
+    leaves: ``torch.autograd.grad`` with respect to them would find them unused (None). So the
+    gradient is taken with respect to the leaves (the store's Parameters and the readout's) by
+    ``backward``, and each view's ``.grad`` reads its region of the store's gradient. A position
+    absent from the model (W_hh of a k = 1 truncation) gets zeros."""
+    for q in model.leaves:
+        q.grad = None
+    loss_fn(model, X, Y).backward()
+    return [torch.zeros_like(p) if p.grad is None else p.grad.detach().clone() for p in model.params]
 
 
 def flat(ts) -> torch.Tensor:
