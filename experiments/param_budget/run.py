@@ -239,8 +239,8 @@ def verdict_section(res: dict, blk: dict | None = None) -> str:
                      f"+-{100 * EQUIVALENCE_MARGIN:g}-point margin. Averaging seeds does not reduce it (every run is "
                      "scored on the same digits), so an \"equivalent\" here holds for these digits; on another test "
                      "set of this size the accuracies could move by about that much.")
-    lines.append("- Not tested here: full MNIST, the paper's sizes and epochs, low densities of the random placement "
-                 "(issue 20, item 5), the number of iterations (issue 20, item 6).")
+    lines.append("- Not tested here: full MNIST, the paper's sizes and epochs. Low densities of the random placement "
+                 "and the number of iterations are on [placement.md](placement.md) (full MNIST at 28x28, 1 epoch).")
     return "\n".join(lines)
 
 
