@@ -86,14 +86,6 @@ def _resolve(text: str, kwargs: list[str]):
     return resolve_model(text, where="MODEL", **_parse_kv(kwargs))
 
 
-def __getattr__(name):  # seq2d.cli.show_text, as before, without importing torch with the CLI
-    if name == "show_text":
-        from .cli_text import show_text
-
-        return show_text
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def _cmd_models(args) -> int:
     from .models import list_models
 

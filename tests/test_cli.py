@@ -9,7 +9,8 @@ import sys
 import pytest
 
 import seq2d
-from seq2d.cli import main, show_text
+from seq2d.cli import main
+from seq2d.cli_text import show_text
 from seq2d.models.presets import PRESETS, build_preset
 
 PLOT_PRESETS = {

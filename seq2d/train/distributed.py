@@ -219,8 +219,3 @@ def _broadcast_buffers(model: nn.Module, src: int = 0) -> None:
             tmp = buf.data.contiguous()
             dist.broadcast(tmp, src=src)
             buf.data.copy_(tmp)
-
-
-# ---------------------------------------------------------------------- command line
-if __name__ == "__main__":  # the entry point moved; this module imports nothing above it
-    raise SystemExit("the training entry is `python -m seq2d.train` (torchrun: `torchrun ... -m seq2d.train`)")
