@@ -20,8 +20,7 @@ determinism), :mod:`~seq2d.train.progress` (progress bar, epoch lines),
 batched computation), :mod:`~seq2d.train.tensorboard` (TensorBoard logging, the optional extra). The command line is ``python -m seq2d.train``
 (``torchrun --nproc_per_node=2 -m seq2d.train ...`` for data-parallel runs).
 
-Names are imported on first use, so ``import seq2d.train.config`` stays light and
-``python -m seq2d.train.distributed`` (the older spelling of the command) runs that module once.
+Names are imported on first use, so ``import seq2d.train.config`` stays light.
 """
 
 from __future__ import annotations
