@@ -182,7 +182,12 @@ def test_store_kind_says_which_store_holds_the_blocks():
     assert (m.backend, m.store_kind) == ("dense", "dense")
     m.to_blocksparse(16)
     assert (m.backend, m.store_kind) == ("dense", "tiled")  # the constructor's name stays; the store changed
-    assert seq2d.rnn(3, 4).store_kind == "dense"
+    # the models that wrap one core ask it (seq2d.models.wrapper.CoreModel)
+    for wrapper in (seq2d.rnn(3, 4), seq2d.truncated_rnn(seq2d.rnn(3, 4), 2),
+                    seq2d.transformer_layer(8, 2, dim_feedforward=16),
+                    seq2d.transformer_encoder(8, 2, num_layers=2, dim_feedforward=16)):
+        assert wrapper.store_kind == wrapper.core.store_kind == "dense", type(wrapper).__name__
+        assert wrapper.num_parameters() == wrapper.core.num_parameters() > 0
     only_modules = Sequential2D([2, 2], {(1, 0): nn.Linear(2, 2)}, dtype=D)
     assert only_modules.store is None and only_modules.store_kind is None
 

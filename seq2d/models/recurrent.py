@@ -18,11 +18,12 @@ from ..blocks import LinearBlock
 from ..core import Sequential2D
 from .feedforward import SUPPORTED
 from .registry import register_model
+from .wrapper import CoreModel
 
 __all__ = ["rnn", "RNN", "TruncatedRNN", "truncated_rnn", "from_rnn"]
 
 
-class RNN(nn.Module):
+class RNN(CoreModel):
     r"""An Elman RNN whose cell is a Sequential2D ``core`` (slots ``[x, h_1, ..., h_L]``).
 
     Called exactly like ``nn.RNN``: ``output, h_n = rnn(input, hx=None)`` with
@@ -55,14 +56,6 @@ class RNN(nn.Module):
     def layer_blocks(self, layer: int) -> tuple[LinearBlock, LinearBlock]:
         """(W_ih, W_hh) blocks of layer ``layer`` (1-based, as the slot index)."""
         return self.core.block(layer, layer - 1), self.core.block(layer, layer)
-
-    def num_parameters(self) -> int:
-        return self.core.num_parameters()
-
-    @property
-    def store_kind(self) -> str | None:
-        """The core's :attr:`~seq2d.Sequential2D.store_kind` ('dense' or 'tiled')."""
-        return self.core.store_kind
 
     def extra_repr(self) -> str:
         s = f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}"
@@ -158,7 +151,7 @@ def _truncated_core(blocks_ih, blocks_hh, biases, input_size, H, m, nonlinearity
     return Sequential2D(sizes, grid, bias=bias, activations=acts, inputs=list(range(m)), outputs=[hid(L - 1, m - 1)])
 
 
-class TruncatedRNN(nn.Module):
+class TruncatedRNN(CoreModel):
     r"""The k-truncation of an RNN: a feed-forward, acyclic, weight-tied Sequential2D.
 
     ``core`` has input slots ``x_1 .. x_k`` (oldest first) and, per layer, hidden slots
@@ -195,14 +188,6 @@ class TruncatedRNN(nn.Module):
             state[k - m + t] = part
         hold = [k + l * k + t for l in range(L) for t in range(k - m)]
         return self.core(state, hold=hold)[self.core.outputs[0]]
-
-    def num_parameters(self) -> int:
-        return self.core.num_parameters()
-
-    @property
-    def store_kind(self) -> str | None:
-        """The core's :attr:`~seq2d.Sequential2D.store_kind` ('dense' or 'tiled')."""
-        return self.core.store_kind
 
     def extra_repr(self) -> str:
         return f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}, k={self.k}"

@@ -51,6 +51,7 @@ from ..attention import AttentionCore, SequenceFirstDropout, _check_heads, check
 from ..blocks import LinearBlock
 from ..core import Sequential2D
 from .registry import register_model
+from .wrapper import CoreModel
 
 __all__ = [
     "AttentionCore",
@@ -284,7 +285,7 @@ def _layer_repr(d_model, nhead, dff, norm_first, act, eps, bias, dropout=0.0) ->
 
 
 # ---------------------------------------------------------------------------- wrappers
-class TransformerEncoderLayer(nn.Module):
+class TransformerEncoderLayer(CoreModel):
     r"""``nn.TransformerEncoderLayer(batch_first=True)`` as one Sequential2D.
 
     The whole layer is ``self.core``, a :class:`~seq2d.Sequential2D` of 6 slots
@@ -339,9 +340,6 @@ class TransformerEncoderLayer(nn.Module):
         """The feed-forward activation (the slot activation of ``f``)."""
         return self.core.acts[self.slots["f"]]
 
-    def num_parameters(self) -> int:
-        return self.core.num_parameters()
-
     def forward(
         self,
         src: Tensor,
@@ -360,7 +358,7 @@ class TransformerEncoderLayer(nn.Module):
         return self._repr
 
 
-class TransformerEncoder(nn.Module):
+class TransformerEncoder(CoreModel):
     r"""``nn.TransformerEncoder`` of ``num_layers`` layers (batch first) as ONE Sequential2D.
 
     ``self.core`` holds every layer's slots stacked: slot 0 is the input, layer ``l``'s
@@ -428,9 +426,6 @@ class TransformerEncoder(nn.Module):
     @property
     def steps(self) -> int:
         return self.core.steps
-
-    def num_parameters(self) -> int:
-        return self.core.num_parameters()
 
     def forward(
         self,
