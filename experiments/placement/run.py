@@ -28,6 +28,8 @@ iterations.
         --doc docs/results/placement.md
 
 Runs land in ``OUT/<run key>/`` (``row.json`` when finished: finished runs are skipped).
+``--launcher slurm --partition P --time T`` sends each run to SLURM as one task of a job array
+(:mod:`seq2d.launch`, as for ``seq2d mnist``); ``--launcher submitit-local`` tries that here.
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ import time
 from pathlib import Path
 
 import torch
+
+from seq2d.launch import add_launcher_args, launcher_from_args
+from seq2d.parallel import jobs_arg
 
 IMAGE = 28
 BASE_H = 32
@@ -198,7 +203,9 @@ def main(argv=None) -> int:
     ap.add_argument("--iteration-seeds", default="0,1,2", help="seeds of the iteration sweep (item 6; default 0-2)")
     ap.add_argument("--epochs", type=int, default=1, help="epochs per run (default 1)")
     ap.add_argument("--data", choices=("full", "subset", "synthetic"), default="full", help="data set (default full MNIST)")
-    ap.add_argument("--jobs", default="1", help='worker processes (an int or "auto"; seq2d.parallel)')
+    ap.add_argument("--jobs", type=jobs_arg, default=1, metavar="INT|auto",
+                    help="runs trained at once (default 1: one after the other in this process); with --launcher "
+                         "slurm: tasks of the job array at once (auto: no limit)")
     ap.add_argument("--out", default="runs/placement", help="run folders and results go here")
     ap.add_argument("--doc", default=None, help="also write the results page here (plots and JSON next to it)")
     ap.add_argument("--results", default=None, help="with --doc: copy results.json/csv here too "
@@ -207,7 +214,9 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="CI smoke run: 1 seed, 1 low density per direction, "
                                                          "iterations 1-2, the bundled MNIST subset")
     ap.add_argument("--from-json", default=None, metavar="RESULTS_JSON", help="write --doc from this results.json")
+    add_launcher_args(ap)
     args = ap.parse_args(argv)
+    launcher = launcher_from_args(args, ap.error)
     if args.from_json:
         from placement_report import write_page  # the results and page code, next to this script
 
@@ -232,19 +241,14 @@ def main(argv=None) -> int:
     todo = [r for r in runs if not (out / run_key(r) / "row.json").is_file()]
     print(f"{len(runs)} runs in the grid, {len(runs) - len(todo)} finished, {len(todo)} to train", flush=True)
     if todo and not args.no_train:
-        from seq2d.parallel import resolve_jobs, run_jobs
-
-        jobs = resolve_jobs(args.jobs if args.jobs == "auto" else int(args.jobs), len(todo), threads=1)
-        if jobs == 1:
-            for r in todo:
-                row = run_one(r, str(out), protocol)
+        res = launcher.run(run_one, [(r, str(out), protocol) for r in todo], tags=[f"[{run_key(r)}]" for r in todo],
+                           folder=out, threads=1, log=lambda s: print(s, flush=True))
+        for row in res:
+            if isinstance(row, dict):
                 print(f"{row['key']}: {100 * row['test_acc']:.2f}% ({row['wall_s']:.1f} s)", flush=True)
-        else:
-            res = run_jobs(run_one, [(r, str(out), protocol) for r in todo], tags=[f"[{run_key(r)}]" for r in todo],
-                           jobs=jobs, threads=1, log=lambda s: print(s, flush=True))
-            bad = [x for x in res if not isinstance(x, dict)]
-            if bad:
-                print(f"{len(bad)} runs failed: " + "; ".join(str(getattr(b, 'line', lambda: b)()) for b in bad))
+        bad = [x for x in res if not isinstance(x, dict)]
+        if bad:
+            print(f"{len(bad)} runs failed: " + "; ".join(str(getattr(b, 'line', lambda: b)()) for b in bad))
     rows = [json.loads((out / run_key(r) / "row.json").read_text()) for r in runs
             if (out / run_key(r) / "row.json").is_file()]
     env = {"date": started.strftime("%Y-%m-%d %H:%M UTC"),
