@@ -25,7 +25,8 @@ from .train.config import TrainConfig, load_config
 
 __all__ = ["MODELS", "SCALES", "PROTOCOLS", "PLOTS", "SEED_SUMMARY", "Protocol", "protocol_config", "protocol_table",
            "protocols_section", "configs_for", "compare", "plan_runs", "run_plan",
-           "train_one", "run_memory", "summarize", "difference", "format_table", "write_plots", "write_results"]
+           "train_one", "run_memory", "summarize", "difference", "format_table", "epoch_histories", "write_plots",
+           "write_results"]
 
 # The models of the comparison, as named configurations: each is a registered model name
 # (seq2d.list_models(), the one table of model names) plus config fields, on top of the protocol;
@@ -462,6 +463,19 @@ def format_table(rows: Sequence[Mapping], reference: str = "mlp") -> str:
 PLOTS = {"accuracy_vs_epoch": "accuracy_vs_epoch.png", "final_accuracy": "final_accuracy.png"}
 
 
+def epoch_histories(rows: Sequence[Mapping]) -> dict[tuple[str, int], list[dict]]:
+    """``{(model, seed): metrics rows}`` read from each row's ``run_dir`` (empty when it has none)."""
+    from .train.metrics import read_metrics
+
+    out = {}
+    for r in rows:
+        try:
+            out[(r["model"], r["seed"])] = read_metrics(r["run_dir"])
+        except (OSError, KeyError, TypeError, ValueError):
+            out[(r["model"], r["seed"])] = []
+    return out
+
+
 def write_plots(rows: Sequence[Mapping], out_dir: str | Path) -> dict[str, Path]:
     """``out_dir/accuracy_vs_epoch.png`` (test accuracy per epoch: each seed, the mean over
     seeds and a +- std band, per model) and ``out_dir/final_accuracy.png`` (final accuracy per
@@ -471,7 +485,7 @@ def write_plots(rows: Sequence[Mapping], out_dir: str | Path) -> dict[str, Path]
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {k: out_dir / v for k, v in PLOTS.items()}
-    plot_accuracy_vs_epoch(rows, paths["accuracy_vs_epoch"])
+    plot_accuracy_vs_epoch(rows, paths["accuracy_vs_epoch"], histories=epoch_histories(rows))
     plot_final_accuracy(rows, paths["final_accuracy"])
     return paths
 

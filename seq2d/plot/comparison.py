@@ -8,8 +8,9 @@
 - :func:`plot_accuracy_vs_iterations`: final accuracy against the number of Sequential2D
   iterations (the sweep of ``experiments/mnist_sparsity/run.py``).
 
-Each takes the rows of :func:`seq2d.mnist_comparison.compare` (the per-epoch curves come from
-each row's ``run_dir``/``metrics.jsonl``, or from ``histories``), saves to ``path`` when given
+Each takes the rows of :func:`seq2d.mnist_comparison.compare` (the per-epoch curves from
+``histories``: :func:`seq2d.mnist_comparison.epoch_histories` reads them from the run folders;
+drawing reads no files), saves to ``path`` when given
 (``.png`` or ``.svg``) and returns the Figure (Agg canvas, never registered with pyplot).
 Epoch and iteration axes have integer ticks only.
 """
@@ -21,32 +22,19 @@ from collections.abc import Mapping, Sequence
 
 from .common import _check_path, _new_axes, _save, integer_ticks
 
-__all__ = ["plot_accuracy_vs_epoch", "plot_final_accuracy", "plot_accuracy_vs_iterations", "epoch_histories"]
-
-
-def epoch_histories(rows: Sequence[Mapping]) -> dict[tuple[str, int], list[dict]]:
-    """``{(model, seed): metrics rows}`` read from each row's ``run_dir`` (empty when it has none)."""
-    from ..train.metrics import read_metrics
-
-    out = {}
-    for r in rows:
-        try:
-            out[(r["model"], r["seed"])] = read_metrics(r["run_dir"])
-        except (OSError, KeyError, TypeError, ValueError):
-            out[(r["model"], r["seed"])] = []
-    return out
+__all__ = ["plot_accuracy_vs_epoch", "plot_final_accuracy", "plot_accuracy_vs_iterations"]
 
 
 def _models(rows: Sequence[Mapping]) -> list[str]:
     return list(dict.fromkeys(r["model"] for r in rows))
 
 
-def plot_accuracy_vs_epoch(rows: Sequence[Mapping], path=None, *, histories: Mapping | None = None, dpi: float = 110):
+def plot_accuracy_vs_epoch(rows: Sequence[Mapping], path=None, *, histories: Mapping, dpi: float = 110):
     """Test accuracy (%) per epoch: per model a thin line per seed, the mean over seeds (thick)
-    and a +- std band. ``histories``: ``{(model, seed): metrics rows}`` (default: read from
-    each row's run folder, :func:`epoch_histories`)."""
+    and a +- std band. ``histories``: ``{(model, seed): metrics rows}``
+    (:func:`seq2d.mnist_comparison.epoch_histories` reads them from the rows' run folders)."""
     path = _check_path(path)
-    hist = epoch_histories(rows) if histories is None else histories
+    hist = histories
     fig, ax = _new_axes((7, 4.2))
     xs_all = []
     for k, model in enumerate(_models(rows)):
