@@ -164,8 +164,12 @@ def test_ctrl_c_stops_every_worker_and_leaves_resumable_runs(tmp_path):
 
     script = tmp_path / "go.py"
     script.write_text(SCRIPT)
+    # A terminal's Ctrl-C reaches a process whose SIGINT is at its default. A test run started in
+    # the background by a non-interactive shell (`.ci/run &`, nohup) inherits SIGINT ignored, and
+    # Python then installs no KeyboardInterrupt handler: reset it in the child, as a terminal has it.
     proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "out")], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         seen = set()
         deadline = time.monotonic() + 240
@@ -177,7 +181,7 @@ def test_ctrl_c_stops_every_worker_and_leaves_resumable_runs(tmp_path):
                 seen.add(line.split("]")[0])
         assert len(seen) == 2, "the workers did not start training"
         os.killpg(proc.pid, signal.SIGINT)
-        out, _ = proc.communicate(timeout=300)  # generous: a loaded 2-core machine saves checkpoints slowly
+        out, _ = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
