@@ -7,6 +7,7 @@ writes a page (``--doc``) goes through here.
 - :func:`from_json`: an experiment's ``--from-json`` mode: the section rendered again from the
   committed JSON record, nothing measured or trained.
 - :func:`json_safe`: a record with inf/nan replaced by None, so its JSON loads anywhere.
+- :func:`value_range`: "a to b" (or "a" when both print alike) for the numbers a page quotes.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import os
 import re
 from pathlib import Path
 
-__all__ = ["from_json", "json_safe", "write_section"]
+__all__ = ["from_json", "json_safe", "value_range", "write_section"]
 
 
 def json_safe(v):
@@ -60,3 +61,13 @@ def from_json(json_path: str | os.PathLike, render, doc: str | os.PathLike | Non
     if doc is not None:
         write_section(doc, section, text)
     return text
+
+
+def value_range(values, fmt: str = ".2f") -> str:
+    """The range of ``values`` (None entries left out) as the text a page quotes: ``"a to b"``
+    formatted with ``fmt``, a single ``"a"`` when both ends print alike, ``"n/a"`` when none."""
+    v = [x for x in values if x is not None]
+    if not v:
+        return "n/a"
+    a, b = format(min(v), fmt), format(max(v), fmt)
+    return a if a == b else f"{a} to {b}"

@@ -111,3 +111,12 @@ def test_performance_page_links_resolve():
             assert (page.parent / path).exists(), link
         elif anchor:
             assert anchor in heads, link
+
+
+def test_value_range_is_the_text_a_page_quotes():
+    from seq2d.results_page import value_range
+
+    assert value_range([0.5, None, 2.25, 1.0]) == "0.50 to 2.25"
+    assert value_range([3.14159, 3.14161], ".3f") == "3.142"  # both ends print alike: one number
+    assert value_range([-1.25, 0.5], "+.1f") == "-1.2 to +0.5"
+    assert value_range([None]) == value_range([]) == "n/a"

@@ -20,6 +20,7 @@ import math
 import shutil
 from pathlib import Path
 
+from seq2d.results_page import value_range
 from seq2d.results_page import write_section as _write_section
 
 #: Proposition 2 as the slides state it (seeds/002_e0ce570a88c4aff3.txt, "Weights Are Close"),
@@ -239,11 +240,7 @@ def gaps_body(g: dict, rel: str) -> str:
 
 
 def _rng(v, fmt="+.1f") -> str:
-    v = [x for x in v if x is not None]
-    if not v:
-        return "n/a"
-    a, b = format(min(v), fmt), format(max(v), fmt)
-    return a if a == b else f"{a} to {b}"
+    return value_range(v, fmt)
 
 
 def verdict_section(assets: Path) -> str | None:

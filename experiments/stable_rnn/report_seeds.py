@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+from seq2d.results_page import value_range
+
 #: Proposition 2 as the slides state it (seeds/002_e0ce570a88c4aff3.txt), and Fig. 1's conclusion there.
 PROP2_SOURCE = "||w_recurr^N - w_trunc^N|| <= alpha * gamma * k * lambda^k * N^(alpha*beta + 1)"
 FIG1_CAPTION = ("Without the $1/t$ rate, the gradient descent bound no longer appears qualitatively correct, "
@@ -17,11 +19,7 @@ SWEEP_REGEN = ("python experiments/stable_rnn/gap_sweep.py --from-json docs/resu
 
 
 def _r(v, fmt=".2f") -> str:
-    v = [x for x in v if x is not None]
-    if not v:
-        return "n/a"
-    a, b = format(min(v), fmt), format(max(v), fmt)
-    return a if a == b else f"{a} to {b}"
+    return value_range(v, fmt)
 
 
 def _mean(v):
