@@ -221,11 +221,7 @@ def test_the_readme_train_command_works(tmp_path, capsys, monkeypatch):
 def test_run_py_doc_rewrites_only_its_sections(tmp_path):
     """experiments/mnist_sparsity/run.py --doc writes its generated sections between markers and
     leaves hand-written text (deviation table, corrections, ablations) as it is."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("mnist_run", ROOT / "experiments" / "mnist_sparsity" / "run.py")
-    run = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(run)
+    run = _run_py()
     doc = tmp_path / "mnist.md"
     doc.write_text("# MNIST\n\nhand-written deviations\n\n<!-- mnist-run:begin -->\nold numbers\n<!-- mnist-run:end -->\n\n"
                    "a correction by hand\n")
@@ -236,6 +232,7 @@ def test_run_py_doc_rewrites_only_its_sections(tmp_path):
     assert "old numbers" not in text and "a correction by hand\n" in text
     run_part = text.split("<!-- mnist-run:begin -->")[1].split("<!-- mnist-run:end -->")[0]
     assert "protocol `ours`" in run_part and "| mlp |" in run_part and "command: `" in run_part
+    assert "mnist-verdict" not in text  # a verdict only for the 100-epoch protocol
     for name in ("mnist-protocols", "mnist-sweep"):  # appended once, then replaced in place
         assert text.count(f"<!-- {name}:begin -->") == 1 and text.count(f"<!-- {name}:end -->") == 1
     assert (tmp_path / "mnist" / "accuracy_vs_epoch.png").is_file()
@@ -244,6 +241,39 @@ def test_run_py_doc_rewrites_only_its_sections(tmp_path):
     assert protocols_section() in text
     for name in [*PLOTS.values(), "accuracy_vs_iterations.png"]:  # the plots of seq2d mnist, plus the sweep's
         _check_png(tmp_path / "out" / name)
+
+
+def _run_py():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mnist_run", ROOT / "experiments" / "mnist_sparsity" / "run.py")
+    run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run)
+    return run
+
+
+@pytest.mark.parametrize("shift, expect", [(0.001, "**The claim holds here**"), (0.05, "**The claim is not shown here**")])
+def test_verdict_follows_the_tost_of_each_randomized_model(shift, expect):
+    """The verdict paragraph is computed from the rows: differences, Welch intervals, TOST, the
+    distance to 92.7%; it quotes the summary's claim exactly."""
+    from seq2d.mnist_comparison import difference
+
+    run = _run_py()
+    accs = [0.981, 0.984, 0.983, 0.982, 0.985]
+    rows = [{"model": "mlp", "seed": k, "test_acc": a} for k, a in enumerate(accs)]
+    rows += [{"model": "random-element", "seed": k, "test_acc": a - shift + 0.001 * (k % 2)} for k, a in enumerate(accs)]
+    env = {"protocol_name": "ours", "protocol": {"epochs": 100}}
+    text = run.verdict(rows, env)
+    d = difference(rows, "random-element", "mlp")
+    assert expect in text and run.CLAIM in text and "seeds [0, 1, 2, 3, 4]" in text
+    assert f"[{100 * d['lo']:+.2f}, {100 * d['hi']:+.2f}]" in text and f"TOST p = {d['tost_p']:.3f}" in text
+    assert f"mlp {100 * 0.983:.2f} +- " in text
+    gaps = [100 * (0.983 - 0.927), 100 * (0.983 - shift + 0.0004 - 0.927)]
+    assert f"{min(gaps):+.2f} to {max(gaps):+.2f} points from the summary's 92.7%" in text
+    one = run.verdict([{"model": "mlp", "seed": 0, "test_acc": 0.98}, {"model": "random-tile", "seed": 0, "test_acc": 0.97}],
+                      env)
+    assert "too few runs for an interval" in one and "**The claim is not shown here**" in one
+    assert run.verdict(rows[:5], env).startswith("No verdict")
 
 
 def test_the_results_page_carries_the_generated_protocols_section():
