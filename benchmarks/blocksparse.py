@@ -46,11 +46,11 @@ stored tiles for the sparse implementations). What each implementation times per
                        the autotuning; ``BLKSPRS_AUTOTUNE`` is DEFAULT unless set).
 ``torch_sparse``       PyG's torch_sparse: ``SparseTensor`` (element COO/CSR) with values
                        requiring grad, ``(A @ x.T).T``, autograd backward.
-``seq2d[<backend>]``   ``seq2d.sparse.bsmm(x, wp, layout, backend)`` on a (P, T, T) leaf of
-                       stored tiles, then ``y.backward(dy)``: backends ``cpu`` (the ``runs``
+``seq2d[<kernel>]``    ``seq2d.sparse.bsmm(x, wp, layout, kernel)`` on a (P, T, T) leaf of
+                       stored tiles, then ``y.backward(dy)``: kernels ``cpu`` (the ``runs``
                        strategy), ``cpu_gather``, ``cpu_bmm`` (one batched GEMM per pass),
                        ``dense`` (materialise W, dense GEMMs) on CPU, ``triton`` on CUDA, and
-                       ``auto`` (what ``backend="auto"`` picks).
+                       ``auto`` (what ``kernel="auto"`` picks).
 =====================  ====================================================================
 
 Input gradients are set to None before every step; setup (building masks, sparse
@@ -93,9 +93,9 @@ the machine's load average after the case. An implementation
 that is not installed, does not support the case, or raises is reported as ``n/a`` with
 the reason in the JSON; the run goes on.
 
-``--passes`` adds rows ``<impl>:<pass>`` for dense and the sparse seq2d backends: the
+``--passes`` adds rows ``<impl>:<pass>`` for dense and the sparse seq2d kernels: the
 three products of a step (fwd ``x @ W.T``; dX ``dy @ W``; dW ``dy.T @ x``, on the stored
-tiles for seq2d: the backend's ``dds_t`` and its ``backward`` asked for one gradient),
+tiles for seq2d: the kernel's ``dds_t`` and its ``backward`` asked for one gradient),
 called directly without autograd, timed in the same rounds; their ``x dense`` and
 ``x ideal`` compare with the same pass of dense, their GFLOP/s count a third of the flops.
 """
@@ -122,7 +122,7 @@ import torch
 import torch.nn.functional as F
 
 from seq2d.envinfo import cpu_name
-from seq2d.sparse import DENSE_CROSSOVER, bsmm, layout_from_tile_mask, resolve_backend
+from seq2d.sparse import DENSE_CROSSOVER, bsmm, layout_from_tile_mask, resolve_kernel
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/machine.py, also when imported by path
 from machine import busy_cpu_s  # noqa: E402
 
@@ -424,10 +424,10 @@ def build_torch_sparse(c: Case):
     return step, result
 
 
-def build_seq2d(backend: str):
+def build_seq2d(name: str):
     def build(c: Case):
         try:
-            kernel = resolve_backend(backend, c.device, c.dtype, c.layout.density)
+            kernel = resolve_kernel(name, c.device, c.dtype, c.layout.density)
         except (RuntimeError, ValueError) as e:
             raise Unavailable(str(e)) from None
         wp = c.layout.from_dense(c.W).requires_grad_()  # (P, T, T) stored tiles, transposed
@@ -456,8 +456,8 @@ def implementations(device: torch.device) -> dict:
     if device.type == "cuda":
         impls.update(torch_bsr_triton=build_torch_bsr_triton, stk=build_stk, blksprs=build_blksprs)
     impls["torch_sparse"] = build_torch_sparse
-    backends = ["cpu", "cpu_gather", "cpu_bmm", "dense"] if device.type == "cpu" else ["triton", "dense"]
-    for b in [*backends, "auto"]:
+    kernels = ["cpu", "cpu_gather", "cpu_bmm", "dense"] if device.type == "cpu" else ["triton", "dense"]
+    for b in [*kernels, "auto"]:
         impls[f"seq2d[{b}]"] = build_seq2d(b)
     return impls
 
@@ -467,7 +467,7 @@ PASSES = ("fwd", "dX", "dW")
 
 
 def build_pass(impl: str, which: str):
-    """``dense`` or ``seq2d[<backend>]``, one pass: fwd ``x @ W.T``, dX ``dy @ W``, dW ``dy.T @ x`` (stored tiles)."""
+    """``dense`` or ``seq2d[<kernel>]``, one pass: fwd ``x @ W.T``, dX ``dy @ W``, dW ``dy.T @ x`` (stored tiles)."""
     def build(c: Case):
         x, dy = c.x, c.dy
         if impl == "dense":
@@ -475,7 +475,7 @@ def build_pass(impl: str, which: str):
             f = {"fwd": lambda: x @ W.T, "dX": lambda: dy @ W, "dW": lambda: dy.T @ x}[which]
         else:
             try:
-                k = resolve_backend(impl[6:-1], c.device, c.dtype, c.layout.density)
+                k = resolve_kernel(impl[6:-1], c.device, c.dtype, c.layout.density)
             except (RuntimeError, ValueError) as e:
                 raise Unavailable(str(e)) from None
             wp, L = c.layout.from_dense(c.W), c.layout
@@ -488,7 +488,7 @@ def build_pass(impl: str, which: str):
 
 
 def pass_implementations(builders: dict) -> dict:
-    """Pass-level rows ``<impl>:<pass>`` for dense and the sparse seq2d backends among ``builders``."""
+    """Pass-level rows ``<impl>:<pass>`` for dense and the sparse seq2d kernels among ``builders``."""
     out = {}
     for impl in builders:
         if impl == "dense" or (impl.startswith("seq2d[") and impl not in ("seq2d[auto]", "seq2d[dense]")):
@@ -794,12 +794,12 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="seed of masks and operands (default 0)")
     ap.add_argument("--impls", nargs="+", help="run only these implementations (names as printed)")
     ap.add_argument("--passes", action="store_true",
-                    help="also time the three passes (fwd, dX, dW) of dense and of the sparse seq2d backends "
+                    help="also time the three passes (fwd, dX, dW) of dense and of the sparse seq2d kernels "
                          "one by one, rows '<impl>:<pass>' compared with the same pass of dense")
     ap.add_argument("--quick", action="store_true",
                     help="CI smoke mode: N=256, batch=16, tile=16, densities 0.1 1.0, repeats 2, warmup 1, no waiting")
     ap.add_argument("--sweep-crossover", action="store_true",
-                    help="densities 0.3..1.0 step 0.1, dense against the seq2d backends; prints the crossover")
+                    help="densities 0.3..1.0 step 0.1, dense against the seq2d kernels; prints the crossover")
     ap.add_argument("--json", help="output file (default benchmarks/results/blocksparse-<device>-<date>.json)")
     args = ap.parse_args(argv)
 

@@ -22,7 +22,7 @@ seed=--seed, steps=1)``. The state is ``n`` random ``(B, S)`` tensors requiring 
                   ``loss.backward()``; ``w_i`` fixed random ``(B, S)``.
 ``tiled``         the same on ``copy.deepcopy(model).to_blocksparse(tile=min(64, S))``.
 ``kernel``        the kernel alone on the same layout: ``seq2d.sparse.bsmm(x, wp, layout,
-                  engine.backend)`` with ``engine = tiled.engine``, ``layout = engine.layout``,
+                  engine.kernel)`` with ``engine = tiled.engine``, ``layout = engine.layout``,
                   ``wp = engine.position_tiles()`` detached (a leaf requiring grad), ``x``
                   ``(B, Kt * tile)`` requiring grad; ``(y * w).sum().backward()``.
 ``dense``         ``nn.Linear(N, N, bias=False)`` on ``x`` ``(B, N)`` requiring grad, same loss.
@@ -54,7 +54,7 @@ the nodes reachable from the outputs the loss reads; ``ops``, ``step`` without t
 AccumulateGrad leaves (parameters and state). A forward-only check (no grad) gives the max
 abs difference of the tiled outputs from the default outputs, and the JSON names the store
 ``from_mask`` chose (``default_store``; if it is already tiled, ``tiled`` converts its
-``backend="dense"`` twin, same weights).
+``store="dense"`` twin, same weights).
 
 Budget: an implementation whose single call takes longer than ``--budget-s`` (20 s) is
 dropped from that setting and printed ``skipped (> 20s/call)``; it is also skipped at every
@@ -193,7 +193,7 @@ class Setting:
             if getattr(self.model, "engine", None) is None:
                 self.tiled = copy.deepcopy(self.model).to_blocksparse(tile=self.tile)
             else:  # from_mask already chose the tiled store: convert its dense-store twin (same weights)
-                self.tiled = seq2d.from_mask(*args, **kw, backend="dense").to_blocksparse(tile=self.tile)
+                self.tiled = seq2d.from_mask(*args, **kw, store="dense").to_blocksparse(tile=self.tile)
             self.build_s["to_blocksparse"] = time.perf_counter() - t0
             self.engine = self.tiled.engine
             self.layout = self.engine.layout
@@ -231,12 +231,11 @@ class Setting:
         wp = eng.position_tiles().detach().requires_grad_()
         x = torch.randn(self.B, L.Kt * T, generator=self.gen).requires_grad_()
         w = torch.randn(self.B, L.Mt * T, generator=self.gen)
-        backend = getattr(eng, "backend", "auto")
 
         def step():
-            (seq2d.sparse.bsmm(x, wp, L, backend) * w).sum().backward()
+            (seq2d.sparse.bsmm(x, wp, L, eng.kernel) * w).sum().backward()
 
-        kernel = seq2d.sparse.resolve_backend(backend, x.device, x.dtype, L.density).name
+        kernel = seq2d.sparse.resolve_kernel(eng.kernel, x.device, x.dtype, L.density).name
         return Impl(step, _clear([wp, x]), kernel=kernel)
 
     def dense_impl(self) -> Impl:

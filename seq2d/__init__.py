@@ -39,8 +39,8 @@ if TYPE_CHECKING:  # what the table resolves to, for type checkers and IDEs
 __version__ = "0.1.0"
 
 
-def available_backends() -> list[str]:
-    """Store names a Sequential2D accepts as ``backend`` (see :mod:`seq2d.engines`)."""
+def available_stores() -> list[str]:
+    """Store names a Sequential2D accepts as ``store`` (see :mod:`seq2d.engines`)."""
     from .engines import STORES
 
     return list(STORES)
@@ -77,7 +77,7 @@ __all__ = [
     "RNN",
     "Sequential2D",
     "TruncatedRNN",
-    "available_backends",
+    "available_stores",
     "DenseStore",
     "TiledBlock",
     "TiledStore",

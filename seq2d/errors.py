@@ -28,7 +28,7 @@ the traceback of anything else, saying it is a bug.
 from __future__ import annotations
 
 __all__ = ["Seq2DError", "InvalidValue", "InvalidType", "InvalidInput", "InvalidIndex", "MissingFile", "closest_name",
-           "did_you_mean", "show_value"]
+           "did_you_mean", "show_value", "renamed_keyword"]
 
 # How close a misspelling must be to a valid name for a hint (difflib's ratio): one rule everywhere.
 HINT_CUTOFF = 0.7
@@ -67,6 +67,26 @@ def show_value(v) -> str:
     if len(r) > 60:
         r = r[:57] + "..."
     return f"{type(v).__name__} {r}"
+
+
+def renamed_keyword(old: str, new: str, meaning: str):
+    """Decorator for a callable whose keyword ``old`` is now ``new``: a call that still passes
+    ``old`` raises :class:`InvalidType` naming the new keyword (``Sequential2D got backend='loop';
+    the store choice is now store=``). Not a shim: the old keyword's value is never used."""
+    import functools
+
+    def wrap(fn):
+        owner = fn.__qualname__.removesuffix(".__init__")
+
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            if old in kwargs:
+                raise InvalidType(f"{owner} got {old}={kwargs[old]!r}; the {meaning} is now {new}=")
+            return fn(*args, **kwargs)
+
+        return call
+
+    return wrap
 
 
 class Seq2DError(Exception):

@@ -2,15 +2,15 @@
 (CI has no GPU and never needs them). benchmarks/gpu/README.md says how a session with a
 lent GPU runs them (``benchmarks/gpu/suite.sh install-and-test``).
 
-(a) the Triton backend of the block-sparse product against the masked-dense reference in
+(a) the Triton kernels of the block-sparse product against the masked-dense reference in
     float64, at real sizes, for every tile size and every dtype it supports (fp32 with
     IEEE dots, fp32 with tf32 dots, fp16, bf16): forward, dX and dW, through the kernel
     entry points (outputs poisoned with NaN first, so an unwritten element fails) and
     through ``bsmm``'s autograd;
-(b) every registered model, after ``.cuda()`` and ``to_blocksparse(backend="triton")``
+(b) every registered model, after ``.cuda()`` and ``to_blocksparse(kernel="triton")``
     where it has linear blocks, against its float64 CPU output and input gradient;
 (c) one trainer epoch on CUDA on the bundled MNIST subset (a dense MLP, and a tile-sparse
-    randomized model on the Triton backend), against the same run on the CPU;
+    randomized model on the Triton kernel), against the same run on the CPU;
 (d) DistributedDataParallel: nccl in a one-rank process group, and the gloo path
     (``torchrun --nproc_per_node=2``, both ranks on one GPU) against one process.
 
@@ -55,7 +55,7 @@ DTYPES = {  # name -> (storage dtype, allow tf32 for fp32 dots, max relative err
 
 @pytest.fixture
 def precision():
-    """Set torch's tf32 switches for the test and put them back after (the Triton backend
+    """Set torch's tf32 switches for the test and put them back after (the Triton kernel
     reads ``torch.backends.cuda.matmul.allow_tf32`` to pick tf32 or IEEE fp32 dots)."""
     saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
 
@@ -154,10 +154,10 @@ def test_triton_dw_with_batch_splits(tile, dtype_name, precision):
 
 
 def test_triton_is_what_auto_picks_on_cuda():
-    from seq2d.sparse import DENSE_CROSSOVER, resolve_backend
+    from seq2d.sparse import DENSE_CROSSOVER, resolve_kernel
 
-    assert resolve_backend("auto", DEVICE, torch.bfloat16, 0.1).name == "triton"
-    assert resolve_backend("auto", DEVICE, torch.bfloat16, DENSE_CROSSOVER["cuda"]).name == "dense"
+    assert resolve_kernel("auto", DEVICE, torch.bfloat16, 0.1).name == "triton"
+    assert resolve_kernel("auto", DEVICE, torch.bfloat16, DENSE_CROSSOVER["cuda"]).name == "dense"
     assert get_kernel("triton").supports(DEVICE, torch.float32)
 
 
@@ -200,9 +200,9 @@ def test_registered_model_on_cuda_matches_cpu(name, tile, precision):
 
     core = _core(gpu)
     if isinstance(getattr(core, "engine", None), BlockSparseLinear):
-        core.engine.backend = "triton"  # already block-sparse (random_tiles): pin the kernel under test
+        core.engine.kernel = "triton"  # already block-sparse (random_tiles): pin the kernel under test
     elif any(kind == "linear" for _, _, kind, _ in core.positions()):
-        core.to_blocksparse(tile, backend="triton")
+        core.to_blocksparse(tile, kernel="triton")
     else:  # pragma: no cover - every registered model has linear blocks today
         pytest.skip(f"{name}: no linear blocks to convert")
     assert core.engine is not None and core.engine.data.device.type == DEVICE.type
@@ -272,8 +272,8 @@ def test_one_epoch_of_a_tile_sparse_model_on_cuda(tmp_path, precision):
     from seq2d.train import read_metrics, run
 
     kw = dict(model="random", granularity="tile", tile=64, iterations=2, sizes=[2500, 128, 10])
-    gpu = run(_train_cfg(tmp_path, "cuda", "cuda", backend="triton", **kw))
-    cpu = run(_train_cfg(tmp_path, "cpu", "cpu", backend="cpu", **kw))
+    gpu = run(_train_cfg(tmp_path, "cuda", "cuda", kernel="triton", **kw))
+    cpu = run(_train_cfg(tmp_path, "cpu", "cpu", kernel="cpu", **kw))
     rows = read_metrics(tmp_path / "cuda")
     assert len(rows) == 1 and torch.isfinite(torch.tensor(rows[0]["train_loss"]))
     assert abs(gpu["final_test_acc"] - cpu["final_test_acc"]) <= 0.02

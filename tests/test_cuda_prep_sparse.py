@@ -68,7 +68,7 @@ def test_moved_model_keeps_its_buffers_with_the_tiles():
 
 # ---------------------------------------------------------------------------- 3. the identity flag, no tensor compare per forward
 def test_identity_flag_is_a_python_bool_set_with_the_layout(monkeypatch):
-    m = seq2d.mlp([32, 32, 16], dtype=torch.float64).to_blocksparse(16, backend="cpu")
+    m = seq2d.mlp([32, 32, 16], dtype=torch.float64).to_blocksparse(16, kernel="cpu")
     eng = m.engine
     assert eng._identity is True and not eng._layout.tied
     x = torch.randn(3, 32, dtype=torch.float64)
@@ -82,7 +82,7 @@ def test_identity_flag_is_a_python_bool_set_with_the_layout(monkeypatch):
     torch.testing.assert_close(m(x), y, rtol=0, atol=0)  # bitwise: one model, one input, run twice
     tr = seq2d.create_model("truncated_rnn", input_size=16, hidden_size=16, k=3, dtype=torch.float64)
     monkeypatch.undo()
-    tr.core.to_blocksparse(16, backend="cpu")
+    tr.core.to_blocksparse(16, kernel="cpu")
     assert tr.core.engine._identity is False
 
 
@@ -106,7 +106,7 @@ def test_level_indices_are_cached_per_device():
 
 # ---------------------------------------------------------------------------- 5. effective_data once per forward
 def test_effective_data_once_per_forward_on_the_level_path(monkeypatch):
-    m = seq2d.mlp([32, 32, 32, 32, 16], dtype=torch.float64).to_blocksparse(16, backend="cpu")
+    m = seq2d.mlp([32, 32, 32, 32, 16], dtype=torch.float64).to_blocksparse(16, kernel="cpu")
     assert m._levels is not None and len(m._level_rows) >= 3  # acyclic: the plan runs level by level
     calls = []
     orig = BlockSparseLinear.effective_data

@@ -154,11 +154,36 @@ def test_bias_and_activation_on_held_slot():
         Sequential2D([3, 2], {(1, 0): lin(3, 2)}, bias=[None, torch.zeros(3)])
 
 
-def test_inputs_outputs_and_backend_errors():
+def test_inputs_outputs_and_store_errors():
     with pytest.raises(IndexError, match="outputs: slot 5 does not exist"):
         Sequential2D([3, 2], {(1, 0): lin(3, 2)}, outputs=[5])
-    with pytest.raises(ValueError, match="Unknown backend 'cuda_magic'. Select from"):
-        Sequential2D([3, 2], {(1, 0): lin(3, 2)}, backend="cuda_magic")
+    with pytest.raises(ValueError, match="Unknown store 'cuda_magic'. Select from"):
+        Sequential2D([3, 2], {(1, 0): lin(3, 2)}, store="cuda_magic")
+
+
+
+def _old_keyword_calls():
+    from seq2d.models.random import random_model, random_tile_engine, random_tiles, randomize
+    from seq2d.sparse import BlockSparseLinear
+
+    grid = {(1, 0): lin(3, 2)}
+    yield "Sequential2D", "store", lambda: Sequential2D([3, 2], grid, backend="loop")
+    yield "from_mask", "store", lambda: seq2d.from_mask([3, 2], backend="loop")
+    yield "from_iterativenn", "store", lambda: seq2d.from_iterativenn([3], [2], [["Linear"]], backend="loop")
+    yield "Sequential2D.to_blocksparse", "kernel", lambda: Sequential2D([3, 2], grid).to_blocksparse(16, backend="cpu")
+    yield "BlockSparseLinear", "kernel", lambda: BlockSparseLinear([3, 2], 16, [], [], backend="cpu")
+    yield "random_model", "kernel", lambda: random_model(backend="cpu")
+    yield "random_tiles", "kernel", lambda: random_tiles(backend="cpu")
+    yield "random_tile_engine", "kernel", lambda: random_tile_engine([16, 16], 16, 1.0, backend="cpu")
+    yield "randomize", "kernel", lambda: randomize(seq2d.mlp([3, 2]), backend="cpu")
+
+
+@pytest.mark.parametrize("owner,new,call", list(_old_keyword_calls()), ids=[c[0] for c in _old_keyword_calls()])
+def test_the_old_backend_keyword_names_its_new_name(owner, new, call):
+    """``backend=`` meant the store choice or the kernel choice; each has its own name now, and the
+    old keyword is refused (never used) with the new one in the message."""
+    with pytest.raises(TypeError, match=rf"^{owner} got backend='[a-z]+'; the {new} choice is now {new}=$"):
+        call()
 
 
 def test_constructor_argument_errors():

@@ -74,7 +74,7 @@ CONSTRUCTORS = {
     "from_mask inputs twice": (lambda: seq2d.from_mask([3, 4], inputs=[0, 0]), InvalidValue, r"inputs lists a slot twice"),
     "from_mask steps negative": (lambda: seq2d.from_mask([3, 4], steps=-1), InvalidValue, r"steps must be a non-negative"),
     "from_mask steps float": (lambda: seq2d.from_mask([3, 4], steps=1.5), InvalidType, r"steps must be a non-negative int"),
-    "from_mask backend": (lambda: seq2d.from_mask([3, 4], backend="gpu"), InvalidValue, r"Unknown backend 'gpu'"),
+    "from_mask store": (lambda: seq2d.from_mask([3, 4], store="gpu"), InvalidValue, r"Unknown store 'gpu'"),
     "from_mask int dtype": (lambda: seq2d.from_mask([3, 4], dtype=torch.int32), InvalidType, r"from_mask: dtype"),
     "from_mask device": (lambda: seq2d.from_mask([3, 4], device="gpu"), InvalidValue, r"from_mask: device 'gpu'"),
     # rnn
@@ -166,7 +166,7 @@ CONSTRUCTORS = {
     "S2D inputs float": (lambda: S2D(inputs=0.0), InvalidType, r"inputs must be a slot index or a list"),
     "S2D steps negative": (lambda: S2D(steps=-1), InvalidValue, r"steps must be a non-negative int, got -1"),
     "S2D steps float": (lambda: S2D(steps=2.0), InvalidType, r"steps must be a non-negative int, got float"),
-    "S2D backend": (lambda: S2D(backend="gpu"), InvalidValue, r"Unknown backend 'gpu'"),
+    "S2D store": (lambda: S2D(store="gpu"), InvalidValue, r"Unknown store 'gpu'"),
     "S2D int dtype": (lambda: S2D(blocks={(1, 0): "identity"}, sizes=(3, 3), dtype=I64), InvalidType,
                       r"Sequential2D: dtype must be a floating-point torch.dtype \(e.g. torch.float32\), got torch.int64"),
     "S2D bool dtype": (lambda: S2D(dtype=torch.bool), InvalidType, r"Sequential2D: dtype must be a floating-point"),
@@ -397,9 +397,9 @@ def test_module_block_output_refused(name):
     assert type(info.value) is exc
 
 
-def test_module_block_output_refused_on_loop_backend():
+def test_module_block_output_refused_on_loop_store():
     m = _acyclic(Narrow())
-    m.backend = "loop"
+    m.store_choice = "loop"
     with pytest.raises(InvalidInput, match=WIDTH):
         m(X(2, 3))
 
@@ -440,9 +440,9 @@ def test_module_block_input_width_refused(name):
         _no_warn(MODULE_INPUTS[name])
 
 
-def test_module_block_loop_backend_input_width_and_other_errors():
+def test_module_block_loop_store_input_width_and_other_errors():
     m = _acyclic(_wide())
-    m.backend = "loop"
+    m.store_choice = "loop"
     with pytest.raises(InvalidInput, match=IN_WIDTH):
         m(X(2, 3))
 
@@ -544,8 +544,9 @@ def test_transformer_context_keys_are_what_attention_reads():
 
 # ----------------------------------------------------------------------------- degenerate models
 def test_no_trainable_parameter_warns():
-    with pytest.warns(UserWarning, match=r"this Sequential2D \(sizes \[3, 3\]\) has no trainable parameter"):
+    with pytest.warns(UserWarning, match=r"this Sequential2D \(sizes \[3, 3\]\) has no trainable parameter") as rec:
         Sequential2D([3, 3], {(1, 0): "identity"})
+    assert rec[0].filename == __file__  # points at the caller's line
     with pytest.warns(UserWarning, match="no trainable parameter"):  # every entry frozen (mask all False)
         Sequential2D([3, 2], {(1, 0): LinearBlock(3, 2, mask=torch.zeros(2, 3, dtype=torch.bool),
                                                   frozen=torch.ones(2, 3))})

@@ -106,7 +106,7 @@ def test_plan_with_the_block_sparse_engine():
     mask[1, 0] = mask[2, 0] = mask[3, 1] = mask[3, 2] = mask[4, 3] = mask[4, 0] = True
     m = seq2d.from_mask([20, 17, 33, 9, 4], mask, activations="tanh", dtype=torch.float64)
     ref = copy.deepcopy(m)
-    m.to_blocksparse(16, backend="cpu")
+    m.to_blocksparse(16, kernel="cpu")
     x = torch.randn(6, 20, dtype=torch.float64)
     torch.testing.assert_close(m(x), ref(x), rtol=0, atol=1e-12)
     m.use_plan = False

@@ -1,5 +1,5 @@
 """Property test: for random block grids, sizes, activations, biases, None slots and steps,
-the fused path (every backend) equals the plain per-block loop of the docstring."""
+the fused path (every store) equals the plain per-block loop of the docstring."""
 
 import torch
 import pytest
@@ -67,8 +67,8 @@ NO_PARAMS = pytest.mark.filterwarnings("ignore:.*has no trainable parameter:User
 def test_fused_equals_docstring_loop(case):
     model, state, steps = case
     ref = reference_forward(model, state, steps)
-    for backend in seq2d.available_backends():
-        model.backend = backend
+    for store in seq2d.available_stores():
+        model.store_choice = store
         out = model(state, steps)
         for a, b in zip(out, ref):
             assert (a is None) == (b is None)

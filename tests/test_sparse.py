@@ -1,4 +1,4 @@
-"""Block-sparse engine: the layout type, every CPU-side backend vs the masked-dense
+"""Block-sparse engine: the layout type, every CPU-side kernel vs the masked-dense
 reference (outputs and both gradients), gradcheck, the engine inside Sequential2D for
 every registered constructor, padding, element masks, tying, and memory."""
 
@@ -65,7 +65,7 @@ def test_layout_validation_names_the_field(kwargs, match):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
 @pytest.mark.parametrize("density", [0.01, 0.1, 0.25, 0.5, 1.0])
 @pytest.mark.parametrize("tile,Mt,Kt,B", [(16, 5, 7, 9), (32, 3, 4, 33), (64, 2, 3, 5), (128, 2, 2, 7)])
-def test_backend_matches_reference(kernel, dtype, density, tile, Mt, Kt, B):
+def test_kernel_matches_reference(kernel, dtype, density, tile, Mt, Kt, B):
     L = rand_layout(tile, Mt, Kt, density, seed=int(density * 100) + tile)
     if L.nnz == 0:  # a 1% draw on a small grid can be empty: keep one tile
         L = BlockSparseLayout(tile, (Mt, Kt), [Mt - 1], [0])
@@ -73,7 +73,7 @@ def test_backend_matches_reference(kernel, dtype, density, tile, Mt, Kt, B):
     x = torch.randn(B, Kt * tile, dtype=dtype, requires_grad=True)
     w_dense = L.to_dense(wp.detach()).requires_grad_(True)
     x_ref = x.detach().clone().requires_grad_(True)
-    y = bsmm(x, wp, L, backend=kernel)
+    y = bsmm(x, wp, L, kernel=kernel)
     y_ref = x_ref @ w_dense.T
     tol = TOL[dtype] * max(1.0, (Kt * tile) ** 0.5 / 4)
     torch.testing.assert_close(y, y_ref, rtol=tol, atol=tol)
@@ -158,7 +158,7 @@ def test_bsmm_shape_errors():
     L = rand_layout(16, 2, 2, 1.0)
     with pytest.raises(RuntimeError, match=r"last dimension 32 \(Kt \* T\)"):
         bsmm(torch.randn(2, 30), torch.randn(L.nnz, 16, 16), L)
-    with pytest.raises(ValueError, match="Unknown block-sparse backend 'fast'"):
+    with pytest.raises(ValueError, match="Unknown block-sparse kernel 'fast'"):
         bsmm(torch.randn(2, 32), torch.randn(L.nnz, 16, 16), L, "fast")
 
 
@@ -193,12 +193,12 @@ def _grads_as_tiles(dense_model, engine):
 @pytest.mark.parametrize("kernel", CPU_KERNELS + ["reference"])
 @pytest.mark.parametrize("name", sorted(SMALL))
 @pytest.mark.parametrize("tile", [16, 32])
-def test_registered_models_equal_with_every_backend(name, kernel, tile):
+def test_registered_models_equal_with_every_kernel(name, kernel, tile):
     torch.manual_seed(0)
     dense = seq2d.create_model(name, **SMALL[name], dtype=torch.float64)
     sparse = copy.deepcopy(dense)
     core = sparse if isinstance(sparse, Sequential2D) else sparse.core
-    core.to_blocksparse(tile, backend=kernel)
+    core.to_blocksparse(tile, kernel=kernel)
     assert core.engine is not None
     assert sparse.num_parameters() == dense.num_parameters()
     x = example_input(dense, dtype=torch.float64)
@@ -221,7 +221,7 @@ def test_padding_and_element_masks_are_not_trainable():
     mask[:13] = False
     m = seq2d.from_mask([13, 22, 25], mask, dtype=torch.float64, steps=2)
     n = m.num_parameters()
-    m.to_blocksparse(16, backend="cpu")
+    m.to_blocksparse(16, kernel="cpu")
     assert m.num_parameters() == n
     eng = m.engine
     assert eng.tmask is not None
@@ -233,7 +233,7 @@ def test_padding_and_element_masks_are_not_trainable():
 def test_tied_blocks_share_tiles():
     tr = seq2d.create_model("truncated_rnn", input_size=16, hidden_size=16, k=4, dtype=torch.float64)
     n = tr.num_parameters()
-    tr.core.to_blocksparse(16, backend="cpu")
+    tr.core.to_blocksparse(16, kernel="cpu")
     L = tr.core.engine._layout
     assert L.tied and L.n_data < L.nnz  # W_ih at 4 positions, W_hh at 3, stored once each
     assert L.n_data == 2  # one 16x16 tile each
@@ -275,7 +275,7 @@ def test_huge_sparse_state_never_allocates_n_by_n():
         from seq2d.engines import TiledBlock
         torch.set_num_threads(2)
         sizes = [4096] * 16
-        eng = random_tile_engine(sizes, 64, 0.001, generator=torch.Generator().manual_seed(0), backend="cpu")
+        eng = random_tile_engine(sizes, 64, 0.001, generator=torch.Generator().manual_seed(0), kernel="cpu")
         m = seq2d.Sequential2D(sizes, {(i, j): TiledBlock(eng, g) for i, j, g in eng.placements},
                                bias=True, activations="tanh", inputs=[0], steps=2)
         x = torch.randn(8, 4096)

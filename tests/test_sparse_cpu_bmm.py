@@ -150,9 +150,9 @@ def test_gradcheck_float64(chunk):
     wp = torch.randn(L.nnz, 16, 16, dtype=torch.float64, requires_grad=True)
     x = torch.randn(3, 64, dtype=torch.float64, requires_grad=True)
     if chunk is None:
-        assert torch.autograd.gradcheck(lambda x, w: bsmm(x, w, L, backend="cpu_bmm"), (x, wp))
+        assert torch.autograd.gradcheck(lambda x, w: bsmm(x, w, L, kernel="cpu_bmm"), (x, wp))
     else:
-        assert torch.autograd.gradcheck(lambda x, w: bsmm(x, w, L, backend=k), (x, wp))
+        assert torch.autograd.gradcheck(lambda x, w: bsmm(x, w, L, kernel=k), (x, wp))
 
 
 def test_needs_input_grad_is_honoured():

@@ -1,4 +1,4 @@
-"""The Triton backend against the masked-dense reference, op by op.
+"""The Triton kernel against the masked-dense reference, op by op.
 
 Without a GPU the kernels run on CPU tensors through Triton's interpreter
 (``TRITON_INTERPRET=1``): slow, so every problem here is tiny. With a GPU the same
@@ -12,7 +12,7 @@ import torch
 # Switch the interpreter on before triton is imported, so that even triton's own
 # library functions are built for it. It is put back right after the imports and
 # switched on only while this module's tests run (fixture below), so other test
-# modules never see it; the backend reads the mode at launch time.
+# modules never see it; the kernel reads the mode at launch time.
 _CUDA = torch.cuda.is_available()
 _PREV = os.environ.get("TRITON_INTERPRET")
 if not _CUDA:
@@ -139,7 +139,7 @@ def test_empty_rows_and_columns(op, dtype):
 
 @pytest.mark.parametrize("op", OPS)
 def test_tied_tiles(op):
-    # positions 0, 2, 3 share data tile 0; the backend only sees per-position tiles
+    # positions 0, 2, 3 share data tile 0; the kernel only sees per-position tiles
     layout = BlockSparseLayout(16, (2, 3), [0, 0, 1, 1], [0, 2, 1, 2], data_index=[0, 1, 0, 0]).to(DEVICE)
     assert layout.tied
     data = torch.randn(layout.n_data, 16, 16, device=DEVICE)
@@ -208,7 +208,7 @@ def test_sdd_t_batch_split(splits):
     _assert_matches(out, x, dy, wp, layout, "sdd_t")
 
 
-# ---------------------------------------------------------------------------- backend object
+# ---------------------------------------------------------------------------- kernel object
 def test_registered_and_supports():
     assert "triton" in available_kernels()
     k = _triton()

@@ -95,7 +95,7 @@ def structure(m: Sequential2D) -> dict:
         "inputs": m.inputs,
         "outputs": m.outputs,
         "steps": m.steps,
-        "backend": m.backend,
+        "store": m.store_choice,
         "acts": [activation_name(a) for a in m.acts],
         "bias": [m.bias(i) is not None for i in range(m.n)],
         "blocks": blocks,
@@ -477,16 +477,24 @@ def test_round_trip_of_spec_built_model_and_toml_text(tmp_path):
     assert structure(again) == structure(model)
 
 
-def test_to_spec_keeps_role_free_lists_and_backend():
+def test_to_spec_keeps_role_free_lists_and_store():
     m = Sequential2D([3, 3, 3], {(1, 0): "identity", (2, 1): LinearBlock(3, 3), (0, 2): LinearBlock(3, 3)},
-                     inputs=[0], outputs=[0, 2], steps=2, backend="loop")
+                     inputs=[0], outputs=[0, 2], steps=2, store="loop")
     spec = to_spec(m)
-    assert spec["inputs"] == [0] and spec["outputs"] == [0, 2] and spec["backend"] == "loop"
+    assert spec["inputs"] == [0] and spec["outputs"] == [0, 2] and spec["store"] == "loop"
     assert all("role" not in s for s in spec["slots"])
     assert structure(from_spec(spec)) == structure(m)
     acyclic = Sequential2D([2, 2], {(1, 0): LinearBlock(2, 2)})
     spec = to_spec(acyclic)
     assert [s["role"] for s in spec["slots"]] == ["input", "output"] and spec["steps"] == 1
+
+
+def test_spec_file_with_the_old_backend_key_loads(tmp_path):
+    """A spec file written before ``backend`` became ``store`` loads, the old key read as the new one."""
+    path = tmp_path / "old.toml"
+    path.write_text('backend = "loop"\nslots = [{size = 3}, {size = 2}]\nblocks = [{row = 1, col = 0, kind = "dense"}]\n')
+    m = from_spec(path)
+    assert m.store_choice == "loop" and to_spec(m)["store"] == "loop" and "backend" not in to_spec(m)
 
 
 def test_to_spec_rejects_module_blocks_and_unnamed_activations():
@@ -565,7 +573,8 @@ ERROR_CASES = [
     ("init_missing_param", _set((*B0, "init"), {"kind": "constant"}), ValueError, r"blocks\[0\]\.init: init kind 'constant' needs 'value'"),
     ("uniform_order", _set((*B0, "init"), {"kind": "uniform", "a": 1, "b": 0}), ValueError, r"blocks\[0\]\.init: expected a <= b, got a = 1\.0, b = 0\.0"),
     ("normal_std", _set((*B0, "init"), {"kind": "normal", "std": -1}), ValueError, r"blocks\[0\]\.init\.std: expected a number >= 0"),
-    ("backend", _set(("backend",), "fast"), ValueError, r"backend: unknown backend 'fast'\. Select from .*'dense'"),
+    ("store", _set(("store",), "fast"), ValueError, r"store: unknown store 'fast'\. Select from .*'dense'"),
+    ("old_and_new_store_key", lambda s: _set(("backend",), "loop")(_set(("store",), "dense")(s)), ValueError, r"spec: 'backend' is the old name of 'store'; give 'store' only"),
     # kind parameters
     ("density_zero", _set(B0, {"row": 1, "col": 0, "kind": "random", "density": 0}), ValueError, r"blocks\[0\]\.density: expected a number in \(0, 1\], got 0"),
     ("density_big", _set(B0, {"row": 1, "col": 0, "kind": "random", "density": 1.5}), ValueError, r"blocks\[0\]\.density: expected a number in \(0, 1\], got 1\.5"),

@@ -51,9 +51,9 @@ def test_one_parameter_per_box_and_one_bias_vector():
     assert [tuple(p.shape) for p in mlp.store.weight] == [(5, 7), (4, 5), (3, 4)]  # a box per plan level
 
 
-def test_store_results_equal_the_docstring_loop_for_every_backend():
-    for backend in ("dense", "loop", "auto"):
-        m = _random_mask_model(12, 3, backend=backend)
+def test_store_results_equal_the_docstring_loop_for_every_store():
+    for store in ("dense", "loop", "auto"):
+        m = _random_mask_model(12, 3, store=store)
         state = [torch.randn(2, 3, dtype=D)] + [None] * 11
         out = m(state, steps=3)
         ref = reference_forward(m, state, 3)
@@ -179,9 +179,9 @@ def test_to_blocksparse_releases_the_old_handles_with_their_values():
 
 def test_store_kind_says_which_store_holds_the_blocks():
     m, _, _ = _two_block_model()
-    assert (m.backend, m.store_kind) == ("dense", "dense")
+    assert (m.store_choice, m.store_kind) == ("dense", "dense")
     m.to_blocksparse(16)
-    assert (m.backend, m.store_kind) == ("dense", "tiled")  # the constructor's name stays; the store changed
+    assert (m.store_choice, m.store_kind) == ("dense", "tiled")  # the constructor's name stays; the store changed
     # the models that wrap one core ask it (seq2d.models.wrapper.CoreModel)
     for wrapper in (seq2d.rnn(3, 4), seq2d.truncated_rnn(seq2d.rnn(3, 4), 2),
                     seq2d.transformer_layer(8, 2, dim_feedforward=16),
@@ -257,7 +257,7 @@ def test_auto_picks_the_store_from_the_measured_crossover():
     assert choose_store([64] * 8, sparse.tolist()) == ("tiled", 64)
     assert choose_store([16] * 8, sparse.tolist()) == ("dense", None)  # tile 16: never picked
     assert choose_store([64] * 8, torch.ones(8, 8, dtype=torch.bool).tolist()) == ("dense", None)
-    m = seq2d.from_mask([64] * 8, sparse, activations="tanh", bias=True, seed=0, steps=2, backend="auto", dtype=D)
+    m = seq2d.from_mask([64] * 8, sparse, activations="tanh", bias=True, seed=0, steps=2, store="auto", dtype=D)
     assert isinstance(m.store, TiledStore) and m.store.tile == 64
     ref = seq2d.from_mask([64] * 8, sparse, activations="tanh", bias=True, seed=0, steps=2, dtype=D)
     assert isinstance(ref.store, DenseStore)
@@ -282,5 +282,5 @@ def test_auto_measures_density_against_the_dense_box_not_the_whole_matrix():
     mask = torch.zeros(4, 4, dtype=torch.bool)
     mask[1, 0] = mask[2, 1] = mask[3, 2] = True  # an MLP's grid through from_mask
     m = seq2d.from_mask([256, 128, 64, 64], mask.repeat_interleave(torch.tensor([256, 128, 64, 64]), 0)
-                        .repeat_interleave(torch.tensor([256, 128, 64, 64]), 1), backend="auto", dtype=D)
+                        .repeat_interleave(torch.tensor([256, 128, 64, 64]), 1), store="auto", dtype=D)
     assert type(m.store).__name__ == "DenseStore"

@@ -471,6 +471,53 @@ def test_config_hash_ignores_fields_at_their_default():
     assert config_hash(dataclasses.replace(cfg, lr=cfg.lr * 2)) != config_hash(cfg)
 
 
+def _hash_before_the_rename(d: dict) -> str:
+    """config_hash as seq2d computed it while ``store`` and ``kernel`` were one field, ``backend``
+    (default "auto"): the identity every committed run and checkpoint was recorded with."""
+    import hashlib
+
+    from seq2d.train import identity
+
+    defaults = {**config_to_dict(TrainConfig()), "backend": "auto"}
+    kept = {k: v for k, v in d.items() if k not in identity.OUTPUT_FIELDS and defaults.get(k, object()) != v}
+    text = json.dumps({"v": identity.HASH_VERSION, **kept}, sort_keys=True, separators=(",", ":"), default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@pytest.mark.parametrize("value,field", [("auto", "store"), ("loop", "store"), ("dense", "store"), ("cpu", "kernel"),
+                                         ("cpu_bmm", "kernel")])
+def test_a_config_saved_with_the_old_backend_field_loads_and_keeps_its_identity(tmp_path, value, field):
+    """A config written before ``backend`` became ``store`` (a store name) or ``kernel`` (a kernel
+    name) loads from a dict (run.json, a checkpoint) and from config.toml, and hashes as before:
+    a resumed run finds its folder and checkpoint."""
+    from seq2d.train import config_diff
+
+    new = config_to_dict(TrainConfig(model="random", granularity="tile", epochs=3))
+    old = {"backend" if k == "store" else k: (value if k == "store" else v) for k, v in new.items() if k != "kernel"}
+    cfg = config_from_dict(old)
+    assert getattr(cfg, field) == value and getattr(cfg, {"store": "kernel", "kernel": "store"}[field]) == "auto"
+    assert config_hash(cfg) == config_hash(old) == _hash_before_the_rename(old)
+    assert config_diff(old, cfg) == {}
+    text = (tmp_path / "config.toml")
+    save_config(TrainConfig(), text)
+    text.write_text(text.read_text().replace('store = "auto"', f'backend = "{value}"').replace('kernel = "auto"\n', ""))
+    assert getattr(load_config(text), field) == value
+    with pytest.raises(ValueError, match=r"'backend' is the old name of 'store' and 'kernel'; give 'store' only"):
+        config_from_dict({"backend": value, "store": "auto"})
+    with pytest.raises(ValueError, match=r"override: key 'backend' is now 'store' or 'kernel'"):
+        load_config(None, [f"backend={value}"])
+
+
+def test_store_and_kernel_reach_the_constructors_that_take_them():
+    from seq2d.core import core_of
+
+    cfg = TrainConfig(model="random", granularity="tile", tile=16, sizes=[40, 20, 10], kernel="cpu_bmm")
+    assert core_of(build_model(cfg)).store.matrix.kernel == "cpu_bmm"
+    with pytest.raises(ValueError, match=r"config field\(s\) 'store' are set, but model 'random' does not use them"):
+        build_model(dataclasses.replace(cfg, store="loop"))
+    assert core_of(build_model(TrainConfig(model="from_mask", sizes=[6, 4, 2], store="loop"))).store_choice == "loop"
+
+
 def test_resume_from_a_nan_checkpoint_is_refused_before_training(tmp_path):
     """Issue 18: it used to train and then call the NaN checkpoint "the last good checkpoint"."""
     cfg = cfg_for(tmp_path, epochs=1)

@@ -1,7 +1,7 @@
 """``benchmarks/blocksparse.py`` with tf32 matrix products switched on (the "tf32 row").
 
 blocksparse.py has no precision flag: float32 there means IEEE fp32 everywhere (torch's
-default ``allow_tf32 = False`` for cuBLAS, and seq2d's Triton backend follows the same switch).
+default ``allow_tf32 = False`` for cuBLAS, and seq2d's Triton kernels follow the same switch).
 This wrapper turns tf32 on for cuBLAS (``dense``, ``masked_dense``, ``seq2d[dense]``) and for
 seq2d's Triton kernels, then runs blocksparse.py's ``main`` with the same arguments; run it
 with ``--dtype float32``. The JSON's environment does not say tf32: name the file so.

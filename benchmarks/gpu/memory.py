@@ -117,7 +117,7 @@ def kernel_case(N, tile, density, B, dtype, repeats, seed) -> dict:
 def model_case(N, n, tile, density, B, dtype, steps, repeats, seed) -> dict:
     S = N // n
     sizes = [S] * n
-    eng = random_tile_engine(sizes, tile, density, generator=torch.Generator().manual_seed(seed), backend="triton",
+    eng = random_tile_engine(sizes, tile, density, generator=torch.Generator().manual_seed(seed), kernel="triton",
                              device=DEV, dtype=dtype)
     m = seq2d.Sequential2D(sizes, {(i, j): TiledBlock(eng, g) for i, j, g in eng.placements},
                            bias=True, activations="tanh", inputs=[0], steps=steps).to(DEV, dtype)

@@ -7,7 +7,7 @@ same loss), the same implementations, timed on one GPU:
 
 ================  ===============================================================
 ``default``       the model as ``from_mask`` builds it, ``model.step(state)`` + loss, backward
-``tiled``         ``to_blocksparse(tile=min(--tile, S))`` of the same model (``backend="auto"``:
+``tiled``         ``to_blocksparse(tile=min(--tile, S))`` of the same model (``kernel="auto"``:
                   the Triton kernels below the CUDA dense crossover)
 ``kernel``        ``seq2d.sparse.bsmm`` alone on the tiled layout
 ``dense``         ``nn.Linear(N, N)`` on ``(B, N)``
@@ -66,7 +66,7 @@ class Setting:
         if getattr(model, "engine", None) is None:
             tiled = copy.deepcopy(model).to_blocksparse(tile=self.tile)
         else:  # from_mask chose the tiled store itself: convert its dense-store twin (same weights)
-            tiled = seq2d.from_mask([S] * n, self.mask, **kw, backend="dense").to_blocksparse(tile=self.tile)
+            tiled = seq2d.from_mask([S] * n, self.mask, **kw, store="dense").to_blocksparse(tile=self.tile)
         self.build_s = time.perf_counter() - t0
         self.model, self.tiled = model.to(dev, dtype), tiled.to(dev, dtype)
         self.engine = self.tiled.engine
@@ -97,10 +97,10 @@ class Setting:
             L, T = self.layout, self.layout.tile
             wp = self.engine.position_tiles().detach().requires_grad_()
             x, w = self._rand(self.B, L.Kt * T, grad=True), self._rand(self.B, L.Mt * T)
-            backend = self.engine.backend
+            kernel = self.engine.kernel
 
             def step():
-                (seq2d.sparse.bsmm(x, wp, L, backend) * w).sum().backward()
+                (seq2d.sparse.bsmm(x, wp, L, kernel) * w).sum().backward()
             return step, [wp, x]
         if name == "dense":
             lin = nn.Linear(self.N, self.N, bias=False, device=self.dev, dtype=self.dtype)
@@ -190,7 +190,7 @@ def main(argv=None) -> int:
                 impls = {k: s.impl(k) for k in args.impls}
                 rec = dict(batch=B, n=n, S=s.S, density=d, blocks=s.blocks, tile=s.tile, stored_tiles=int(s.layout.nnz),
                            tile_density=float(s.layout.density), default_store=s.default_store,
-                           kernel=seq2d.sparse.resolve_backend(s.engine.backend, dev, dtype, s.layout.density).name,
+                           kernel=seq2d.sparse.resolve_kernel(s.engine.kernel, dev, dtype, s.layout.density).name,
                            build_s=s.build_s, check_rel=s.check(), rows={})
                 alive = {}
                 for k, (step, params) in impls.items():

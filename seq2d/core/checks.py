@@ -208,7 +208,8 @@ def check_degenerate(model) -> None:
                            "held and it would compute nothing; give at least one block")
     if model.num_parameters() == 0:
         _warn(f"this Sequential2D (sizes {list(model.sizes)}) has no trainable parameter: training cannot change it "
-              "(every block is an identity, a parameter-free module or fully frozen)")
+              "(every block is an identity, a parameter-free module or fully frozen)",
+              stacklevel=5)  # _warn, check_degenerate, __init__, its renamed_keyword wrapper, the caller
 
 
 def warn_steps(model, steps: int) -> None:

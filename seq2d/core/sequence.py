@@ -14,7 +14,7 @@ linear block and skipped for a module; after wave ``T - 1`` that wave), an input
 the reference's Jacobi steps restricted to it. ``pipeline=False``: every ``d = 0``.
 
 Falls back to the step loop (:func:`unsupported_reason` says why) for the tiled store,
-``backend='loop'``, a linear block with its own bias, an input slot with a non-empty row, a ContextModule or nested Sequential2D
+``store='loop'``, a linear block with its own bias, an input slot with a non-empty row, a ContextModule or nested Sequential2D
 block, dropout/RReLU in training mode. Module blocks and activations not known to act
 position-wise are called once per wave.
 """
@@ -104,7 +104,7 @@ def _plan(model, pipeline: bool):
            if isinstance(b, ContextModule)]
     reason = (f"the {store.label} store" if store is not None and not store.component_products else
               "a linear block with its own bias" if model._step().block_bias_keys else
-              "backend 'loop'" if store is not None and store.reference_mode else
+              "store 'loop'" if store is not None and store.reference_mode else
               "an input slot with a non-empty row" if any(i in rows for i in model.inputs) else
               ctx[0] if ctx else None)
     if reason is not None:

@@ -1,7 +1,7 @@
 """``Sequential2D``: a block matrix of functions iterated over a list of slots.
 
 This file is the single source of truth for the semantics (see also
-``docs/concepts.md``). Every fast path (the fused-linear backends, and later
+``docs/concepts.md``). Every fast path (the dense and tiled stores, and later
 execution plans) must equal :func:`seq2d.core.reference.reference_forward`, which is
 the docstring loop below written out.
 """
@@ -19,7 +19,7 @@ from ..arguments import check_factory
 from ..blocks import ContextModule, LinearBlock, block_kind, draw_device, takes_generator
 from ..engines import STORES, DenseStore, TiledStore, choose_store
 from ..engines.migrate import migrate_state_dict
-from ..errors import InvalidType, InvalidValue
+from ..errors import InvalidType, InvalidValue, renamed_keyword
 from ..gridtext import LEGEND, grid_text
 from .checks import (build_activations, check_block_fits, check_degenerate, check_sizes, check_slot_list, check_steps,
                      normalize_grid, slot_biases, warn_steps)
@@ -79,7 +79,7 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         ``act[i]`` = per-slot activation, applied once after the sum.
 
     Fast paths, each tested equal to the loop above: all linear blocks of a step are
-    evaluated together by the model's parameter store (``backend``, see :mod:`seq2d.engines`:
+    evaluated together by the model's parameter store (``store``, see :mod:`seq2d.engines`:
     dense boxes, or the block-sparse tiles of :meth:`to_blocksparse`) on a flat state
     (:mod:`seq2d.core.step`); and when the block graph is acyclic and
     ``steps >= depth`` the model evaluates each slot once, level by level in depth order
@@ -121,10 +121,11 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         inputs: slots filled from the caller (default: the held slots; non-empty when given).
         outputs: slots read by the tensor call and sequence mode (default: the last; non-empty).
         steps: default number of steps (default: the depth when the graph is acyclic).
-        backend: the parameter store: "auto", "dense" or "loop" (see :mod:`seq2d.engines`,
-            :func:`seq2d.available_backends`).
+        store: the parameter store: "auto", "dense" or "loop" (see :mod:`seq2d.engines`,
+            :func:`seq2d.available_stores`).
     """
 
+    @renamed_keyword("backend", "store", "store choice")
     def __init__(
         self,
         sizes: Sequence[int],
@@ -135,7 +136,7 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         inputs: Sequence[int] | None = None,
         outputs: Sequence[int] | None = None,
         steps: int | None = None,
-        backend: str = "dense",
+        store: str = "dense",
         device=None,
         dtype=None,
     ) -> None:
@@ -160,9 +161,9 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         self.acts = build_activations(self.sizes, activations, held, factory_kwargs)
         given, self._fresh_bias = slot_biases(self.sizes, bias, held, factory_kwargs)
         self.slot_bias = SlotBias(self.sizes, given, self._fresh_bias, **factory_kwargs)
-        if not isinstance(backend, str) or backend not in STORES:
-            raise InvalidValue(f"Unknown backend {backend!r}. Select from " + ", ".join(repr(k) for k in STORES))
-        self._backend = backend
+        if not isinstance(store, str) or store not in STORES:
+            raise InvalidValue(f"Unknown store {store!r}. Select from " + ", ".join(repr(k) for k in STORES))
+        self._store_choice = store
         self.depth = self._compute_depth()
         # static row sets a call iterates over (computed once, not per call)
         self._all_rows_t = tuple(sorted(self._rows))
@@ -184,23 +185,23 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         migrate_state_dict(self, state_dict, prefix)
 
     @property
-    def backend(self) -> str:
-        """The store name given at construction ('dense', 'loop' or 'auto'), kept after
+    def store_choice(self) -> str:
+        """The ``store`` given at construction ('dense', 'loop' or 'auto'), kept after
         :meth:`to_blocksparse` (which store holds the blocks now: :attr:`store_kind`). Setting 'dense'
         or 'loop' switches a dense store between one GEMM per box and one F.linear per block."""
-        return self._backend
+        return self._store_choice
 
     @property
     def store_kind(self) -> str | None:
         """Which parameter store holds the linear blocks now: 'dense' or 'tiled' (after
-        :meth:`to_blocksparse`, or ``backend='auto'`` choosing tiles); None without linear blocks."""
+        :meth:`to_blocksparse`, or ``store='auto'`` choosing tiles); None without linear blocks."""
         return None if self.store is None else self.store.name
 
-    @backend.setter
-    def backend(self, name: str) -> None:
+    @store_choice.setter
+    def store_choice(self, name: str) -> None:
         if not isinstance(name, str) or name not in STORES:
-            raise InvalidValue(f"Unknown backend {name!r}. Select from " + ", ".join(repr(k) for k in STORES))
-        self._backend = name
+            raise InvalidValue(f"Unknown store {name!r}. Select from " + ", ".join(repr(k) for k in STORES))
+        self._store_choice = name
         if self.store is not None:
             self.store.set_reference_mode(name == "loop")
 
@@ -233,9 +234,9 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
             if {(i, j) for i, j, _ in eng.placements} != {(i, j) for i, j, _ in tiled}:
                 raise InvalidValue("the grid's tiled blocks do not match the engine's placements")
             return TiledStore(eng, self._levels)
-        mode = "loop" if self.backend == "loop" else "dense"
+        mode = "loop" if self.store_choice == "loop" else "dense"
         store = DenseStore(self.sizes, linear, self._levels, mode=mode)
-        if self.backend == "auto":
+        if self.store_choice == "auto":
             mask = [[False] * self.n for _ in range(self.n)]
             for i, j, _ in linear:
                 mask[i][j] = True
@@ -408,8 +409,8 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
             s += f", inputs={list(self.inputs)}"
         if self.outputs != (self.n - 1,):
             s += f", outputs={list(self.outputs)}"
-        if self.backend != "dense":
-            s += f", backend={self.backend!r}"
+        if self.store_choice != "dense":
+            s += f", store={self.store_choice!r}"
         return s
 
     # ------------------------------------------------------------------ forward
@@ -485,13 +486,16 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         self._step().advance(seg, frozenset(range(self.n)), self._all_rows_t, context, None)
         return seg.tensor()
 
-    def to_blocksparse(self, tile: int = 64, backend: str = "auto") -> "Sequential2D":
+    @renamed_keyword("backend", "kernel", "kernel choice")
+    def to_blocksparse(self, tile: int = 64, kernel: str = "auto") -> "Sequential2D":
         """Move every linear block into one block-sparse engine (in place; returns self).
 
         Slots are padded to whole tiles; tiles with no trainable or frozen entry are not
         stored; tied LinearBlocks share tiles. Outputs are unchanged (within dtype rounding).
         The LinearBlocks are replaced in the grid by :class:`seq2d.engines.TiledBlock` views
-        (the old LinearBlock objects own their current values again)."""
+        (the old LinearBlock objects own their current values again). ``kernel``: the
+        block-sparse kernel, a name from :func:`seq2d.sparse.available_kernels` or "auto"
+        (see :func:`seq2d.sparse.resolve_kernel`)."""
         from ..engines import TiledBlock
         from ..sparse import TILE_SIZES
         from ..sparse.linear import BlockSparseLinear
@@ -503,7 +507,7 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         entries = [(i, j, blk) for i, j, _, blk in self.positions() if isinstance(blk, LinearBlock)]
         if not entries:
             raise InvalidValue("this model has no linear blocks to convert")
-        eng, groups = BlockSparseLinear.from_blocks(self.sizes, entries, tile, backend=backend)
+        eng, groups = BlockSparseLinear.from_blocks(self.sizes, entries, tile, kernel=kernel)
         views: dict[int, TiledBlock] = {}  # one view per group: tied positions stay one object
         for (i, j, blk), g in zip(entries, groups):
             self.blocks[f"{i}_{j}"] = views.setdefault(g, TiledBlock(eng, g, bias=getattr(blk, "bias", None)))

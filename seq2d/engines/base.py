@@ -104,7 +104,7 @@ class Engine(nn.Module):
         return False
 
     def set_reference_mode(self, on: bool) -> None:
-        """Switch to the per-block reference evaluation (``backend="loop"``) where the store has
+        """Switch to the per-block reference evaluation (``store="loop"``) where the store has
         one; the default has none and ignores it."""
 
     @property

@@ -1,4 +1,4 @@
-"""``backend="auto"``: which store a model gets, from measured crossovers."""
+"""``store="auto"``: which store a model gets, from measured crossovers."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 __all__ = ["STORES", "choose_store", "TILED_CROSSOVER"]
 
-# Store names a Sequential2D accepts as ``backend``.
+# Store names a Sequential2D accepts as ``store``.
 STORES = ("auto", "dense", "loop")
 
 # Stored-tile density (stored tiles / all tiles of the padded matrix) below which the tiled

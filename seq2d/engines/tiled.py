@@ -19,7 +19,7 @@ from ..blocks import LinearLike
 from ..errors import InvalidValue
 from ..sparse.layout import BlockSparseLayout
 from ..sparse.linear import BlockSparseLinear
-from ..sparse.ops import bsmm, resolve_backend
+from ..sparse.ops import bsmm, resolve_kernel
 from .base import Engine
 
 __all__ = ["TiledStore", "TiledBlock"]
@@ -142,7 +142,7 @@ class TiledStore(Engine):
                 continue
             L, idx = self._layout_for(key)
             w = wp if idx is None else wp.index_select(0, idx)
-            kernel = resolve_backend(self.matrix.backend, x.device, x.dtype, L.density)
+            kernel = resolve_kernel(self.matrix.kernel, x.device, x.dtype, L.density)
             out[key] = bsmm(x, w, L, kernel)
         return out
 
@@ -187,7 +187,7 @@ class TiledStore(Engine):
         (Lh, ih), rest, rest_slots = split
         dev = x.device
         if h is None:
-            kernel = resolve_backend(self.matrix.backend, dev, x.dtype, Lh.density)
+            kernel = resolve_kernel(self.matrix.kernel, dev, x.dtype, Lh.density)
             n_held = ih.numel()
             if rest is not None and n_held + rest[1].numel() == wp.shape[0]:
                 # every position is held or rest: one permutation (a gather both ways, no
@@ -203,7 +203,7 @@ class TiledStore(Engine):
         if rest is None or (present is not None and present.isdisjoint(rest_slots)):
             return y_held  # every column the rest reads is zero
         Lr = rest[0]
-        kernel = resolve_backend(self.matrix.backend, dev, x.dtype, Lr.density)
+        kernel = resolve_kernel(self.matrix.kernel, dev, x.dtype, Lr.density)
         return y_held + bsmm(x, w_rest, Lr, kernel)
 
     def _permutation(self, key, tag, first: Tensor, second: Tensor, device) -> tuple[Tensor, Tensor]:

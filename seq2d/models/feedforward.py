@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from ..errors import InvalidType, InvalidValue
+from ..errors import InvalidType, InvalidValue, renamed_keyword
 from ..arguments import check_factory, check_seed
 from ..blocks import LinearBlock
 from ..core.checks import check_sizes
@@ -79,6 +79,7 @@ def _as_bool_mask(mask, what: str) -> Tensor:
 
 
 @register_model
+@renamed_keyword("backend", "store", "store choice")
 def from_mask(
     sizes: Sequence[int] = (16, 8, 8, 4),
     mask=None,
@@ -89,7 +90,7 @@ def from_mask(
     inputs: Sequence[int] | None = None,
     outputs: Sequence[int] | None = None,
     steps: int | None = None,
-    backend: str = "dense",
+    store: str = "dense",
     device=None,
     dtype=None,
 ) -> Sequential2D:
@@ -163,7 +164,7 @@ def from_mask(
     else:
         acts = [None if (i in held or i % n in [o % n for o in outs]) else activations for i in range(n)]
     model = Sequential2D(
-        sizes, blocks, bias=bias, activations=acts, inputs=inputs, outputs=outs, steps=steps, backend=backend, **kw
+        sizes, blocks, bias=bias, activations=acts, inputs=inputs, outputs=outs, steps=steps, store=store, **kw
     )
     with torch.no_grad():
         for k, p in model.biases.items():

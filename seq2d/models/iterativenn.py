@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from ..blocks import Identity, LinearBlock
 from ..core import Sequential2D
-from ..errors import InvalidType, InvalidValue
+from ..errors import InvalidType, InvalidValue, renamed_keyword
 
 __all__ = ["from_iterativenn", "from_iterativenn_description", "BLOCK_KINDS", "BLOCK_CODES", "INIT_CODES",
            "TRAINABLE_CODES"]
@@ -269,9 +269,10 @@ def _table(t, rows: int, cols: int, what: str) -> None:
         raise InvalidValue(f"{what}: expected {rows} rows of {cols} entries, got {t!r}"[:300])
 
 
+@renamed_keyword("backend", "store", "store choice")
 def from_iterativenn(in_features_list, out_features_list, block_types, block_kwargs=None, *, seed: int = 0,
                      unfed: str = "clear", inputs=None, outputs=None, steps: int | None = None,
-                     backend: str = "dense", device=None, dtype=None) -> Sequential2D:
+                     store: str = "dense", device=None, dtype=None) -> Sequential2D:
     """iterativennsimple's ``Sequential2D.from_config(cfg)`` as a seq2d model: ``from_iterativenn(**cfg)``.
 
     Args:
@@ -295,7 +296,7 @@ def from_iterativenn(in_features_list, out_features_list, block_types, block_kwa
             the peer's ``[x, None, ...]`` style, or call with a state list); ``steps`` as seq2d's
             default. Unequal lists (one map): seq2d's slots are the input slots then the output
             slots, ``steps = 1``, ``model(z)`` is the peer's ``forward(z)``.
-        backend, device, dtype: as for :class:`~seq2d.Sequential2D`.
+        store, device, dtype: as for :class:`~seq2d.Sequential2D`.
     """
     ins, outs = _sizes(in_features_list, "in_features_list"), _sizes(out_features_list, "out_features_list")
     _table(block_types, len(ins), len(outs), "block_types")
@@ -329,13 +330,14 @@ def from_iterativenn(in_features_list, out_features_list, block_types, block_kwa
             outputs = list(range(len(ins))) if outputs is None else outputs
         else:
             inputs, outputs, steps = list(range(len(ins))), list(range(len(ins), len(sizes))), 1
-        model = Sequential2D(sizes, grid, inputs=inputs, outputs=outputs, steps=steps, backend=backend, dtype=dtype)
+        model = Sequential2D(sizes, grid, inputs=inputs, outputs=outputs, steps=steps, store=store, dtype=dtype)
     return model if device is None else model.to(device)
 
 
 # ---------------------------------------------------------------------- MaskedLinear.from_description
+@renamed_keyword("backend", "store", "store choice")
 def from_iterativenn_description(out_features_sizes, in_features_sizes, block_types, initialization_types, trainable,
-                                 bias: bool = True, *, seed: int = 0, backend: str = "dense", device=None,
+                                 bias: bool = True, *, seed: int = 0, store: str = "dense", device=None,
                                  dtype=None) -> Sequential2D:
     """iterativennsimple's ``MaskedLinear.from_description`` as a one-step seq2d model.
 
@@ -371,7 +373,7 @@ def from_iterativenn_description(out_features_sizes, in_features_sizes, block_ty
                 grid[(n_in + a, 0)] = LinearBlock(ins[0], outs[a], mask=torch.zeros(outs[a], ins[0], dtype=torch.bool),
                                                   frozen=torch.zeros(outs[a], ins[0], dtype=dtype), dtype=dtype)
         model = Sequential2D(ins + outs, grid, bias=[False] * n_in + [bias] * len(outs), inputs=list(range(n_in)),
-                             outputs=list(range(n_in, n_in + len(outs))), steps=1, backend=backend, dtype=dtype)
+                             outputs=list(range(n_in, n_in + len(outs))), steps=1, store=store, dtype=dtype)
     if bias:
         bound = 1.0 / math.sqrt(sum(ins))
         with torch.no_grad():

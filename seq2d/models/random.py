@@ -35,7 +35,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from ..errors import InvalidValue
+from ..errors import InvalidValue, renamed_keyword
 from ..sampling import choose
 from ..activations import activation_name
 from ..arguments import check_factory, check_seed
@@ -97,8 +97,9 @@ def _act_spec(core: Sequential2D) -> list:
 
 
 @register_model(name="random")
+@renamed_keyword("backend", "kernel", "kernel choice")
 def random_model(sizes: Sequence[int] = (64, 32, 16, 10), activation="relu", granularity: str = "element",
-                 region=None, seed: int = 0, tile: int = 64, steps: int | None = None, backend: str = "auto", *,
+                 region=None, seed: int = 0, tile: int = 64, steps: int | None = None, kernel: str = "auto", *,
                  device=None, dtype=None) -> Sequential2D:
     """The randomized model of the paper: ``randomize(mlp(sizes, activation))``, i.e. the MLP's
     exact trainable-parameter count placed at random over ``region`` (see :func:`randomize`).
@@ -108,7 +109,7 @@ def random_model(sizes: Sequence[int] = (64, 32, 16, 10), activation="relu", gra
     check_seed(seed, "random")
     check_factory(device, dtype, "random")
     return randomize(mlp(sizes, activation=activation), granularity=granularity, region=region, seed=seed,
-                     tile=tile, steps=steps, backend=backend, device=device, dtype=dtype)
+                     tile=tile, steps=steps, kernel=kernel, device=device, dtype=dtype)
 
 
 @register_model(name="random_mask")
@@ -167,8 +168,9 @@ def random_blocks_density(sizes: Sequence[int] = (2500, 500, 200, 100, 10), dens
 
 
 @register_model(name="random_tiles")
+@renamed_keyword("backend", "kernel", "kernel choice")
 def random_tiles(sizes: Sequence[int] = (64, 32, 16, 10), density: float = 0.1, tile: int = 64, seed: int = 0,
-                 activation="relu", steps: int | None = None, backend: str = "auto", *, device=None, dtype=None
+                 activation="relu", steps: int | None = None, kernel: str = "auto", *, device=None, dtype=None
                  ) -> Sequential2D:
     """``T x T`` tiles placed at random (exactly ``round(density * allowed)`` of the tiles of every
     non-input row x every column) in one block-sparse engine; slot 0 is the input, the last
@@ -178,7 +180,7 @@ def random_tiles(sizes: Sequence[int] = (64, 32, 16, 10), density: float = 0.1, 
     check_seed(seed, "random_tiles")
     check_factory(device, dtype, "random_tiles")
     g = torch.Generator().manual_seed(seed)
-    eng = random_tile_engine(sizes, tile, density, generator=g, backend=backend, device=device, dtype=dtype)
+    eng = random_tile_engine(sizes, tile, density, generator=g, kernel=kernel, device=device, dtype=dtype)
     blocks = {(i, j): TiledBlock(eng, grp) for i, j, grp in eng.placements}
     n = len(sizes)
     acts = [None] + [activation] * (n - 2) + [None]
@@ -200,7 +202,7 @@ def _tile_counts(sizes: Sequence[int], T: int) -> list[int]:
     return [math.ceil(s / T) for s in sizes]
 
 
-def _engine_of(sizes, T: int, blocks, patterns: dict, *, backend, device, dtype):
+def _engine_of(sizes, T: int, blocks, patterns: dict, *, kernel, device, dtype):
     """The engine holding the chosen tiles: one group per block of the region with a tile."""
     from ..sparse import TILE_SIZES
     from ..sparse.linear import BlockSparseLinear, Group
@@ -212,11 +214,12 @@ def _engine_of(sizes, T: int, blocks, patterns: dict, *, backend, device, dtype)
         if bi in patterns and bool(patterns[bi].any()):
             placements.append((i, j, len(groups)))
             groups.append(Group((sizes[i], sizes[j]), patterns[bi]))
-    return BlockSparseLinear(sizes, T, groups, placements, backend=backend, device=device, dtype=dtype)
+    return BlockSparseLinear(sizes, T, groups, placements, kernel=kernel, device=device, dtype=dtype)
 
 
+@renamed_keyword("backend", "kernel", "kernel choice")
 def random_tile_engine(sizes: Sequence[int], tile: int, density: float, *, region: Tensor | None = None,
-                       generator: torch.Generator | None = None, backend: str = "auto", device=None, dtype=None):
+                       generator: torch.Generator | None = None, kernel: str = "auto", device=None, dtype=None):
     """A :class:`~seq2d.sparse.BlockSparseLinear` with tiles placed uniformly at random: exactly
     ``round(density * allowed)`` of the allowed tiles, each grid block its own group, values
     ``U(-1/sqrt(f), 1/sqrt(f))`` with ``f`` the stored fan-in of the tile-row. ``region`` is an
@@ -244,13 +247,14 @@ def random_tile_engine(sizes: Sequence[int], tile: int, density: float, *, regio
         p = torch.zeros(nt[i], nt[j], dtype=torch.bool)
         p[loc // nt[j], loc % nt[j]] = True
         patterns[bi] = p
-    eng = _engine_of(sizes, T, blocks, patterns, backend=backend, device=device, dtype=dtype)
+    eng = _engine_of(sizes, T, blocks, patterns, kernel=kernel, device=device, dtype=dtype)
     eng.reset_parameters(generator)
     return eng
 
 
+@renamed_keyword("backend", "kernel", "kernel choice")
 def randomize(template, granularity: str = "element", region=None, seed: int = 0, *, tile: int = 64,
-              steps: int | None = None, bias: bool = True, backend: str = "auto", params: int | None = None,
+              steps: int | None = None, bias: bool = True, kernel: str = "auto", params: int | None = None,
               device=None, dtype=None) -> Sequential2D:
     """A linear-block Sequential2D with exactly ``template.num_parameters()`` trainable
     parameters, placed uniformly at random over ``region`` (see the module docstring).
@@ -299,7 +303,7 @@ def randomize(template, granularity: str = "element", region=None, seed: int = 0
         kw = dict(activations=acts, bias=list(biased), inputs=inputs, outputs=list(core.outputs), steps=steps,
                   device=device, dtype=dtype)
         if granularity == "tile":
-            model, filled = _tile_model(core, reg, W, tile, gen, backend=backend, **kw)
+            model, filled = _tile_model(core, reg, W, tile, gen, kernel=kernel, **kw)
         else:
             elem = _element_mask(sizes, off, reg, W, granularity, area, gen)
             filled = {i for i in range(n) if bool(elem[off[i]:off[i + 1]].any())}
@@ -352,7 +356,7 @@ def _scatter(elem: Tensor, blocks, counts, picks: Tensor, sizes, off) -> None:
         elem[off[i] + loc // sizes[j], off[j] + loc % sizes[j]] = True
 
 
-def _tile_model(core: Sequential2D, reg: Tensor, W: int, T: int, gen: torch.Generator, *, backend, activations,
+def _tile_model(core: Sequential2D, reg: Tensor, W: int, T: int, gen: torch.Generator, *, kernel, activations,
                 bias, inputs, outputs, steps, device, dtype) -> Sequential2D:
     from ..engines import TiledBlock
 
@@ -390,7 +394,7 @@ def _tile_model(core: Sequential2D, reg: Tensor, W: int, T: int, gen: torch.Gene
     if any(bias[i] and i not in filled for i in range(n)):
         return None, filled
     activations = [a if i in filled else None for i, a in enumerate(activations)]  # empty rows are held
-    eng = _engine_of(sizes, T, blocks, patterns, backend=backend, device=device, dtype=dtype)
+    eng = _engine_of(sizes, T, blocks, patterns, kernel=kernel, device=device, dtype=dtype)
     placements = eng.placements
     if left > 0:  # keep `left` random real entries of the partial tile trainable
         bi, a, b, c = cand[partial]

@@ -1,4 +1,4 @@
-"""The block-sparse engine: tiles, one block-sparse product per step, CPU and Triton backends.
+"""The block-sparse engine: tiles, one block-sparse product per step, CPU and Triton kernels.
 
 Layers (as in stk): :mod:`.layout` (the type) -> :mod:`.ops` (public ops) ->
 :mod:`.autograd` (the Function) -> :mod:`.backends` (kernels). :mod:`.linear` holds the
@@ -9,7 +9,7 @@ tiles as a module (``BlockSparseLinear``); how a Sequential2D steps with it is
 from .backends import available_kernels, get_kernel
 from .layout import TILE_SIZES, BlockSparseLayout, layout_from_tile_mask
 from .linear import BlockSparseLinear
-from .ops import DENSE_CROSSOVER, bsmm, resolve_backend
+from .ops import DENSE_CROSSOVER, bsmm, resolve_kernel
 
 __all__ = [
     "DENSE_CROSSOVER",
@@ -20,5 +20,5 @@ __all__ = [
     "bsmm",
     "get_kernel",
     "layout_from_tile_mask",
-    "resolve_backend",
+    "resolve_kernel",
 ]

@@ -1,10 +1,10 @@
 """The autograd Function of the block-sparse product ``y = x @ W.T``.
 
-Forward calls the backend's ``dds_t``; backward its fused ``backward`` (``dds`` for dX and
+Forward calls the kernel's ``dds_t``; backward its fused ``backward`` (``dds`` for dX and
 ``sdd_t`` for dW, the latter only on stored tiles), honouring ``ctx.needs_input_grad``.
-No N x N matrix is formed unless the backend itself is the dense one. The tiles may be any
+No N x N matrix is formed unless the kernel itself is the dense one. The tiles may be any
 strided view (a transposed or stepped slice): they are made contiguous once here, so every
-backend sees the storage it indexes (``wp[a:b].view(k*T, T)``), and autograd returns dW to
+kernel sees the storage it indexes (``wp[a:b].view(k*T, T)``), and autograd returns dW to
 the view the caller passed.
 """
 

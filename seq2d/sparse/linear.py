@@ -30,7 +30,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from ..errors import InvalidValue
+from ..errors import InvalidValue, renamed_keyword
 from .layout import TILE_SIZES, BlockSparseLayout
 
 __all__ = ["BlockSparseLinear", "Group"]
@@ -58,17 +58,18 @@ class BlockSparseLinear(nn.Module):
         tile: tile size T (16, 32, 64, 128).
         groups: the weight objects (shape and tile pattern each).
         placements: ``(i, j, group_index)`` for every grid position holding a linear block.
-        backend: kernel name or ``"auto"`` (see :func:`seq2d.sparse.ops.resolve_backend`).
+        kernel: kernel name or ``"auto"`` (see :func:`seq2d.sparse.ops.resolve_kernel`).
     """
 
+    @renamed_keyword("backend", "kernel", "kernel choice")
     def __init__(self, sizes: Sequence[int], tile: int, groups: Sequence[Group],
-                 placements: Sequence[tuple[int, int, int]], *, backend: str = "auto", device=None, dtype=None):
+                 placements: Sequence[tuple[int, int, int]], *, kernel: str = "auto", device=None, dtype=None):
         super().__init__()
         if tile not in TILE_SIZES:
             raise InvalidValue(f"tile must be one of {TILE_SIZES}, got {tile!r}")
         self.sizes = tuple(sizes)
         self.tile = tile
-        self.backend = backend
+        self.kernel = kernel
         T = tile
         ntiles = [math.ceil(s / T) for s in self.sizes]
         toff = [0]
@@ -167,7 +168,7 @@ class BlockSparseLinear(nn.Module):
     def extra_repr(self) -> str:
         L = self._layout
         return (f"tile={self.tile}, padded={L.Mt * self.tile}, stored_tiles={L.nnz}, data_tiles={L.n_data}, "
-                f"density={L.density:.4f}, backend={self.backend!r}")
+                f"density={L.density:.4f}, kernel={self.kernel!r}")
 
     # ------------------------------------------------------------------ values
     def effective_data(self) -> Tensor:
@@ -238,8 +239,9 @@ class BlockSparseLinear(nn.Module):
 
     # ------------------------------------------------------------------ builders
     @classmethod
+    @renamed_keyword("backend", "kernel", "kernel choice")
     def from_blocks(cls, sizes: Sequence[int], entries: Sequence[tuple[int, int, nn.Module]], tile: int, *,
-                    backend: str = "auto") -> tuple[BlockSparseLinear, list[int]]:
+                    kernel: str = "auto") -> tuple[BlockSparseLinear, list[int]]:
         """Pack LinearBlocks (tied by object identity) into an engine. Returns the engine and
         the group index of every entry. Tiles with no trainable and no frozen entry are not stored."""
         T = tile
@@ -262,7 +264,7 @@ class BlockSparseLinear(nn.Module):
                 blocks.append(blk)
             placements.append((i, j, gid[id(blk)]))
         ref = blocks[0].weight
-        eng = cls(sizes, tile, groups, placements, backend=backend, device=ref.device, dtype=ref.dtype)
+        eng = cls(sizes, tile, groups, placements, kernel=kernel, device=ref.device, dtype=ref.dtype)
         eng.load_blocks(blocks)
         return eng, [p[2] for p in placements]
 

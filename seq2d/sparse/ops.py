@@ -1,11 +1,11 @@
-"""Public block-sparse ops (thin: shapes, backend choice, then the autograd Function).
+"""Public block-sparse ops (thin: shapes, kernel choice, then the autograd Function).
 
 =================  ==========================================================
 op                 meaning
 =================  ==========================================================
 ``bsmm(x, wp, L)``  ``y = x @ W.T`` for ``x`` ``(*batch, Kt*T)``; differentiable in
                    ``x`` and in the per-position tiles ``wp`` (dW only on stored tiles)
-``resolve_backend``  the kernel ``backend="auto"`` picks for a device/dtype/density
+``resolve_kernel``   the kernel ``kernel="auto"`` picks for a device/dtype/density
 =================  ==========================================================
 """
 
@@ -22,7 +22,7 @@ from .backends import get_kernel
 from .backends.base import KernelBackend
 from .layout import BlockSparseLayout
 
-__all__ = ["bsmm", "resolve_backend", "DENSE_CROSSOVER"]
+__all__ = ["bsmm", "resolve_kernel", "DENSE_CROSSOVER"]
 
 # Density from which the dense kernel (W materialised from the tiles, then dense GEMMs) beats
 # the block-sparse kernels, forward + backward. CPU: measured with
@@ -32,13 +32,13 @@ __all__ = ["bsmm", "resolve_backend", "DENSE_CROSSOVER"]
 DENSE_CROSSOVER = {"cpu": float("inf"), "cuda": 0.75}
 
 
-def resolve_backend(backend: str, device: torch.device, dtype: torch.dtype, density: float) -> KernelBackend:
-    """The kernel for ``backend`` ('auto' or a name) on ``device``/``dtype`` at ``density``."""
-    if backend != "auto":
-        kernel = get_kernel(backend)
-        if not kernel.supports(device, dtype):
-            raise InvalidInput(f"block-sparse backend {backend!r} does not support {dtype} on {device}")
-        return kernel
+def resolve_kernel(kernel: str, device: torch.device, dtype: torch.dtype, density: float) -> KernelBackend:
+    """The kernel object for ``kernel`` ('auto' or a name) on ``device``/``dtype`` at ``density``."""
+    if kernel != "auto":
+        chosen = get_kernel(kernel)
+        if not chosen.supports(device, dtype):
+            raise InvalidInput(f"block-sparse kernel {kernel!r} does not support {dtype} on {device}")
+        return chosen
     dev = torch.device(device).type
     if density >= DENSE_CROSSOVER.get(dev, 0.5):
         return get_kernel("dense")
@@ -60,7 +60,7 @@ def resolve_backend(backend: str, device: torch.device, dtype: torch.dtype, dens
     return get_kernel("dense")
 
 
-def bsmm(x: Tensor, wp: Tensor, layout: BlockSparseLayout, backend: str | KernelBackend = "auto") -> Tensor:
+def bsmm(x: Tensor, wp: Tensor, layout: BlockSparseLayout, kernel: str | KernelBackend = "auto") -> Tensor:
     """``x @ W.T`` with ``W`` block-sparse (per-position tiles ``wp``, transposed storage)."""
     T = layout.tile
     if x.shape[-1] != layout.Kt * T:
@@ -69,7 +69,8 @@ def bsmm(x: Tensor, wp: Tensor, layout: BlockSparseLayout, backend: str | Kernel
         raise InvalidInput(f"bsmm: wp must have shape {(layout.nnz, T, T)}, got {tuple(wp.shape)}")
     if wp.dtype != x.dtype or wp.device != x.device:
         raise InvalidType(f"bsmm: x ({x.dtype}, {x.device}) and wp ({wp.dtype}, {wp.device}) must share dtype and device")
-    kernel = backend if isinstance(backend, KernelBackend) else resolve_backend(backend, x.device, x.dtype, layout.density)
+    if not isinstance(kernel, KernelBackend):
+        kernel = resolve_kernel(kernel, x.device, x.dtype, layout.density)
     if x.dim() == 2:  # the Function's own output, not a view of it (callers may add in place)
         return BlockSparseMatmul.apply(x, wp, layout.to(x.device), kernel)
     batch = x.shape[:-1]

@@ -128,7 +128,7 @@ def _build(p: _Spec, device, dtype) -> Sequential2D:
             inputs=p.inputs,
             outputs=p.outputs,
             steps=p.steps,
-            backend=p.backend,
+            store=p.store,
             dtype=dtype,
         )
     with torch.no_grad():

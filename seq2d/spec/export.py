@@ -62,7 +62,7 @@ def to_spec(model: Sequential2D, *, weights: bool = False) -> dict:
     """The spec of ``model`` (whose blocks are linear or identity): ``from_spec`` rebuilds it.
 
     Without ``weights`` the spec holds the structure: sizes, activations, biases,
-    patterns (masks and frozen entries), ties, inputs, outputs, steps and backend.
+    patterns (masks and frozen entries), ties, inputs, outputs, steps and store.
     With ``weights=True`` it also holds every value (``weight``, ``frozen``,
     ``bias_value``, ``norm_weight``/``norm_bias``), so
     ``from_spec(to_spec(m, weights=True), dtype=<m's dtype>)`` computes bitwise the same.
@@ -118,8 +118,8 @@ def to_spec(model: Sequential2D, *, weights: bool = False) -> dict:
         spec["outputs"] = outs
     if model.steps is not None:
         spec["steps"] = model.steps
-    if model.backend != "dense":
-        spec["backend"] = model.backend
+    if model.store_choice != "dense":
+        spec["store"] = model.store_choice
 
     uses: dict[int, int] = {}
     for _, _, kind, blk in model.positions():

@@ -27,6 +27,7 @@ from .schema import (
     ROLES,
     SLOT_KEYS,
     TOP_KEYS,
+    RENAMED_TOP_KEYS,
     _Block,
     _bool,
     _check_keys,
@@ -219,9 +220,25 @@ def _slot_list(v, key: str, n: int) -> list[int]:
     return out
 
 
+def _renamed(spec: Mapping) -> Mapping:
+    """``spec`` with the old top-level keys of a file written before a rename read as the new
+    ones (:data:`~seq2d.spec.schema.RENAMED_TOP_KEYS`: ``backend`` is now ``store``)."""
+    old = [k for k in RENAMED_TOP_KEYS if k in spec]
+    if not old:
+        return spec
+    d = dict(spec)
+    for k in old:
+        new = RENAMED_TOP_KEYS[k]
+        if new in d:
+            raise InvalidValue(f"spec: {k!r} is the old name of {new!r}; give {new!r} only, not both")
+        d[new] = d.pop(k)
+    return d
+
+
 def _parse(spec) -> _Spec:
     if not isinstance(spec, Mapping):
         raise InvalidType(f"spec: expected a dict (or a path to a TOML file), got {_show(spec)}")
+    spec = _renamed(spec)
     _check_keys(spec, TOP_KEYS, "spec")
     if "slots" not in spec:
         raise InvalidValue("spec: missing required key 'slots' (a list of slot tables, one per slot)")
@@ -267,8 +284,8 @@ def _parse(spec) -> _Spec:
         p.steps = _int(spec["steps"], "steps", lo=0, what="an int >= 0")
     if "seed" in spec:
         p.seed = _int(spec["seed"], "seed", 0, 2**64 - 1, "an int in [0, 2**64)")
-    if "backend" in spec:
-        p.backend = _enum(spec["backend"], STORES, "backend", "backend")
+    if "store" in spec:
+        p.store = _enum(spec["store"], STORES, "store", "store")
     if "name" in spec:
         p.name = _str(spec["name"], "name")
     return p

@@ -19,7 +19,9 @@ from ..errors import InvalidType, InvalidValue, did_you_mean
 from ..errors import show_value as _show
 
 # ---------------------------------------------------------------------- schema tables
-TOP_KEYS = ("slots", "blocks", "steps", "inputs", "outputs", "seed", "backend", "name")
+TOP_KEYS = ("slots", "blocks", "steps", "inputs", "outputs", "seed", "store", "name")
+# top-level keys renamed since spec files were first written: old -> new, read as the new one
+RENAMED_TOP_KEYS = {"backend": "store"}
 SLOT_KEYS = ("size", "activation", "bias", "role", "bias_value", "norm_weight", "norm_bias")
 BLOCK_KEYS = (
     "row", "col", "kind", "density", "n", "mask", "indices", "init", "trainable", "dense_trainable", "tie", "weight", "frozen",
@@ -91,7 +93,7 @@ class _Spec:
     inputs: list[int] | None = None
     outputs: list[int] | None = None
     seed: int = 0
-    backend: str = "dense"
+    store: str = "dense"
     name: str | None = None
 
 

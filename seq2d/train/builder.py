@@ -20,7 +20,8 @@ _MODEL_KWARGS = {
     "granularity": ("granularity",),
     "tile": ("tile",),
     "region": ("region",),
-    "backend": ("backend",),
+    "store": ("store",),
+    "kernel": ("kernel",),
     "iterations": ("iterations", "steps"),
 }
 
@@ -31,7 +32,7 @@ def build_model(cfg: TrainConfig, *, device=None) -> nn.Module:
 
     - a registered name (``seq2d.list_models()``, e.g. "mlp", "random"): the constructor is
       called with the config fields its signature names (``sizes``, ``activation``,
-      ``granularity``, ``tile``, ``region``, ``backend`` unless "auto",
+      ``granularity``, ``tile``, ``region``, ``store`` and ``kernel`` unless "auto",
       ``iterations``/``steps`` unless None, ``seed`` = the model seed); "random" is
       :func:`seq2d.models.random.random_model`, ``randomize(mlp(sizes, activation))``;
     - a preset string (``"mlp:784,256,10"``, see :mod:`seq2d.models.presets`) or a spec file
@@ -54,7 +55,7 @@ def build_model(cfg: TrainConfig, *, device=None) -> nn.Module:
         torch.manual_seed(seed)
         if cfg.model in list_models():
             available = {f: (names, getattr(cfg, f)) for f, names in _MODEL_KWARGS.items()
-                         if not ((f == "backend" and cfg.backend == "auto") or (f == "iterations" and cfg.iterations is None))}
+                         if not ((f in ("store", "kernel") and getattr(cfg, f) == "auto") or (f == "iterations" and cfg.iterations is None))}
             available["seed"] = (("seed",), seed)
             kwargs, consumed = constructor_options(cfg.model, available)
             consumed.discard("seed")

@@ -52,6 +52,8 @@ __all__ = [
     "ALLOW_CHANGED_FIELDS",
     "LEGACY_DEFAULTS",
     "OUTPUT_FIELDS",
+    "RENAMED_FIELDS",
+    "renamed_fields",
 ]
 
 
@@ -75,7 +77,10 @@ class TrainConfig:
     tile: int = _f(64, "tile edge for granularity 'tile' and for the block-sparse engine")
     region: str = _f("default", "where the randomized model may place trainable entries (see seq2d.randomize)")
     model_seed: int | None = _f(None, "seed of the model's random structure and initial values (None = seed)")
-    backend: str = _f("auto", 'compute backend handed to model constructors that take one ("auto" = their default)')
+    store: str = _f("auto", 'parameter store handed to model constructors that take one ("dense", "loop"; see '
+                            'seq2d.available_stores(); "auto" = their default)')
+    kernel: str = _f("auto", 'block-sparse kernel handed to model constructors that take one (see '
+                             'seq2d.sparse.available_kernels(); "auto" = their default)')
     # ---- data
     data: str = _f("subset", '"subset" (bundled MNIST subset), "full" (MNIST) or "synthetic" (Gaussian clusters, for tests)')
     data_root: str | None = _f(None, "MNIST folder (None = $SEQ2D_DATA, then the data module's default)")
@@ -151,7 +156,7 @@ MODEL_FIELDS = ("model", "sizes", "activation", "iterations", "granularity", "ti
 # equal the checkpoint's config, else CheckpointError names the differences).
 RESUME_FREE_FIELDS = (
     "epochs", "device", "dist_backend", "num_threads", "name", "out_dir", "log_every",
-    "eval_batch_size", "max_steps", "quiet", "data_root", "download", "deterministic", "backend",
+    "eval_batch_size", "max_steps", "quiet", "data_root", "download", "deterministic", "store", "kernel",
     "checkpoint_every", "divergence_factor", "tensorboard",
 )
 
@@ -162,6 +167,29 @@ ALLOW_CHANGED_FIELDS = ("lr", "optimizer", "weight_decay", "optimizer_impl")
 # Fields added with a default that changes what a config computes, and the value a config
 # written before the field existed (a run.json or checkpoint without it) stands for.
 LEGACY_DEFAULTS: dict[str, Any] = {"optimizer_impl": "loop"}
+
+# Fields renamed since configs were first saved (config.toml, run.json, checkpoints): old key ->
+# the fields that replace it. ``backend`` held a store name or a kernel name, whichever the
+# model's constructor took; seq2d.train.identity hashes the new fields under the old name.
+RENAMED_FIELDS: dict[str, tuple[str, ...]] = {"backend": ("store", "kernel")}
+
+
+def renamed_fields(d: Mapping) -> dict:
+    """``d`` (read from a file written before a rename) with ``backend`` read as ``kernel`` when its
+    value is a kernel name and no store name ('cpu', 'triton', ...), else as ``store`` ('auto',
+    the default of both, 'dense', 'loop'); giving an old key with a new one is an error."""
+    out = dict(d)
+    if "backend" in out:
+        given = [k for k in RENAMED_FIELDS["backend"] if k in out]
+        if given:
+            raise InvalidValue(f"config: 'backend' is the old name of 'store' and 'kernel'; give {given[0]!r} only, "
+                               "not both")
+        from ..engines import STORES
+        from ..sparse import available_kernels
+
+        value = out.pop("backend")
+        out["kernel" if value not in STORES and value in available_kernels() else "store"] = value
+    return out
 
 # Fields that only say where outputs go and how much is printed: left out of config_hash.
 OUTPUT_FIELDS = ("name", "out_dir", "quiet", "log_every", "checkpoint_every", "data_root", "download", "tensorboard")
@@ -302,6 +330,8 @@ def _check_keys(keys, where: str) -> None:
             continue
         if not isinstance(k, str):
             raise InvalidType(f"{where}: keys must be strs, got {_show(k)}. Valid keys: {', '.join(valid)}")
+        if k in RENAMED_FIELDS:
+            raise InvalidValue(f"{where}: key {k!r} is now {' or '.join(map(repr, RENAMED_FIELDS[k]))}")
         raise InvalidValue(f"{where}: unknown key {k!r}{did_you_mean(k, valid)}. Valid keys: {', '.join(valid)}")
 
 
@@ -317,8 +347,9 @@ def config_from_dict(d: Mapping, *, where: str = "config") -> TrainConfig:
     """A TrainConfig from a (possibly partial) dict; missing keys keep their defaults."""
     if not isinstance(d, Mapping):
         raise InvalidType(f"{where}: expected a table (dict) of config fields, got {_show(d)}")
+    d = renamed_fields(d)
     _check_keys(d, where)
-    return TrainConfig(**dict(d))
+    return TrainConfig(**d)
 
 
 def _read_toml(path: Path) -> dict:

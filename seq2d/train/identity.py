@@ -8,7 +8,8 @@ from collections.abc import Mapping, Sequence
 
 from ..errors import InvalidType, InvalidValue, did_you_mean
 from ..errors import show_value as _show
-from .config import ALLOW_CHANGED_FIELDS, LEGACY_DEFAULTS, OUTPUT_FIELDS, RESUME_FREE_FIELDS, TrainConfig, config_fields, config_to_dict
+from .config import (ALLOW_CHANGED_FIELDS, LEGACY_DEFAULTS, OUTPUT_FIELDS, RENAMED_FIELDS, RESUME_FREE_FIELDS, TrainConfig,
+                     config_fields, config_to_dict, renamed_fields)
 
 __all__ = ["config_hash", "config_diff", "format_diff", "parse_allow_changed"]
 
@@ -24,15 +25,23 @@ def _comparable(cfg: TrainConfig | Mapping) -> dict:
     :data:`HASH_VERSION` then."""
     d = _with_legacy(cfg)
     defaults = config_to_dict(TrainConfig())
-    return {k: v for k, v in d.items() if k not in OUTPUT_FIELDS and (k not in defaults or defaults[k] != v)}
+    out = {k: v for k, v in d.items() if k not in OUTPUT_FIELDS and (k not in defaults or defaults[k] != v)}
+    # a renamed field is hashed under its old name (``store`` or ``kernel`` as ``backend``, while
+    # only one of them is set), so a run keeps the identity it was recorded with
+    for old, new in RENAMED_FIELDS.items():
+        present = [k for k in new if k in out]
+        if len(present) == 1:
+            out[old] = out.pop(present[0])
+    return out
 
 
 def _with_legacy(cfg: TrainConfig | Mapping) -> dict:
     """The config as a dict; a dict written before a field of :data:`LEGACY_DEFAULTS` existed
-    gets the value it stood for (not today's default)."""
+    gets the value it stood for (not today's default), and its renamed keys are read as today's
+    fields (:func:`~seq2d.train.config.renamed_fields`)."""
     if isinstance(cfg, TrainConfig):
         return config_to_dict(cfg)
-    return {**{k: v for k, v in LEGACY_DEFAULTS.items() if k not in cfg}, **dict(cfg)}
+    return {**{k: v for k, v in LEGACY_DEFAULTS.items() if k not in cfg}, **renamed_fields(cfg)}
 
 
 # Bumped whenever the default of an existing TrainConfig field changes (see _comparable).

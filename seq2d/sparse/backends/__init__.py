@@ -1,6 +1,7 @@
-"""Kernel backends of the block-sparse product, one object per backend.
+"""The kernels of the block-sparse product: one :class:`KernelBackend` object per name that
+``kernel=`` selects (:func:`available_kernels`).
 
-Every backend implements the same three ops on 2-D dense operands (``x`` is
+Every kernel implements the same three ops on 2-D dense operands (``x`` is
 ``(B, Kt*T)``, ``dy`` is ``(B, Mt*T)``, ``wp`` is ``(P, T, T)`` per-position tiles in the
 transposed storage of :mod:`seq2d.sparse.layout`):
 
@@ -15,7 +16,7 @@ op         computes                                    used for
 
 Names follow stk: the letters are (output, left operand, right operand), ``s`` sparse,
 ``d`` dense; ``_t`` marks a transposed sparse operand (or a transposed dense left one).
-``backward`` may fuse ``dds`` and ``sdd_t`` (the CPU backend gathers ``x`` once for both).
+``backward`` may fuse ``dds`` and ``sdd_t`` (the CPU kernel gathers ``x`` once for both).
 """
 
 from __future__ import annotations

@@ -34,9 +34,9 @@ class KernelBackend:
         return dx, dw
 
 
-def register_kernel(backend: KernelBackend) -> KernelBackend:
-    _KERNELS[backend.name] = backend
-    return backend
+def register_kernel(kernel: KernelBackend) -> KernelBackend:
+    _KERNELS[kernel.name] = kernel
+    return kernel
 
 
 def available_kernels() -> list[str]:
@@ -47,5 +47,5 @@ def get_kernel(name: str) -> KernelBackend:
     try:
         return _KERNELS[name]
     except KeyError:
-        raise InvalidValue(f"Unknown block-sparse backend {name!r}. Select from "
+        raise InvalidValue(f"Unknown block-sparse kernel {name!r}. Select from "
                          + ", ".join(repr(k) for k in ["auto", *available_kernels()])) from None

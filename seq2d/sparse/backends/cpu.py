@@ -1,6 +1,6 @@
-"""CPU backend: GEMMs on strided views of the stored tiles, no weight copies.
+"""CPU kernels: GEMMs on strided views of the stored tiles, no weight copies.
 
-Two strategies behind one backend (``CPUBackend(strategy=...)``):
+Three strategies behind one class, one registered kernel each (``CPUBackend(strategy=...)``):
 
 ``runs`` (default)
     Positions are grouped into *runs*: maximal sequences of stored tiles in one tile-row
@@ -17,7 +17,7 @@ Two strategies behind one backend (``CPUBackend(strategy=...)``):
     one per tile-column over gathered ``dy`` tiles with a transposed copy of the stored
     tiles (dX). Fewer, larger GEMMs, paid for with B*P*T gathered values per pass.
 
-``bmm`` (backend ``cpu_bmm``)
+``bmm`` (kernel ``cpu_bmm``)
     Few parallel regions per op, for shared machines. ``runs`` and ``gather`` issue one GEMM
     per run / tile-row, and every GEMM is its own OpenMP parallel region whose threads meet
     at a barrier: when another process holds a core, each region waits for a descheduled

@@ -1,4 +1,4 @@
-"""Reference backend: materialise the masked dense matrix. For tests only (O(N^2) memory)."""
+"""Reference kernel: materialise the masked dense matrix. For tests only (O(N^2) memory)."""
 
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ register_kernel(ReferenceBackend())
 class DenseBackend(ReferenceBackend):
     """The high-density path: materialise W from the stored tiles and run dense GEMMs.
 
-    Chosen by ``backend="auto"`` above the measured density crossover (see
-    :func:`seq2d.sparse.ops.resolve_backend`). When every tile is stored (density 1) the
+    Chosen by ``kernel="auto"`` above the measured density crossover (see
+    :func:`seq2d.sparse.ops.resolve_kernel`). When every tile is stored (density 1) the
     dense matrix is one permuted copy of the tile storage, and dW goes back to tiles with
     one more; the backward forms W once for dX."""
 

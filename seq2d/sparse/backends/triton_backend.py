@@ -1,4 +1,4 @@
-"""Triton backend: the three block-sparse ops as Triton kernels (the CUDA path).
+"""Triton kernel: the three block-sparse ops as Triton kernels (the CUDA path).
 
 One program owns one output block and loops over the stored tiles that feed it, so no
 kernel needs atomics and every result is written exactly once:
@@ -288,7 +288,7 @@ def sdd_t(dy: Tensor, x: Tensor, layout: BlockSparseLayout, out: Tensor, splits:
     return out
 
 
-# ---------------------------------------------------------------------------- backend
+# ---------------------------------------------------------------------------- kernel object
 def _check(name: str, a: Tensor, a_cols: int, wp: Tensor | None, layout: BlockSparseLayout) -> None:
     if a.dim() != 2 or a.shape[1] != a_cols:
         raise InvalidInput(f"triton {name}: expected a 2-D operand with {a_cols} columns, got shape {tuple(a.shape)}")
