@@ -18,14 +18,17 @@ __all__ = ["StoreView"]
 
 
 class StoreView(Tensor):
-    """A view into a model's parameter store (a handle's ``blk.weight``, ``model.bias(i)``)
-    whose ``.grad`` is the store's gradient at the same region.
+    """A region of a model's parameter store as a tensor (a handle's ``blk.weight``,
+    ``model.bias(i)``) whose ``.grad`` is the store's gradient at the same region.
 
-    A view is not a leaf, so torch gives it no ``.grad`` of its own (``None``, with a warning);
+    With the dense store the region is a view of one store Parameter (writes go through). A
+    tiled block's ``weight`` is its tiles assembled into the dense ``(out, in)`` matrix, a copy
+    (``region``: the function that assembles it from a tensor shaped like the engine's tiles).
+    Neither is a leaf, so torch gives it no ``.grad`` of its own (``None``, with a warning);
     code written for ``nn.Linear`` reads ``layer.weight.grad``, so the handles return this
     subclass instead. Anything computed from it is a plain tensor. ``.grad`` is read-only:
-    gradients live in the store's Parameters (``model.zero_grad()``; in-place edits of
-    ``.grad`` write through to the store's gradient).
+    gradients live in the store's Parameters (``model.zero_grad()``; with the dense store
+    in-place edits of ``.grad`` write through to the store's gradient).
 
     **Autograd with a view as input.** The forward pass reads the store's Parameters, not the
     views a handle hands out afterwards, so for a plain view torch would answer
@@ -50,24 +53,33 @@ class StoreView(Tensor):
         return _plain_torch_function(func, types, args, kwargs)  # results are plain tensors
 
     @staticmethod
-    def of(view: Tensor | None) -> "StoreView | None":
-        """``view`` (a view of a store Parameter) as a StoreView; its ``.grad`` is the same region
-        of that Parameter's ``.grad``."""
+    def of(view: Tensor | None, leaf: Tensor | None = None, region=None) -> "StoreView | None":
+        """``view`` as a StoreView of the store Parameter ``leaf``. Without ``region``, ``view``
+        is a view of ``leaf`` (default: its ``_base``) and its region is located by its strides
+        and offset; else ``region(t)`` computes ``view``'s entries from a tensor ``t`` shaped like
+        ``leaf`` (``view == region(leaf)``, linear in ``leaf``'s entries: a gather)."""
         if view is None:
             return None
         out = view.as_subclass(StoreView)
-        out._leaf = view if view._base is None else view._base  # read on the plain view: no dispatch
+        if leaf is None:
+            leaf = view if view._base is None else view._base  # read on the plain view: no dispatch
+        out._leaf, out._region = leaf, region
         return out
 
     def region_of(self, t: Tensor) -> Tensor:
         """This view's region of ``t``, a tensor shaped like the store Parameter the view lies in
-        (after any leading batch dimensions): a view of ``t`` when ``t`` is laid out like the
-        Parameter, else of a contiguous copy."""
+        (after any leading batch dimensions): with the dense store a view of ``t`` when ``t`` is
+        laid out like the Parameter, else of a contiguous copy."""
         leaf = self._leaf
         lead = t.dim() - leaf.dim()
-        if tuple(t.shape[lead:]) != tuple(leaf.shape):
+        if lead < 0 or tuple(t.shape[lead:]) != tuple(leaf.shape):
             raise InvalidInput(f"StoreView.region_of: expected a tensor of shape (..., {', '.join(map(str, leaf.shape))}) "
                                f"like the store parameter, got {tuple(t.shape)}")
+        if self._region is not None:
+            if lead == 0:
+                return self._region(t)
+            flat = t.reshape(-1, *leaf.shape)
+            return torch.stack([self._region(u) for u in flat]).reshape(*t.shape[:lead], *self.shape)
         if not _same_layout(t.stride()[lead:], leaf.stride(), leaf.shape):
             t = t.contiguous()
             if not _same_layout(t.stride()[lead:], leaf.stride(), leaf.shape):
@@ -85,7 +97,7 @@ class StoreView(Tensor):
     def grad(self, value) -> None:
         raise InvalidValue("this tensor is a view into the model's parameter store (a block's weight or a "
                            "slot's bias): its gradient is the store's and cannot be set here; clear gradients "
-                           "with model.zero_grad(), or edit .grad in place (it is the store's region)")
+                           "with model.zero_grad()")
 
 
 _plain_torch_function = torch._C._disabled_torch_function_impl
@@ -136,12 +148,17 @@ def _backward_through_store(tensors, grad_tensors=None, retain_graph=None, creat
                            "torch.autograd.grad(loss, blk.weight, create_graph=True), which is")
     grads = _grad_through_store(tensors, tuple(views), grad_outputs=grad_tensors,
                                 retain_graph=True if rest else retain_graph, allow_unused=True)
-    with torch.no_grad():
-        for v, g in zip(views, grads):
-            if g is not None:
-                if v._leaf.grad is None:
-                    v._leaf.grad = torch.zeros_like(v._leaf)
-                v.grad.add_(g)
+    for v, g in zip(views, grads):
+        if g is None:
+            continue
+        leaf = v._leaf
+        if v._region is not None:  # the region is assembled (a gather): its adjoint puts g back in place
+            z = torch.zeros_like(leaf, requires_grad=True)
+            g, = torch.autograd.grad(v._region(z), z, g)
+        with torch.no_grad():
+            if leaf.grad is None:
+                leaf.grad = torch.zeros_like(leaf)
+            (leaf.grad if v._region is not None else v.grad).add_(g)
     if rest:
         torch.autograd.backward(tensors, grad_tensors, retain_graph, False, inputs=rest, **kwargs)
     return None
