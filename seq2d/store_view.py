@@ -143,9 +143,9 @@ def _backward_through_store(tensors, grad_tensors=None, retain_graph=None, creat
     if not views:
         return torch.autograd.backward(tensors, grad_tensors, retain_graph, create_graph, inputs=inputs, **kwargs)
     if create_graph:
-        raise InvalidValue("backward(inputs=...) with create_graph=True is not supported for a view into the "
-                           "parameter store (a block's weight or a slot's bias); use "
-                           "torch.autograd.grad(loss, blk.weight, create_graph=True), which is")
+        raise InvalidValue("backward(inputs=...) with create_graph=True is not supported for a region of the "
+                           "parameter store (a block's weight or a slot's bias, a StoreView); "
+                           "torch.autograd.grad(loss, blk.weight, create_graph=True) is")
     grads = _grad_through_store(tensors, tuple(views), grad_outputs=grad_tensors,
                                 retain_graph=True if rest else retain_graph, allow_unused=True)
     for v, g in zip(views, grads):
@@ -153,8 +153,9 @@ def _backward_through_store(tensors, grad_tensors=None, retain_graph=None, creat
             continue
         leaf = v._leaf
         if v._region is not None:  # the region is assembled (a gather): its adjoint puts g back in place
-            z = torch.zeros_like(leaf, requires_grad=True)
-            g, = torch.autograd.grad(v._region(z), z, g)
+            with torch.enable_grad():
+                z = torch.zeros_like(leaf, requires_grad=True)
+                g, = torch.autograd.grad(v._region(z), z, g)
         with torch.no_grad():
             if leaf.grad is None:
                 leaf.grad = torch.zeros_like(leaf)
