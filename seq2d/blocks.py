@@ -24,8 +24,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .errors import InvalidInput, InvalidType, InvalidValue, Seq2DError
+from .store_view import StoreView
 
-__all__ = ["Identity", "LinearLike", "LinearBlock", "ContextModule", "StoreView", "block_kind", "block_context",
+__all__ = ["Identity", "LinearLike", "LinearBlock", "ContextModule", "block_kind", "block_context",
            "call_block", "check_block_output", "check_device", "check_dtype", "expected_input_width"]
 
 
@@ -191,38 +192,6 @@ class LinearLike(nn.Module):
     stored in a block-sparse engine. ``bias`` is the block's own bias (None when absent)."""
 
 
-class StoreView(Tensor):
-    """A view into a model's parameter store (a handle's ``blk.weight``, ``model.bias(i)``)
-    whose ``.grad`` is the store's gradient at the same region.
-
-    A view is not a leaf, so torch gives it no ``.grad`` of its own (``None``, with a warning);
-    code written for ``nn.Linear`` reads ``layer.weight.grad``, so the handles return this
-    subclass instead. Anything computed from it is a plain tensor. ``.grad`` is read-only:
-    gradients live in the store's Parameters (``model.zero_grad()``; in-place edits of
-    ``.grad`` write through to the store's gradient)."""
-
-    __torch_function__ = torch._C._disabled_torch_function_impl  # results are plain tensors
-
-    @staticmethod
-    def of(view: Tensor | None, grad_of) -> "StoreView | None":
-        """``view`` (a view of a store Parameter) as a StoreView whose ``.grad`` is ``grad_of()``."""
-        if view is None:
-            return None
-        out = view.as_subclass(StoreView)
-        out._grad_of = grad_of
-        return out
-
-    @property
-    def grad(self) -> Tensor | None:
-        return self._grad_of()
-
-    @grad.setter
-    def grad(self, value) -> None:
-        raise InvalidValue("this tensor is a view into the model's parameter store (a block's weight or a "
-                           "slot's bias): its gradient is the store's and cannot be set here; clear gradients "
-                           "with model.zero_grad(), or edit .grad in place (it is the store's region)")
-
-
 class LinearBlock(LinearLike):
     r"""A linear block ``x -> x @ W.T`` from a slot of ``in_features`` to one of ``out_features``.
 
@@ -346,7 +315,7 @@ class LinearBlock(LinearLike):
         if store is not None and name in LinearBlock._HANDLE_ATTRS:
             key = self.__dict__["_key"]
             if name == "weight":  # .grad reads the store's gradient (as blk.grad does)
-                return StoreView.of(store.region(key, name), lambda: store.region(key, "grad"))
+                return StoreView.of(store.region(key, name))
             return store.region(key, name)
         return super().__getattr__(name)
 

@@ -263,9 +263,9 @@ def _margins_px(path):
 @pytest.mark.parametrize("epochs", [[1], [1, 2, 3, 4, 5], list(range(1, 101))])
 def test_integer_ticks_on_an_epoch_axis(epochs):
     from seq2d.plot import integer_ticks
-    from seq2d.plot.common import _new_axes
+    from seq2d.plot.common import new_figure
 
-    fig, ax = _new_axes((7, 4))
+    fig, ax = new_figure((7, 4))
     ax.plot(epochs, [0.9] * len(epochs), marker="o")
     integer_ticks(ax.xaxis)
     _rendered(fig)

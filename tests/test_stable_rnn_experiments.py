@@ -165,6 +165,32 @@ def _without_times(v):
     return v
 
 
+def test_wikitext_conditions_build_the_models_of_the_former_table():
+    """The conditions are CELL-unstable / CELL-stable over seq2d.lm.CELLS (no table of their own);
+    each builds, for one seed, the very model the former private table did (state dicts bitwise
+    equal), so docs/results/stability.md stays reproducible."""
+    import torch
+
+    from seq2d.lm import RNNLM
+    from seq2d.train.seeds import seed_everything
+
+    exp = _load("wikitext")
+    former = {"tanh-unstable": ({"cell": "tanh"}, False), "tanh-stable": ({"cell": "tanh"}, True),
+              "lstm-unstable": ({"cell": "lstm"}, False), "lstm-stable": ({"cell": "lstm"}, True)}
+    assert exp.CONDITIONS == tuple(former)  # the same names, in the same (default --models) order
+    args = exp.build_parser().parse_args(["--emb", "6", "--hidden", "5", "--layers", "2", "--dropout", "0.2"])
+    for name, (kwargs, stable) in former.items():
+        seed_everything(3)
+        model, is_stable = exp.build_model(name, 17, args)
+        seed_everything(3)
+        before = RNNLM(17, args.emb, args.hidden, args.layers, args.dropout, **kwargs)
+        assert is_stable is stable and model.cell == kwargs["cell"]
+        a, b = model.state_dict(), before.state_dict()
+        assert list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in a), name
+    with pytest.raises(SystemExit, match=r"Unknown model 'tanh-stabel' \(did you mean 'tanh-stable'\?\)"):
+        exp.main(["--quick", "--models", "tanh-unstable,tanh-stabel"])
+
+
 def test_wikitext_quick_mode_is_deterministic(tmp_path):
     """Two runs of the quick mode on one machine with one thread count give identical numbers. Bitwise
     equality is the right test here: the same code path runs twice on the same machine and thread count,

@@ -10,6 +10,8 @@ import shutil
 import statistics
 from pathlib import Path
 
+from seq2d.results_page import value_range
+
 PLACEMENTS = ("element", "tile", "block")
 #: test digits per data set (MNIST's test set; the bundled subset's 1,000)
 TEST_DIGITS = {"full": 10_000, "subset": 1_000}
@@ -117,7 +119,7 @@ def _ci(c) -> str:
 def _path(c) -> str:
     if c["path_min"] is None:
         return "none"
-    p = str(c["path_min"]) if c["path_min"] == c["path_max"] else f"{c['path_min']}-{c['path_max']}"
+    p = value_range((c["path_min"], c["path_max"]), "d")
     return p + (f" ({c['no_path']} of {c['n']} runs without a walk within the steps" if c["no_path"] else "") + (
         f"; {c['output_fixed']} with an empty output row)" if c.get("output_fixed") else ")" if c["no_path"] else "")
 
@@ -254,8 +256,7 @@ def verdict(res: dict) -> str:
                      + (f", {fixed} of them because no block and no bias lands in the output row (a constant output: "
                         "nothing to train, scored untrained)" if fixed else "")
                      + ". The fraction of parameters on an input-output walk, per placement (cell means): "
-                     + "; ".join(f"{pl} {min(c['fraction'] for c in allc if c['placement'] == pl):.3f} to "
-                                 f"{max(c['fraction'] for c in allc if c['placement'] == pl):.3f}"
+                     + "; ".join(f"{pl} {value_range([c['fraction'] for c in allc if c['placement'] == pl], '.3f')}"
                                  for pl in PLACEMENTS if any(c['placement'] == pl for c in allc)) + ".")
         xs = [c["fraction"] for c in allc]
         ys = [c["diff"] for c in allc if not math.isnan(c["diff"])]
@@ -329,14 +330,17 @@ def setting(res: dict) -> str:
 
 
 def write_plots(res: dict, folder: Path) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from seq2d.plot.common import new_figure, save_figure
 
     folder.mkdir(parents=True, exist_ok=True)
     s, names = res["summary"], []
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
+
+    def save(fig, name: str) -> None:
+        fig.tight_layout()
+        save_figure(fig, folder / name, dpi=100)
+        names.append(name)
+
+    fig, axes = new_figure((11, 4.4), ncols=2)
     for ax, group, title in ((axes[0], "spread", "same count (the MLP's), larger block matrix"),
                              (axes[1], "fewer", "fewer parameters, same block matrix")):
         for k, pl in enumerate(PLACEMENTS):
@@ -375,12 +379,9 @@ def write_plots(res: dict, folder: Path) -> list[str]:
         ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(folder / "accuracy_vs_density.png", dpi=100)
-    plt.close(fig)
-    names.append("accuracy_vs_density.png")
+    save(fig, "accuracy_vs_density.png")
 
-    fig, ax = plt.subplots(figsize=(6.5, 4.4))
+    fig, ax = new_figure((6.5, 4.4))
     for k, pl in enumerate(PLACEMENTS + ("mlp",)):
         rs = [r for r in res["rows"] if r["placement"] == pl and r["iterations"] == 3 and r["on_path"] > 0]
         ax.scatter([r["on_path"] for r in rs], [100 * r["test_acc"] for r in rs], s=14, marker="os^D"[k],
@@ -391,13 +392,10 @@ def write_plots(res: dict, folder: Path) -> list[str]:
     ax.set_title("every run of the density grid at 3 iterations (one point per run)", fontsize=10)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(folder / "accuracy_vs_parameters_on_a_walk.png", dpi=100)
-    plt.close(fig)
-    names.append("accuracy_vs_parameters_on_a_walk.png")
+    save(fig, "accuracy_vs_parameters_on_a_walk.png")
 
     if s["iterations"]:
-        fig, ax = plt.subplots(figsize=(6, 4.2))
+        fig, ax = new_figure((6, 4.2))
         for k, pl in enumerate(PLACEMENTS):
             cs = sorted((c for c in s["iterations"] if c["placement"] == pl), key=lambda c: c["iterations"])
             ax.errorbar([c["iterations"] for c in cs], [100 * c["mean"] for c in cs],
@@ -411,10 +409,7 @@ def write_plots(res: dict, folder: Path) -> list[str]:
         ax.set_title("the MLP's count over its own block matrix", fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(folder / "accuracy_vs_iterations.png", dpi=100)
-        plt.close(fig)
-        names.append("accuracy_vs_iterations.png")
+        save(fig, "accuracy_vs_iterations.png")
     return names
 
 

@@ -147,11 +147,11 @@ def loss_fn(model, X, Y):
 def grads(model, X, Y) -> list[torch.Tensor]:
     """The loss's gradient at each of ``model.params``.
 
-    The block weights and the bias are views of seq2d's parameter store (``StoreView``), not
-    leaves: ``torch.autograd.grad`` with respect to them would find them unused (None). So the
-    gradient is taken with respect to the leaves (the store's Parameters and the readout's) by
-    ``backward``, and each view's ``.grad`` reads its region of the store's gradient. A position
-    absent from the model (W_hh of a k = 1 truncation) gets zeros."""
+    The block weights and the bias are views of seq2d's parameter store (``StoreView``): one
+    ``backward`` fills the leaves (the store's Parameters and the readout's) and each view's
+    ``.grad`` reads its region of the store's gradient (``torch.autograd.grad`` with respect to
+    the views gives the same numbers, docs/concepts.md "Autograd with a handle as input"). A
+    position absent from the model (W_hh of a k = 1 truncation) gets zeros."""
     for q in model.leaves:
         q.grad = None
     loss_fn(model, X, Y).backward()

@@ -77,22 +77,19 @@ from seq2d.envinfo import cpu_name  # noqa: E402
 from seq2d.errors import did_you_mean  # noqa: E402
 from seq2d.results_page import json_safe as _finite  # noqa: E402
 from seq2d.results_page import write_section  # noqa: E402
-from seq2d.lm import (VANISH_FRACTION, RNNLM, divergence, evaluate, grad_norm_carried, grad_norm_vs_distance,  # noqa: E402
+from seq2d.lm import (CELLS, VANISH_FRACTION, RNNLM, divergence, evaluate, grad_norm_carried, grad_norm_vs_distance,  # noqa: E402
                       lm_data_lambda, perplexity, train_lm, vanishing_distance)
 from seq2d.stability import LSTM_STABILIZERS, lstm_contraction_bound, make_lstm_stabilizer  # noqa: E402
 from seq2d.train.checkpoint import save_checkpoint  # noqa: E402
 from seq2d.train.seeds import seed_everything  # noqa: E402
 from seq2d.train.trainer import write_metrics  # noqa: E402
 
-# The experiment's conditions, named as its results are (not model names: the model is always
-# seq2d.lm.RNNLM, a language model around a registered rnn or nn.LSTM, not a registry entry):
-# name -> (RNNLM keyword arguments, whether the stabilizer projects after every step).
-MODELS = {
-    "tanh-unstable": ({"cell": "tanh"}, False),
-    "tanh-stable": ({"cell": "tanh"}, True),
-    "lstm-unstable": ({"cell": "lstm"}, False),
-    "lstm-stable": ({"cell": "lstm"}, True),
-}
+# The experiment's conditions, named as its results are: CELL-unstable and CELL-stable for each
+# recurrent cell seq2d.lm.RNNLM offers (its `cell` argument, seq2d.lm.CELLS); a stable one is projected
+# after every optimizer step (make_stabilizer). No model name is defined here: the model is always
+# seq2d.lm.RNNLM(cell=CELL), a torch module around a Sequential2D RNN or an nn.LSTM, built by
+# build_model below.
+CONDITIONS = tuple(f"{cell}-{kind}" for cell in CELLS for kind in ("unstable", "stable"))
 #: Test perplexities on WikiText-2, (unstable, stable), as the blog post's table gives them
 #: (seeds/001_67665dca4b881617.txt: "TanhRNN 146.7 143.5", "LSTM 92.3 95.1").
 PAPER = {"tanh": (146.7, 143.5), "lstm": (92.3, 95.1)}
@@ -109,6 +106,22 @@ FULL = dict(emb=200, hidden=200, layers=2, dropout=0.2, epochs=40, tokens=None, 
 QUICK = dict(emb=64, hidden=64, layers=2, dropout=0.2, epochs=1, tokens=20_000, eval_tokens=5_000,
              ks="2,5,10", grad_seqs=8, lambda_tokens=50)
 BEGIN, END = "<!-- wikitext:begin -->", "<!-- wikitext:end -->"
+
+
+# ---------------------------------------------------------------------- models
+def condition(name: str) -> tuple[str, bool]:
+    """``(cell, stable)`` of a condition name; an unknown name exits naming the valid ones."""
+    if name not in CONDITIONS:
+        raise SystemExit(f"Unknown model {name!r}{did_you_mean(name, CONDITIONS)}. Select from {', '.join(CONDITIONS)}")
+    cell, _, kind = name.rpartition("-")
+    return cell, kind == "stable"
+
+
+def build_model(name: str, vocab: int, args) -> tuple[RNNLM, bool]:
+    """``(model, stable)`` for the condition ``name``: ``RNNLM(cell=CELL)`` at the run's sizes
+    (drawn from torch's generator as it stands: the caller seeds it)."""
+    cell, stable = condition(name)
+    return RNNLM(vocab, args.emb, args.hidden, args.layers, args.dropout, cell=cell), stable
 
 
 # ---------------------------------------------------------------------- stabilizers
@@ -398,7 +411,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--quick", action="store_true", help="a slice of the corpus, one epoch, small models (CPU)")
     ap.add_argument("--out", default=None, help="output folder (default runs/stable_rnn/wikitext[_quick])")
     ap.add_argument("--data-root", default=None, help="folder holding wikitext-2/ (default: $SEQ2D_DATA)")
-    ap.add_argument("--models", default=",".join(MODELS), help=f"comma-separated subset of {', '.join(MODELS)}")
+    ap.add_argument("--models", default=",".join(CONDITIONS), help=f"comma-separated subset of {', '.join(CONDITIONS)}")
     ap.add_argument("--tokens", type=int, default=None, help="training tokens to keep (quick: 20000; full: all)")
     ap.add_argument("--eval-tokens", type=int, default=None, help="validation/test tokens to keep (quick: 5000)")
     ap.add_argument("--epochs", type=int, default=None, help="quick: 1; full: 40")
@@ -454,8 +467,7 @@ def main(argv: list[str] | None = None) -> dict:
         args.save_checkpoints = not args.quick
     names = [m.strip() for m in args.models.split(",") if m.strip()]
     for m in names:
-        if m not in MODELS:
-            raise SystemExit(f"Unknown model {m!r}{did_you_mean(m, MODELS)}. Select from {', '.join(MODELS)}")
+        condition(m)  # an unknown name exits here, before any data is read
     ks = sorted({int(k) for k in str(args.ks).split(",") if k.strip()})
     if not ks or min(ks) <= 0:
         raise SystemExit(f"--ks must list positive ints, got {args.ks!r}")
@@ -493,9 +505,9 @@ def main(argv: list[str] | None = None) -> dict:
         "grad_curve_carried": {},
     }
     for name in names:
-        kwargs, stable = MODELS[name]
         seed_everything(args.seed)  # torch, random, numpy: every generator the run may draw from
-        model = RNNLM(V, args.emb, args.hidden, args.layers, args.dropout, **kwargs).to(device)
+        model, stable = build_model(name, V, args)
+        model = model.to(device)
         stabilize = None
         if stable:
             stabilize, desc = make_stabilizer(model, args)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from ..blocks import StoreView
+from ..store_view import StoreView
 
 __all__ = ["SlotBias"]
 
@@ -50,7 +50,7 @@ class SlotBias(nn.Module):
 
     def handle(self, i: int) -> StoreView | None:
         """``view(i)`` whose ``.grad`` is :meth:`grad` ``(i)`` (what ``model.bias(i)`` returns)."""
-        return StoreView.of(self.view(i), lambda: self.grad(i))
+        return StoreView.of(self.view(i))
 
     def grad(self, i: int) -> Tensor | None:
         """Slot ``i``'s range of the bias vector's gradient (None: no bias, or no gradient yet)."""

@@ -10,6 +10,7 @@ plan level (a cached sub-layout per row set) and :class:`TiledBlock` handles.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -17,6 +18,7 @@ from torch import Tensor
 
 from ..blocks import LinearLike
 from ..errors import InvalidValue
+from ..store_view import StoreView
 from ..sparse.layout import BlockSparseLayout
 from ..sparse.linear import BlockSparseLinear
 from ..sparse.ops import bsmm, resolve_kernel
@@ -279,7 +281,11 @@ class TiledBlock(LinearLike):
 
     @property
     def weight(self) -> Tensor:
-        return self.effective_weight()
+        """``effective_weight()`` as a :class:`~seq2d.store_view.StoreView` of the engine's tiles:
+        ``.grad`` and ``torch.autograd.grad`` give this block's gradient (a copy: edits do not
+        reach the engine)."""
+        eng = self._engine
+        return StoreView.of(self.effective_weight(), eng.data, partial(eng.group_dense, self.group))
 
     def trainable_mask(self) -> Tensor:
         return self._engine.group_dense(self.group, "mask")

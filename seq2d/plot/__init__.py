@@ -48,7 +48,7 @@ from .spy_plot import SPY_DOWNSAMPLE_ABOVE, spy, spy_image
 from .common import SAVE_FORMATS, STYLES, PlotStyle, integer_ticks
 
 # every other name of the former single module seq2d/plot.py, importable from seq2d.plot as before
-from .common import _check_path, _fmt_count, _model_name, _new_axes, _pct, _save  # noqa: F401
+from .common import _check_path, _fmt_count, _model_name, _pct  # noqa: F401
 from .graph_plot import (KIND_STYLE, RECURRENT_COLOR, ROLE_COLORS, TIE_COLORS, _blocked,  # noqa: F401
                          _radii, _self_loop)
 from .layout import ROW_GAP, _columns, _pav, _place_column  # noqa: F401

@@ -1,6 +1,7 @@
-"""Shared helpers of :mod:`seq2d.plot`: the output path check, new figures on the Agg
-canvas, the styles (``"default"``, ``"paper"``), slot labels, integer ticks, saving, and
-the short number formats of titles and labels."""
+"""Shared helpers of :mod:`seq2d.plot` and of the experiments' plots: the output path check,
+new figures on the Agg canvas (:func:`new_figure`), saving (:func:`save_figure`), the styles
+(``"default"``, ``"paper"``), slot labels, integer ticks, and the short number formats of
+titles and labels."""
 
 from __future__ import annotations
 
@@ -99,13 +100,18 @@ def _check_path(path, what: str = "path") -> Path | None:
     return p
 
 
-def _new_axes(figsize) -> tuple[Figure, object]:
+def new_figure(figsize, ncols: int = 1) -> tuple[Figure, object]:
+    """A new Figure on the Agg canvas (no screen, never registered with pyplot: nothing to
+    close, the global backend left alone) and its axes: one, or ``ncols`` side by side."""
     fig = Figure(figsize=figsize)
-    FigureCanvasAgg(fig)  # the Agg canvas: no screen, no pyplot registry
-    return fig, fig.add_subplot(1, 1, 1)
+    FigureCanvasAgg(fig)
+    return fig, (fig.add_subplot(1, 1, 1) if ncols == 1 else fig.subplots(1, ncols))
 
 
-def _save(fig: Figure, path: Path | None, dpi: float, style: PlotStyle = STYLES["default"]) -> None:
+def save_figure(fig: Figure, path: Path | None, dpi: float, style: PlotStyle = STYLES["default"]) -> None:
+    """``fig`` written to ``path`` (nothing when None) as every seq2d picture is: the drawing's
+    tight bounding box, ``style``'s margin, a white background. Check a user's path first
+    (:func:`_check_path`); a failed write is an InvalidValue naming the file."""
     if path is not None:
         try:
             fig.savefig(path, dpi=dpi, bbox_inches="tight", pad_inches=style.pad_inches, facecolor="white")

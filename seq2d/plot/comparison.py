@@ -20,7 +20,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 
-from .common import _check_path, _new_axes, _save, integer_ticks
+from .common import _check_path, integer_ticks, new_figure, save_figure
 
 __all__ = ["plot_accuracy_vs_epoch", "plot_final_accuracy", "plot_accuracy_vs_iterations"]
 
@@ -35,7 +35,7 @@ def plot_accuracy_vs_epoch(rows: Sequence[Mapping], path=None, *, histories: Map
     (:func:`seq2d.mnist_comparison.epoch_histories` reads them from the rows' run folders)."""
     path = _check_path(path)
     hist = histories
-    fig, ax = _new_axes((7, 4.2))
+    fig, ax = new_figure((7, 4.2))
     xs_all = []
     for k, model in enumerate(_models(rows)):
         color = f"C{k}"
@@ -68,14 +68,14 @@ def plot_accuracy_vs_epoch(rows: Sequence[Mapping], path=None, *, histories: Map
     ax.margins(y=0.08)
     if ax.get_legend_handles_labels()[0]:  # outside the axes: it never hides a curve
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
-    _save(fig, path, dpi)
+    save_figure(fig, path, dpi)
     return fig
 
 
 def plot_final_accuracy(rows: Sequence[Mapping], path=None, *, dpi: float = 110):
     """Final test accuracy (%) per model: a dot per seed, the mean +- std as a diamond."""
     path = _check_path(path)
-    fig, ax = _new_axes((6, 4))
+    fig, ax = new_figure((6, 4))
     models = _models(rows)
     for k, model in enumerate(models):
         accs = [100 * r["test_acc"] for r in rows if r["model"] == model and r.get("test_acc") is not None]
@@ -89,7 +89,7 @@ def plot_final_accuracy(rows: Sequence[Mapping], path=None, *, dpi: float = 110)
     ax.set_ylabel("final test accuracy (%)")
     ax.set_title("final accuracy per model (dots: seeds; diamond: mean +- std)")
     ax.grid(alpha=0.3, axis="y")
-    _save(fig, path, dpi)
+    save_figure(fig, path, dpi)
     return fig
 
 
@@ -97,7 +97,7 @@ def plot_accuracy_vs_iterations(rows: Sequence[Mapping], path=None, *, label: st
                                 dpi: float = 110):
     """Final test accuracy (%) against ``iterations`` (one dot per run, the mean per count as a line)."""
     path = _check_path(path)
-    fig, ax = _new_axes((6, 4))
+    fig, ax = new_figure((6, 4))
     its = sorted({r["iterations"] for r in rows if r.get("iterations") is not None and r.get("test_acc") is not None})
     means = []
     for it in its:
@@ -113,6 +113,6 @@ def plot_accuracy_vs_iterations(rows: Sequence[Mapping], path=None, *, label: st
     ax.set_ylabel("final test accuracy (%)")
     ax.set_title("randomized model: accuracy vs number of iterations")
     ax.grid(alpha=0.3)
-    _save(fig, path, dpi)
+    save_figure(fig, path, dpi)
     return fig
 

@@ -14,7 +14,7 @@ from matplotlib.path import Path as MPath
 from ..errors import InvalidValue
 from ..core import core_of
 from ..graph import to_networkx
-from .common import _check_path, _fmt_count, _model_name, _new_axes, _save, _slot_labels, _style
+from .common import _check_path, _fmt_count, _model_name, _slot_labels, _style, new_figure, save_figure
 from .layout import graph_layout
 
 ROLE_COLORS = {"input": "#9ecae1", "hidden": "#e0e0e0", "output": "#fdae6b"}
@@ -85,7 +85,7 @@ def draw_graph(model, ax=None, path=None, *, size_scale: str = "log", title: str
     if own:
         w = min(22.0, max(5.5, 1.35 * (max(xs) - min(xs)) + 2.2))
         h = min(16.0, max(3.2, 1.35 * (max(ys) - min(ys)) + 2.4))
-        fig, ax = _new_axes((w, h))
+        fig, ax = new_figure((w, h))
     else:
         fig = ax.figure
 
@@ -199,7 +199,7 @@ def draw_graph(model, ax=None, path=None, *, size_scale: str = "log", title: str
                                   label=f"tie group {t}: {_fmt_count(p)} params at {k} positions"))
         ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(4, len(handles)),
                   fontsize=st.fs(7), frameon=False, handlelength=2.6, borderpad=st.legend_pad)
-    _save(fig, out, dpi, st)
+    save_figure(fig, out, dpi, st)
     return fig
 
 

@@ -14,7 +14,7 @@ from matplotlib.patches import Patch, Rectangle
 
 from ..errors import InvalidValue
 from ..core import core_of
-from .common import _check_path, _model_name, _new_axes, _pct, _save, _slot_labels, _style
+from .common import _check_path, _model_name, _pct, _slot_labels, _style, new_figure, save_figure
 
 SPY_DOWNSAMPLE_ABOVE = 2000  # N above which spy() pools the mask (never plot millions of points)
 
@@ -216,7 +216,7 @@ def spy(model, ax=None, path=None, annotate: bool = True, *, max_size: int = 100
     off, sizes, N = core.offsets, core.sizes, core.offsets[-1]
     own = ax is None
     if own:
-        fig, ax = _new_axes((7.0, 7.4))
+        fig, ax = new_figure((7.0, 7.4))
     else:
         fig = ax.figure
     # axes side in points (label sizes and bands)
@@ -336,5 +336,5 @@ def spy(model, ax=None, path=None, annotate: bool = True, *, max_size: int = 100
             handles.append(Patch(facecolor="white", edgecolor=MODULE_COLOR, hatch="////", label="module block"))
         ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.02), ncol=len(handles),
                   fontsize=st.fs(7), frameon=False, borderpad=st.legend_pad)
-    _save(fig, out, dpi, st)
+    save_figure(fig, out, dpi, st)
     return fig

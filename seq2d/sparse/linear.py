@@ -204,13 +204,16 @@ class BlockSparseLinear(nn.Module):
             return d
         return d.index_select(0, self.pos_data)
 
-    def group_dense(self, g: int, which: str = "weight") -> Tensor:
-        """Dense (out, in) matrix of group ``g``: 'weight' (effective), 'mask' or 'frozen'."""
+    def group_dense(self, g: int, which: str | Tensor = "weight") -> Tensor:
+        """Dense (out, in) matrix of group ``g``: 'weight' (effective), 'mask' or 'frozen', or the
+        entries of a tensor shaped like ``data`` (its gradient, say) at the group's places."""
         grp = self.groups[g]
         T = self.tile
         so, si = grp.shape
         rt, ct = grp.pattern.shape
-        if which == "weight":
+        if isinstance(which, Tensor):
+            src = which
+        elif which == "weight":
             src = self.effective_data()
         elif which == "mask":
             src = self.tmask if self.tmask is not None else torch.ones_like(self.data, dtype=torch.bool)
