@@ -32,6 +32,7 @@ class TiledStore(Engine):
     label = "tiled (block-sparse)"
     output_writable = True  # the kernels save their inputs, not their output
     block_sparse = True
+    partial_rows = True  # boxes_for gives exactly the updated rows' tile-rows
 
     def __init__(self, matrix: BlockSparseLinear, box_rows: Sequence[Sequence[int]] | None = None):
         super().__init__(matrix.sizes)
@@ -128,23 +129,27 @@ class TiledStore(Engine):
             raise InvalidValue("the tiled store adds biases after the product; got a bias to fuse")
         x = x.read(0, self.offsets[-1])
         out = {}
-        if cache is not None and "tiles" in cache:
-            wp = cache["tiles"]
-        else:
-            wp = self.matrix.position_tiles()
-            if cache is not None:
-                cache["tiles"] = wp  # the masked tiles are formed once per forward, not per step
         const = cache.get("const") if cache is not None else None
         for key in boxes:
             split = self._held_split(key, const) if const is not None else None
             if split is not None:
-                out[key] = self._held_product(x, key, split, wp, cache, present)
+                out[key] = self._held_product(x, key, split, cache, present)
                 continue
             L, idx = self._layout_for(key)
+            wp = self._position_tiles(cache)
             w = wp if idx is None else wp.index_select(0, idx)
             kernel = resolve_backend(self.matrix.backend, x.device, x.dtype, L.density)
             out[key] = bsmm(x, w, L, kernel)
         return out
+
+    def _position_tiles(self, cache: dict | None) -> Tensor:
+        """The masked per-position tiles, formed once per forward (not per step)."""
+        if cache is not None and "tiles" in cache:
+            return cache["tiles"]
+        wp = self.matrix.position_tiles()
+        if cache is not None:
+            cache["tiles"] = wp
+        return wp
 
     def _held_split(self, key: tuple[int, ...], const: frozenset):
         """The positions of ``key``'s sub-layout split by tile-column: those in the slots
@@ -180,21 +185,27 @@ class TiledStore(Engine):
                 memo[mkey] = (parts[0], parts[1], rest_slots)
         return memo[mkey]
 
-    def _held_product(self, x: Tensor, key, split, wp: Tensor, cache: dict, present: frozenset | None) -> Tensor:
+    def _held_product(self, x: Tensor, key, split, cache: dict, present: frozenset | None) -> Tensor:
         """One step's product of ``key``'s rows with the held tiles' part computed once per call."""
         held = cache.setdefault("held", {})
         h = held.get(key)
         (Lh, ih), rest, rest_slots = split
         dev = x.device
         if h is None:
+            h = self._held_of_subset(key, held, rest, cache["const"])
+            if h is not None:
+                held[key] = h
+        if h is None:
             kernel = resolve_backend(self.matrix.backend, dev, x.dtype, Lh.density)
-            n_held = ih.numel()
-            if rest is not None and n_held + rest[1].numel() == wp.shape[0]:
-                # every position is held or rest: one permutation (a gather both ways, no
-                # zero-filled scatter in the backward), then two views
-                perm, inv = self._permutation(key, id(split), ih, rest[1], dev)
-                w_held, w_rest = _Permute.apply(wp, perm, inv).split([n_held, wp.shape[0] - n_held])
+            m = self.matrix
+            if rest is not None and ih.numel() + rest[1].numel() == m.nnz_tiles and m.position_is_data:
+                # every position is held or rest, each its own data tile: both parts gathered from
+                # the data with the mask applied on the way, and one scatter back in the backward
+                mask = m._float_tmask(m.data) if m.tmask is not None else None
+                w_held, w_rest = _MaskedSplit.apply(m.data, self._on(ih, dev), self._on(rest[1], dev), mask,
+                                                    *self._part_masks(key, ih, rest[1]))
             else:
+                wp = self._position_tiles(cache)
                 w_held = wp.index_select(0, self._on(ih, dev))
                 w_rest = None if rest is None else wp.index_select(0, self._on(rest[1], dev))
             y_held = bsmm(x, w_held, Lh, kernel)
@@ -206,16 +217,53 @@ class TiledStore(Engine):
         kernel = resolve_backend(self.matrix.backend, dev, x.dtype, Lr.density)
         return y_held + bsmm(x, w_rest, Lr, kernel)
 
-    def _permutation(self, key, tag, first: Tensor, second: Tensor, device) -> tuple[Tensor, Tensor]:
-        """``cat(first, second)`` and its inverse, on ``device`` (memoised per split)."""
-        memo = self.__dict__.setdefault("_perms", {})
-        k = (key, tag, device)
-        if k not in memo:
-            perm = torch.cat([first, second])
-            inv = torch.empty_like(perm)
-            inv[perm] = torch.arange(perm.numel())
-            memo[k] = (perm.to(device), inv.to(device))
-        return memo[k]
+    def _held_of_subset(self, key: tuple[int, ...], held: dict, rest, const: frozenset) -> tuple | None:
+        """``(w_rest, y_held)`` of ``key`` taken from those of a call's larger row set (a step of
+        the tensor call's last ones, which compute fewer rows: :meth:`Sequential2D._iterate`):
+        its rows of ``y_held`` and its rest tiles among the larger set's rest tiles; no product.
+        None when no cached row set holds ``key``'s rows."""
+        big = next((k for k in held if set(key) < set(k)), None)
+        if big is None:
+            return None
+        w_rest_big, y_big = held[big]
+        memo = self.__dict__.setdefault("_subset_idx", {})
+        mkey = (key, big, const, y_big.device)
+        if mkey not in memo:
+            _, start_big = self._compact(big)
+            cols = torch.cat([torch.arange(start_big[i], start_big[i] + (self.offsets[i + 1] - self.offsets[i]))
+                              for i in key])
+            contiguous = bool(torch.equal(cols, torch.arange(int(cols[0]), int(cols[0]) + cols.numel())))
+            tiles = None
+            if rest is not None:  # key's rest positions (full layout) -> their places among big's rest tiles
+                big_split = self._held_split(big, const)
+                where = torch.full((self.matrix._layout.nnz,), -1, dtype=torch.long)
+                where[big_split[1][1]] = torch.arange(big_split[1][1].numel())
+                tiles = where[rest[1]].to(y_big.device)
+            memo[mkey] = ((int(cols[0]), cols.numel()) if contiguous else cols.to(y_big.device), tiles)
+        cols, tiles = memo[mkey]
+        y = y_big.narrow(-1, *cols) if isinstance(cols, tuple) else y_big.index_select(-1, cols)
+        w_rest = None if tiles is None else w_rest_big.index_select(0, tiles)
+        return w_rest, y
+
+    def _part_masks(self, key, *parts: Tensor) -> list:
+        """The float tile mask and the frozen values at each part's positions (None where the
+        matrix has none), kept until the mask or the frozen values change (their version counters
+        move on in-place edits; assignment replaces the tensor)."""
+        m = self.matrix
+        d = m.data
+        out = []
+        for name, t in (("tmask", m.tmask), ("frozen", m.frozen)):
+            if t is None:
+                out.append([None] * len(parts))
+                continue
+            memo = self.__dict__.setdefault("_part_mask", {})
+            k = (name, key, id(t), t._version, d.dtype, d.device)
+            if k not in memo:
+                src = m._float_tmask(d) if name == "tmask" else t.to(d.dtype)
+                memo.clear() if len(memo) > 16 else None
+                memo[k] = [src.index_select(0, self._on(p, d.device)) for p in parts]
+            out.append(memo[k])
+        return [v for pair in zip(*out) for v in pair]
 
     def _on(self, idx: Tensor, device) -> Tensor:
         """A CPU index tensor on ``device`` (one copy per device, kept)."""
@@ -240,19 +288,41 @@ class TiledStore(Engine):
         return W
 
 
-class _Permute(torch.autograd.Function):
-    """``t[perm]`` along dim 0 for a permutation ``perm`` (inverse ``inv``): the backward is
-    the gather ``grad[inv]``, where ``index_select``'s would zero-fill and scatter."""
+class _MaskedSplit(torch.autograd.Function):
+    """``(frozen + data * tmask)[a], (frozen + data * tmask)[b]`` for index tensors ``a`` and
+    ``b`` that together cover every data tile once (``mask`` the float tile mask, and the mask
+    and frozen values already gathered: ``ma, fa, mb, fb``; each None when absent). Two gathers with the mask applied in
+    place, where ``effective_data`` then two ``index_select`` would form the whole masked matrix
+    first; the backward writes both parts' gradients into one tensor (no zero fill, no
+    ``cat``) and masks it in place."""
 
     @staticmethod
-    def forward(ctx, t: Tensor, perm: Tensor, inv: Tensor) -> Tensor:
-        ctx.save_for_backward(inv)
-        return t.index_select(0, perm)
+    def forward(ctx, data: Tensor, a: Tensor, b: Tensor, mask, ma, fa, mb, fb):
+        parts = []
+        for idx, m, frozen in ((a, ma, fa), (b, mb, fb)):
+            w = data.index_select(0, idx)
+            if m is not None:
+                w.mul_(m)
+            if frozen is not None:
+                w.add_(frozen)
+            parts.append(w)
+        ctx.save_for_backward(a, b, mask)
+        ctx.n = data.shape[0]
+        return tuple(parts)
 
     @staticmethod
-    def backward(ctx, g: Tensor):
-        (inv,) = ctx.saved_tensors
-        return g.index_select(0, inv), None, None
+    def backward(ctx, ga: Tensor | None, gb: Tensor | None):
+        a, b, mask = ctx.saved_tensors
+        like = ga if ga is not None else gb
+        g = like.new_empty((ctx.n,) + tuple(like.shape[1:]))
+        for idx, gp in ((a, ga), (b, gb)):
+            if gp is None:
+                g.index_fill_(0, idx, 0)
+            else:
+                g.index_copy_(0, idx, gp)
+        if mask is not None:
+            g.mul_(mask)
+        return g, None, None, None, None, None, None, None
 
 
 class TiledBlock(LinearLike):
