@@ -40,7 +40,7 @@ def mnist_layouts(sizes, image_size) -> list:
     store = core_of(model, "the benchmark expects").store
     key = store.rows
     split = store._held_split(key, frozenset(range(len(store.sizes))) - frozenset(key))
-    (held, _), (rest, _), _ = split
+    (held, _, _), (rest, _, _), _ = split
     return [("mnist held (dW only)", held, 64, False), ("mnist rest", rest, 64, True)]
 
 
@@ -66,7 +66,7 @@ def time_case(L, batch, need_dx, repeats, rounds) -> dict:
     dy = torch.randn(batch, L.Mt * T)
     paths = {
         "runs": lambda: (kernel._dds_t_runs(x, wp, L), kernel._backward_runs(dy, x, wp, L, need_dx, True)),
-        "rows": lambda: (cpu._dds_t_rows(x, wp, L), need_dx and cpu._dds_rows(dy, wp, L), cpu._sdd_t_rows(dy, x, L)),
+        "rows": lambda: (cpu._dds_t_rows(x, wp, L), cpu._backward_rows(dy, x, wp, L, need_dx, True)),
     }
     times = {p: [] for p in paths}
     for _ in range(rounds):

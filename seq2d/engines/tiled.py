@@ -127,7 +127,6 @@ class TiledStore(Engine):
         other tiles only, and not at all while none of their columns is ``present``."""
         if bias is not None:
             raise InvalidValue("the tiled store adds biases after the product; got a bias to fuse")
-        x = x.read(0, self.offsets[-1])
         out = {}
         const = cache.get("const") if cache is not None else None
         for key in boxes:
@@ -135,11 +134,12 @@ class TiledStore(Engine):
             if split is not None:
                 out[key] = self._held_product(x, key, split, cache, present)
                 continue
+            xf = x.read(0, self.offsets[-1])
             L, idx = self._layout_for(key)
             wp = self._position_tiles(cache)
             w = wp if idx is None else wp.index_select(0, idx)
-            kernel = resolve_backend(self.matrix.backend, x.device, x.dtype, L.density)
-            out[key] = bsmm(x, w, L, kernel)
+            kernel = resolve_backend(self.matrix.backend, xf.device, xf.dtype, L.density)
+            out[key] = bsmm(xf, w, L, kernel)
         return out
 
     def _position_tiles(self, cache: dict | None) -> Tensor:
@@ -153,8 +153,11 @@ class TiledStore(Engine):
 
     def _held_split(self, key: tuple[int, ...], const: frozenset):
         """The positions of ``key``'s sub-layout split by tile-column: those in the slots
-        ``const`` and the rest, each as (layout, positions in the full layout's tiles), plus the
-        slots the rest reads; None when no stored tile reads a held slot (static, memoised)."""
+        ``const`` and the rest, each as (layout, positions in the full layout's tiles, the flat
+        range of columns it reads), plus the slots the rest reads; None when no stored tile reads
+        a held slot (static, memoised). Each layout spans only its part's tile-columns, from the
+        first to the last it reads (the product reads that slice of the state: no gradient is
+        zero-filled and carried back over the other columns)."""
         memo = self.__dict__.setdefault("_held_splits", {})
         mkey = (key, const)
         if mkey not in memo:
@@ -174,10 +177,11 @@ class TiledStore(Engine):
                     parts.append(None)
                     continue
                 Mt = int((rmap >= 0).sum())
-                L = BlockSparseLayout(self.tile, (Mt, full.Kt), rmap[row[idx]], col[idx],
+                lo, hi = int(col[idx].min()), int(col[idx].max()) + 1
+                L = BlockSparseLayout(self.tile, (Mt, hi - lo), rmap[row[idx]], col[idx] - lo,
                                       full.data_index.cpu()[idx], full.n_data)
                 # the layout sorts its positions: gather the tiles in its order
-                parts.append((L, idx[L.order]))
+                parts.append((L, idx[L.order], (lo * self.tile, hi * self.tile)))
             if parts[0] is None:
                 memo[mkey] = None
             else:
@@ -189,14 +193,15 @@ class TiledStore(Engine):
         """One step's product of ``key``'s rows with the held tiles' part computed once per call."""
         held = cache.setdefault("held", {})
         h = held.get(key)
-        (Lh, ih), rest, rest_slots = split
-        dev = x.device
+        (Lh, ih, span), rest, rest_slots = split
+        dev = self.device
         if h is None:
             h = self._held_of_subset(key, held, rest, cache["const"])
             if h is not None:
                 held[key] = h
         if h is None:
-            kernel = resolve_backend(self.matrix.backend, dev, x.dtype, Lh.density)
+            xh = x.read(*span)
+            kernel = resolve_backend(self.matrix.backend, dev, xh.dtype, Lh.density)
             m = self.matrix
             if rest is not None and ih.numel() + rest[1].numel() == m.nnz_tiles and m.position_is_data:
                 # every position is held or rest, each its own data tile: both parts gathered from
@@ -208,14 +213,14 @@ class TiledStore(Engine):
                 wp = self._position_tiles(cache)
                 w_held = wp.index_select(0, self._on(ih, dev))
                 w_rest = None if rest is None else wp.index_select(0, self._on(rest[1], dev))
-            y_held = bsmm(x, w_held, Lh, kernel)
+            y_held = bsmm(xh, w_held, Lh, kernel)
             h = held[key] = (w_rest, y_held)
         w_rest, y_held = h
         if rest is None or (present is not None and present.isdisjoint(rest_slots)):
             return y_held  # every column the rest reads is zero
-        Lr = rest[0]
-        kernel = resolve_backend(self.matrix.backend, dev, x.dtype, Lr.density)
-        return y_held + bsmm(x, w_rest, Lr, kernel)
+        Lr, _, span = rest
+        kernel = resolve_backend(self.matrix.backend, dev, y_held.dtype, Lr.density)
+        return y_held + bsmm(x.read(*span), w_rest, Lr, kernel)
 
     def _held_of_subset(self, key: tuple[int, ...], held: dict, rest, const: frozenset) -> tuple | None:
         """``(w_rest, y_held)`` of ``key`` taken from those of a call's larger row set (a step of

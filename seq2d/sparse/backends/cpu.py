@@ -280,10 +280,21 @@ def _chunk_product(a: Tensor, n_in: int, w: Tensor, part: dict, n_out: int, T: i
 
 
 def _gather(tiles: Tensor, flat: Tensor, idx: Tensor, a: int, b: int, c0: int, T: int) -> Tensor:
-    """(B, k*T): the tiles ``idx[a:b]`` of ``flat`` (B, n*T); a strided view for a contiguous run."""
+    """(B, k*T): the tiles ``idx`` (the row's own column indices) of ``flat`` (B, n*T); a strided
+    view for a contiguous run."""
     if c0 >= 0:
         return flat[:, c0 * T : (c0 + b - a) * T]
-    return tiles.index_select(1, idx[a:b]).view(flat.shape[0], (b - a) * T)
+    return tiles.index_select(1, idx).view(flat.shape[0], (b - a) * T)
+
+
+def _rows(layout: BlockSparseLayout) -> list[tuple[int, int, int, int, Tensor]]:
+    """``(r, a, b, c0, cols)`` of every non-empty tile-row: positions ``a:b``, first column
+    ``c0`` when its columns are contiguous (else -1) and its column indices (cached)."""
+    plan = _plan(layout)
+    rows = plan.get("nonempty_rows")
+    if rows is None:
+        rows = plan["nonempty_rows"] = [(r, a, b, c0, layout.col[a:b]) for r, (a, b, c0) in enumerate(plan["rows"]) if a < b]
+    return rows
 
 
 def _dds_t_rows(x: Tensor, wp: Tensor, layout: BlockSparseLayout) -> Tensor:
@@ -293,39 +304,39 @@ def _dds_t_rows(x: Tensor, wp: Tensor, layout: BlockSparseLayout) -> Tensor:
     xt = x.view(B, layout.Kt, T)
     y = x.new_empty(B, layout.Mt * T)  # returned itself, not a view (callers may add to it in place)
     yt = y.view(B, layout.Mt, T)
-    for r, (a, b, c0) in enumerate(_plan(layout)["rows"]):
-        if a == b:
-            yt[:, r].zero_()
-        else:
-            torch.mm(_gather(xt, x, layout.col, a, b, c0, T), wp[a:b].view((b - a) * T, T), out=yt[:, r])
+    if _plan(layout)["zero_rows"].numel():
+        yt.index_fill_(1, _plan(layout)["zero_rows"], 0)
+    for r, a, b, c0, cols in _rows(layout):
+        torch.mm(_gather(xt, x, cols, a, b, c0, T), wp[a:b].view((b - a) * T, T), out=yt[:, r])
     return y
 
 
-def _sdd_t_rows(dy: Tensor, x: Tensor, layout: BlockSparseLayout) -> Tensor:
-    """dW (P, T, T): one GEMM per tile-row, its gathered input tiles' transpose times its dy tile,
-    written straight into the row's contiguous panel of the transposed storage."""
-    B, T = x.shape[0], layout.tile
-    x = x.contiguous()
-    xt = x.view(B, layout.Kt, T)
-    dw = x.new_empty(layout.nnz, T, T)
-    for r, (a, b, c0) in enumerate(_plan(layout)["rows"]):
-        if a < b:
-            torch.mm(_gather(xt, x, layout.col, a, b, c0, T).T, dy[:, r * T : (r + 1) * T], out=dw[a:b].view((b - a) * T, T))
-    return dw
+def _backward_rows(dy: Tensor, x: Tensor | None, wp: Tensor | None, layout: BlockSparseLayout,
+                   need_dx: bool, need_dw: bool) -> tuple[Tensor | None, Tensor | None]:
+    """dX and dW tile-row by tile-row, one loop for both.
 
-
-def _dds_rows(dy: Tensor, wp: Tensor, layout: BlockSparseLayout) -> Tensor:
-    """``dy @ W`` (B, Kt*T) row by row: each tile-row's dy tile times its panel's transpose gives
-    the (B, k*T) products of its stored tiles, side by side in position order (one GEMM per
-    tile-row, no copy of the weights), then one scatter-add of them by tile-column."""
+    dW (P, T, T): the row's gathered input tiles' transpose times its dy tile, written straight
+    into the row's contiguous panel of the transposed storage. dX (B, Kt*T): the row's dy tile
+    times its panel's transpose gives the (B, k*T) products of its stored tiles, side by side in
+    position order (no copy of the weights), then one scatter-add of them all by tile-column."""
     B, T = dy.shape[0], layout.tile
-    D = dy.new_empty(B, layout.nnz * T)
-    for r, (a, b, _c0) in enumerate(_plan(layout)["rows"]):
-        if a < b:
-            D[:, a * T : b * T].addmm_(dy[:, r * T : (r + 1) * T], wp[a:b].view((b - a) * T, T).T, beta=0)
-    dx = dy.new_zeros(B, layout.Kt * T)
-    dx.view(B, layout.Kt, T).index_add_(1, layout.col, D.view(B, layout.nnz, T))
-    return dx
+    if need_dw:
+        x = x.contiguous()
+        xt = x.view(B, layout.Kt, T)
+        dw = x.new_empty(layout.nnz, T, T)
+    if need_dx:
+        D = dy.new_empty(B, layout.nnz * T)
+    for r, a, b, c0, cols in _rows(layout):
+        dyr = dy[:, r * T : (r + 1) * T]
+        if need_dw:
+            torch.mm(_gather(xt, x, cols, a, b, c0, T).T, dyr, out=dw[a:b].view((b - a) * T, T))
+        if need_dx:
+            D[:, a * T : b * T].addmm_(dyr, wp[a:b].view((b - a) * T, T).T, beta=0)
+    dx = None
+    if need_dx:
+        dx = dy.new_zeros(B, layout.Kt * T)
+        dx.view(B, layout.Kt, T).index_add_(1, layout.col, D.view(B, layout.nnz, T))
+    return dx, dw if need_dw else None
 
 
 class CPUBackend(KernelBackend):
@@ -376,8 +387,7 @@ class CPUBackend(KernelBackend):
             return super().backward(dy, x, wp, layout, need_dx, need_dw)
         with _threads_for_load():
             if self._by_rows(layout, dy.shape[0]):
-                return (_dds_rows(dy, wp, layout) if need_dx else None,
-                        _sdd_t_rows(dy, x, layout) if need_dw else None)
+                return _backward_rows(dy, x, wp, layout, need_dx, need_dw)
             return self._backward_runs(dy, x, wp, layout, need_dx, need_dw)
 
     def _backward_runs(self, dy, x, wp, layout, need_dx, need_dw):
@@ -402,14 +412,14 @@ class CPUBackend(KernelBackend):
         if self.strategy == "bmm":
             return self._dds_bmm(dy, wp, layout)
         if self._by_rows(layout, dy.shape[0]):
-            return _dds_rows(dy, wp, layout)
+            return _backward_rows(dy, None, wp, layout, True, False)[0]
         return self._backward_runs(dy, None, wp, layout, True, False)[0]
 
     def sdd_t(self, dy: Tensor, x: Tensor, layout: BlockSparseLayout) -> Tensor:
         if self.strategy == "bmm":
             return self._sdd_t_bmm(dy, x, layout)
         if self._by_rows(layout, x.shape[0]):
-            return _sdd_t_rows(dy, x, layout)
+            return _backward_rows(dy, x, None, layout, False, True)[1]
         T = layout.tile
         return self._backward_runs(dy, x, x.new_empty(layout.nnz, T, T), layout, False, True)[1]
 
