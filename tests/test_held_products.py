@@ -306,3 +306,11 @@ def test_tiled_held_split_with_masks_frozen_values_and_tied_blocks_equals_the_lo
         assert out < 1e-12 and grads < 1e-10, (steps, out, grads)
     out, grads = _tensor_call_gaps(m, state[0], 3)
     assert out < 1e-12 and grads < 1e-10, (out, grads)
+    # the gathered mask and frozen values follow in-place edits and replaced tensors
+    mat = m.store.matrix
+    with torch.no_grad():
+        mat.frozen.mul_(-0.5)
+    mat.tmask = mat.tmask & (torch.rand(mat.tmask.shape, generator=g) < 0.8)
+    for steps in (2, 3):
+        out, grads = _relative_gaps(m, state, steps)
+        assert out < 1e-12 and grads < 1e-10, ("after edits", steps, out, grads)

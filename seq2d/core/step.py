@@ -100,11 +100,14 @@ class Step:
         A row may be left out only when leaving it out changes nothing but its own value: all its
         blocks are linear (the store) or identity blocks and its activation is a known
         elementwise one (a module block or another activation may hold state or draw random
-        numbers). Memoised; usually every step but the last few is ``upd`` itself."""
+        numbers). Usually every step but the last few is ``upd`` itself; the last ones are
+        memoised."""
         memo = self.__dict__.setdefault("_demand", {})
         key = (upd, steps, read)
         hit = memo.get(key)
         if hit is None:
+            if len(memo) > 64:  # calls with many different step counts: keep the memo small
+                memo.clear()
             full = set(upd)
             fixed = {i for i in upd if elementwise_key(self.acts[i]) is None
                      or any(self.kinds[(i, j)] not in ("linear", "identity") for j in self.rows.get(i, ()))}
@@ -115,8 +118,8 @@ class Step:
                     break
                 tail.append(rows)
                 need = {j for i in rows for j in self.rows.get(i, ())} | (need - full)
-            hit = memo[key] = [upd] * (steps - len(tail)) + tail[::-1]
-        return hit
+            hit = memo[key] = (steps - len(tail), tail[::-1])
+        return [upd] * hit[0] + hit[1]
 
     def run(self, x: Segments, present: frozenset, schedule, context: dict, cache: dict | None) -> frozenset:
         """The updates of ``schedule`` (an iterable of slot tuples: the plan's levels, or the

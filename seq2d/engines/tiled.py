@@ -262,12 +262,12 @@ class TiledStore(Engine):
                 out.append([None] * len(parts))
                 continue
             memo = self.__dict__.setdefault("_part_mask", {})
-            k = (name, key, id(t), t._version, d.dtype, d.device)
-            if k not in memo:
+            k = (name, key, d.dtype, d.device)
+            hit = memo.get(k)
+            if hit is None or hit[0] is not t or hit[1] != t._version:  # the tensor itself is kept: its id stays its own
                 src = m._float_tmask(d) if name == "tmask" else t.to(d.dtype)
-                memo.clear() if len(memo) > 16 else None
-                memo[k] = [src.index_select(0, self._on(p, d.device)) for p in parts]
-            out.append(memo[k])
+                hit = memo[k] = (t, t._version, [src.index_select(0, self._on(p, d.device)) for p in parts])
+            out.append(hit[2])
         return [v for pair in zip(*out) for v in pair]
 
     def _on(self, idx: Tensor, device) -> Tensor:

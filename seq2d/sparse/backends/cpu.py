@@ -86,11 +86,13 @@ def _threads_for_load():
 # When the ``runs`` strategy computes row by row over gathered tiles instead (as ``gather``):
 # runs of at most this many stored tiles on average, and at most this many gathered values
 # (batch x stored tiles x T) per op. Measured with `python benchmarks/tile_paths.py --repeats 9
-# --rounds 3` (2026-11-25, AMD EPYC AVX512, 1 thread, float32, tile 64, load average 6-7 from
-# other jobs; forward + backward, rows / runs time): the random-tile MNIST model's two layouts at
-# batch 64, 1.9 tiles per run: 0.61 (held input, 1.3M values) and 0.89 (the rest, 0.5M); N=4096,
-# batch 256: 0.86 at density 0.1 (1.15 tiles per run, 7.0M values), 1.03 at 0.25 (16.5M), 1.14
-# at 0.5 (32.8M: the gathered copies and the dX scatter leave the cache), 1.57 with runs of 8.
+# --rounds 3` (2026-11-25, AMD EPYC, 1 thread, float32, tile 64, load average 3.0 from other
+# jobs; benchmarks/results/tile_paths-cpu-2026-11-25.json, -avx2-: with torch's AVX2 kernels),
+# forward + backward, rows / runs time, AVX512 (AVX2): the random-tile MNIST model's two layouts
+# at batch 64, 1.9 tiles per run: 0.62 (0.65) for the held input's, 1.3M values, and 0.79 (0.80)
+# for the rest, 0.5M; N=4096, batch 256: 0.89 (0.87) at density 0.1 (1.15 tiles per run, 7.0M
+# values), 1.14 (1.15) at 0.25 (16.5M), 1.24 (1.32) at 0.5 (32.8M: the gathered copies and the
+# dX scatter leave the cache), 1.68 (1.85) with runs of 8 tiles.
 ROWS_MAX_TILES_PER_RUN = 2.0
 ROWS_MAX_VALUES = 4 * 1024 * 1024
 
