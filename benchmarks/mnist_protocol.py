@@ -12,9 +12,11 @@ the median step (the first 5 steps of a round dropped), measured by an ``on_step
 Variants (the same code, two switches):
 
 - ``before``: ``optimizer_impl = "loop"`` (torch's per-tensor Adam, seq2d's default before it
-  had the field) and ``use_held_products = False`` (every step multiplies every column);
-- ``after``: the defaults (torch's fused Adam; the input slot's product once per forward and
-  no product on the first step's still-empty slots).
+  had the field), ``use_held_products = False`` (every step multiplies every column) and
+  ``use_output_demand = False`` (every step computes every row);
+- ``after``: the defaults (torch's fused Adam; the input slot's product once per forward, no
+  product on the first step's still-empty slots, and on the tiled store a last step that
+  computes only the output slot's rows).
 
 The projection: ``5 seeds x sum over models (93,800 steps x s/step + 100 evaluations x
 s/evaluation)`` (100 epochs of ceil(60,000 / 64) = 938 steps), on one core, and divided by
@@ -45,8 +47,8 @@ from seq2d.train.config import TrainConfig
 from seq2d.train.datasets import load_data
 
 VARIANTS = {
-    "before": {"optimizer_impl": "loop", "held": False},
-    "after": {"optimizer_impl": "fused", "held": True},
+    "before": {"optimizer_impl": "loop", "held": False, "demand": False},
+    "after": {"optimizer_impl": "fused", "held": True, "demand": True},
 }
 TARGETS = {"random-element": 4.0, "random-tile": 2.5}  # step time / the MLP's step time (issue 19)
 HOURS_TARGET = 6.0  # the full protocol on 2 cores (issue 19)
@@ -89,6 +91,7 @@ def measure(models, variants, *, data: str, steps: int, rounds: int, image_size:
                     model = build_model(cfg)
                     core = core_of(model, "the benchmark expects")
                     core.use_held_products = VARIANTS[v]["held"]
+                    core.use_output_demand = VARIANTS[v]["demand"]
                     timer = _StepTimes()
                     trainer = Trainer(cfg, model, loaded, callbacks=[timer])
                     trainer.fit(overwrite=True)

@@ -147,18 +147,127 @@ def test_the_tiled_paper_model_multiplies_each_input_tile_once(monkeypatch):
 
     monkeypatch.setattr(tiled, "bsmm", counting)
     sizes = [64, 32, 32, 16, 16]
-    m = seq2d.randomize(seq2d.mlp(sizes), granularity="tile", seed=0, tile=16)
+    m = seq2d.randomize(seq2d.mlp(sizes), granularity="tile", seed=3, tile=16)
     core = core_of(m)
     L = core.store.matrix._layout
     T, toff = L.tile, core.store.matrix.toff
     n_in = int((L.col < toff[1]).sum())  # stored tiles in the input slot's tile-columns
     assert 0 < n_in < L.nnz
+    # the tensor call reads the output slot alone: its last steps compute only the rows it
+    # depends on (Step.demand_schedule; this draw: all rows, all rows, 3 of 4, the output), each
+    # step its rows' stored tiles outside the input's columns (see the output-demand tests below)
+    sched = core._step().demand_schedule(core._all_rows_t, 4, core.outputs)
+    assert [len(r) for r in sched] == [4, 4, 3, 1]
+
+    def rest_tiles(rows):
+        in_rows = torch.zeros(L.Mt, dtype=torch.bool)
+        for i in rows:
+            in_rows[toff[i]:toff[i + 1]] = True
+        return int((in_rows[L.row] & (L.col >= toff[1])).sum())
+
+    m(torch.randn(8, sizes[0]))
+    assert calls == [n_in] + [rest_tiles(r) for r in sched[1:]]
+    calls.clear()
+    core.use_output_demand = False
     m(torch.randn(8, sizes[0]))
     assert calls == [n_in] + [L.nnz - n_in] * 3
     calls.clear()
     core.use_held_products = False
     m(torch.randn(8, sizes[0]))
     assert calls == [L.nnz] * 4
+
+
+# ---------------------------------------------------------------- output demand (the tensor call)
+def _tensor_call_gaps(core, x, steps) -> tuple[float, float]:
+    """The tensor call (outputs only) against the docstring loop's output slots: the largest
+    relative differences of the outputs and of every parameter's gradient."""
+    ours = core(x, steps)
+    state = core.split_inputs(x)
+    ref_state = reference_forward(core, state, steps)
+    like = next(t for t in ref_state if t is not None)
+    ref = torch.cat([ref_state[o] if ref_state[o] is not None else like.new_zeros(*like.shape[:-1], core.sizes[o])
+                     for o in core.outputs], dim=-1)
+    w = torch.randn_like(ours)
+
+    def gap(a, b):
+        return float((a - b).abs().max() / (b.abs().max() + 1e-300)) if a.numel() else 0.0
+
+    grads = 0.0
+    for ga, gb in zip(_grads(core, (ours * w).sum()), _grads(core, (ref * w).sum())):
+        ga = torch.zeros(()) if ga is None else ga
+        gb = torch.zeros_like(ga) if gb is None else gb
+        grads = max(grads, gap(ga, gb) if gb.abs().max() > 0 else float(ga.abs().max()))
+    return gap(ours, ref), grads
+
+
+@pytest.mark.parametrize("outputs", [None, [4], [3, 6], [5]])
+@pytest.mark.parametrize("density", [0.2, 0.5])
+def test_tensor_call_on_the_tiled_store_equals_the_loop(outputs, density):
+    """The tiled store's tensor call leaves out, in its last steps, the rows the outputs do not
+    read (Step.demand_schedule): equal to the loop's outputs in float64, with every gradient,
+    for 1 to 5 steps; the schedule really leaves rows out for some of them."""
+    m = _held_model(density=density, outputs=outputs).to_blocksparse(16)
+    x = torch.randn(3, sum(m.sizes[i] for i in m.inputs), dtype=D)
+    pruned = 0
+    for steps in (1, 2, 3, 5):
+        out, grads = _tensor_call_gaps(m, x, steps)
+        assert out < 1e-12 and grads < 1e-10, (steps, out, grads)
+        sched = m._step().demand_schedule(m._all_rows_t, steps, m.outputs)
+        assert len(sched) == steps and sched[-1] == tuple(i for i in m._all_rows_t if i in m.outputs)
+        pruned += sum(len(m._all_rows_t) - len(r) for r in sched)
+    assert pruned > 0
+
+
+def test_the_tiled_paper_model_tensor_call_equals_the_loop():
+    sizes = [64, 32, 32, 16, 16]
+    for granularity_seed in range(3):
+        m = seq2d.randomize(seq2d.mlp(sizes), granularity="tile", seed=granularity_seed, tile=16).to(D)
+        out, grads = _tensor_call_gaps(m, torch.randn(5, sizes[0], dtype=D), 4)
+        assert out < 1e-12 and grads < 1e-10, (granularity_seed, out, grads)
+
+
+def test_output_demand_keeps_rows_with_module_blocks_or_other_activations():
+    """A row with a module block (it may hold state or draw random numbers) or an activation that
+    is not a known elementwise one is computed at every step, whatever the outputs read."""
+    calls = []
+
+    class Counting(torch.nn.Module):
+        def __init__(self, n_in, n_out):
+            super().__init__()
+            self.lin = torch.nn.Linear(n_in, n_out, dtype=D)
+
+        def forward(self, x):
+            calls.append(1)
+            return torch.tanh(self.lin(x))
+
+    base = _held_model(held=(0,), outputs=[6])
+    upd = base._all_rows_t
+    plain = base.to_blocksparse(16)._step().demand_schedule(upd, 3, (6,))
+    assert plain[-1] == (6,) and 3 not in plain[-1] and 5 not in plain[-1]
+    base = _held_model(held=(0,), outputs=[6])
+    grid = {(i, j): blk for i, j, _, blk in base.positions()}
+    grid[(5, 0)] = Counting(base.sizes[0], base.sizes[5])
+    acts = ["identity"] + ["tanh"] * (base.n - 1)
+    acts[3] = "layernorm"
+    m = seq2d.Sequential2D(base.sizes, grid, activations=acts, inputs=[0], outputs=[6], steps=3, dtype=D)
+    m.to_blocksparse(16)
+    for sched in (m._step().demand_schedule(upd, 3, (6,)), m._step().demand_schedule(upd, 1, (6,))):
+        assert all(3 in r and 5 in r for r in sched) and 4 not in sched[-1], sched
+    m(torch.randn(2, m.sizes[0], dtype=D), 3)
+    assert len(calls) == 3
+    out, grads = _tensor_call_gaps(m, torch.randn(2, m.sizes[0], dtype=D), 3)
+    assert out < 1e-12 and grads < 1e-10, (out, grads)
+
+
+def test_output_demand_off_switch_and_the_dense_store_compute_every_row():
+    m = _held_model(outputs=[5])
+    assert not m.store.partial_rows  # the dense store: a box costs all its rows anyway
+    x = torch.randn(3, sum(m.sizes[i] for i in m.inputs), dtype=D)
+    t = m.to_blocksparse(16)
+    a = t(x, 3)
+    t.use_output_demand = False
+    b = t(x, 3)
+    torch.testing.assert_close(a, b, **ulps(D))
 
 
 def test_autograd_nodes_of_an_iterated_call_stay_constant_in_the_slots():
@@ -169,3 +278,39 @@ def test_autograd_nodes_of_an_iterated_call_stay_constant_in_the_slots():
         out = m(state, 3)
         counts[n] = autograd_nodes(*[t for t in out if t is not None and t.requires_grad][:1])
     assert len(set(counts.values())) == 1, counts
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_tiled_held_split_with_masks_frozen_values_and_tied_blocks_equals_the_loop(tied):
+    """The tiled store's held/rest split gathers both parts from the data with the mask and the
+    frozen values applied (one Function, seq2d/engines/tiled.py ``_MaskedSplit``); with tied
+    blocks it takes the per-position tiles instead. Both against the loop, float64, every
+    gradient, list and tensor calls."""
+    g = torch.Generator().manual_seed(5)
+    sizes = [20, 12, 18, 12]
+    grid = {}
+    shared = seq2d.LinearBlock(sizes[1], sizes[1], mask=torch.rand(12, 12, generator=g) < 0.6, dtype=D)
+    for i, j in [(1, 0), (1, 1), (2, 0), (2, 1), (2, 2), (3, 2), (3, 0)]:
+        fr = torch.randn(sizes[i], sizes[j], generator=g, dtype=D) * (torch.rand(sizes[i], sizes[j], generator=g) < 0.2)
+        grid[(i, j)] = seq2d.LinearBlock(sizes[j], sizes[i], mask=torch.rand(sizes[i], sizes[j], generator=g) < 0.7,
+                                         frozen=fr, dtype=D)
+    if tied:
+        grid[(1, 1)] = grid[(3, 1)] = shared  # one weight at two positions
+    m = seq2d.Sequential2D(sizes, grid, activations="tanh", bias=True, inputs=[0], steps=3, dtype=D)
+    m.to_blocksparse(16)
+    assert m.store.matrix.frozen is not None and m.store.matrix.tmask is not None
+    assert m.store.matrix.position_is_data == (not tied)
+    state = [torch.randn(4, sizes[0], dtype=D), None, None, None]
+    for steps in (1, 2, 3):
+        out, grads = _relative_gaps(m, state, steps)
+        assert out < 1e-12 and grads < 1e-10, (steps, out, grads)
+    out, grads = _tensor_call_gaps(m, state[0], 3)
+    assert out < 1e-12 and grads < 1e-10, (out, grads)
+    # the gathered mask and frozen values follow in-place edits and replaced tensors
+    mat = m.store.matrix
+    with torch.no_grad():
+        mat.frozen.mul_(-0.5)
+    mat.tmask = mat.tmask & (torch.rand(mat.tmask.shape, generator=g) < 0.8)
+    for steps in (2, 3):
+        out, grads = _relative_gaps(m, state, steps)
+        assert out < 1e-12 and grads < 1e-10, ("after edits", steps, out, grads)

@@ -85,6 +85,42 @@ def test_kernel_matches_reference(kernel, dtype, density, tile, Mt, Kt, B):
     torch.testing.assert_close(wp.grad, L.from_dense(w_dense.grad), rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("rows", [False, True], ids=["runs", "rows"])
+@pytest.mark.parametrize("density", [0.3, 0.5, 1.0])
+def test_cpu_kernel_runs_and_rows_paths_match_reference(monkeypatch, rows, density):
+    """The ``cpu`` kernel computes a layout of short runs row by row over gathered tiles when
+    the copies are small (ROWS_MAX_VALUES): both paths against the dense reference (float64,
+    output and both gradients) and gradcheck, forced each way; long runs never take the rows path."""
+    from seq2d.sparse.backends import cpu, get_kernel
+
+    monkeypatch.setattr(cpu, "ROWS_MAX_VALUES", 1 << 40 if rows else 0)
+    kernel = get_kernel("cpu")
+    T, Mt, Kt, B = 16, 6, 9, 5
+    L = rand_layout(T, Mt, Kt, density, seed=8)
+    assert kernel._by_rows(L, B) == (rows and density < 1.0)  # a full layout is one run per row
+    wp = torch.randn(L.nnz, T, T, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(B, Kt * T, dtype=torch.float64, requires_grad=True)
+    w_dense = L.to_dense(wp.detach()).requires_grad_(True)
+    x_ref = x.detach().clone().requires_grad_(True)
+    y = bsmm(x, wp, L, kernel=kernel)
+    y_ref = x_ref @ w_dense.T
+    torch.testing.assert_close(y, y_ref, rtol=1e-10, atol=1e-10)
+    g = torch.randn_like(y)
+    y.backward(g)
+    y_ref.backward(g)
+    torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(wp.grad, L.from_dense(w_dense.grad), rtol=1e-10, atol=1e-10)
+    # each op on its own (the trainer's backward fuses them; dds / sdd_t are public too)
+    dy = torch.randn(B, Mt * T, dtype=torch.float64)
+    torch.testing.assert_close(kernel.dds(dy, wp.detach(), L), dy @ w_dense.detach(), rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(kernel.sdd_t(dy, x.detach(), L), L.from_dense(dy.T @ x.detach()), rtol=1e-10, atol=1e-10)
+    small = rand_layout(T, 2, 3, density, seed=3)
+    if small.nnz:
+        xs = torch.randn(3, 3 * T, dtype=torch.float64, requires_grad=True)
+        ws = torch.randn(small.nnz, T, T, dtype=torch.float64, requires_grad=True)
+        assert torch.autograd.gradcheck(lambda a, w: bsmm(a, w, small, kernel=kernel), (xs, ws))
+
+
 @pytest.mark.parametrize("kernel", CPU_KERNELS)
 def test_empty_rows_and_columns(kernel):
     L = BlockSparseLayout(16, (4, 4), row=[1, 1, 3], col=[0, 2, 2])  # rows 0, 2 and column 1, 3 empty

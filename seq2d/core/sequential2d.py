@@ -86,7 +86,9 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
     (the fixed point the iteration reaches; ``use_plan = False`` turns this off); when it
     iterates, the product with the slots no step of the call writes (the held inputs) is
     computed once per call, and a step whose other columns are all still absent multiplies
-    nothing (``use_held_products = False`` turns this off).
+    nothing (``use_held_products = False`` turns this off); on a store whose products cost only
+    the rows asked for (the tiled one), the tensor call's last steps leave out the rows its
+    outputs never read (``use_output_demand = False`` turns this off).
 
     Calling conventions:
         * ``model(state_list, steps=None, **ctx)`` returns the new state list.
@@ -171,6 +173,7 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         self._level_rows = None if self._levels is None else [tuple(sorted(level)) for level in self._levels]
         self.use_plan = True  # evaluate acyclic models level by level (see forward)
         self.use_held_products = True  # products with slots a call never writes: once per call (see forward)
+        self.use_output_demand = True  # the tensor call's last steps skip rows its outputs never read (_iterate)
         if steps is None:
             steps = self.depth
         self.steps = None if steps is None else check_steps(steps)
@@ -437,9 +440,13 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
                                                    self.slot_bias, store)
         return step
 
-    def _iterate(self, x, present: frozenset, steps: int, hold, context) -> tuple[Segments, frozenset, frozenset]:
+    def _iterate(self, x, present: frozenset, steps: int, hold, context,
+                 read: tuple[int, ...] | None = None) -> tuple[Segments, frozenset, frozenset]:
         """``steps`` updates on the flat state (a tensor or Segments; the plan when it applies).
-        Returns the new state, the present slots and the slots that were updated."""
+        Returns the new state, the present slots and the slots that were updated. ``read``: the
+        only slots the caller reads afterwards (None: all); with a store whose products cost only
+        the rows asked for, the last steps then leave out the rows those slots do not depend on
+        (:meth:`seq2d.core.step.Step.demand_schedule`; the other slots' values are then stale)."""
         x = x if isinstance(x, Segments) else Segments(x)
         if steps == 0:
             return x, present, frozenset()
@@ -464,6 +471,8 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
                 if const:
                     cache["const"] = const
             schedule, touched = repeat(upd, steps), frozenset(upd)
+            if read is not None and self.store is not None and self.store.partial_rows and getattr(self, "use_output_demand", True):
+                schedule = self._step().demand_schedule(upd, steps, read)
         present = self._step().run(x, present, schedule, context, cache)
         return x, present, touched
 
@@ -549,5 +558,5 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         if far is not None and (far[1] is None or steps < far[1]):
             warn_steps(self, steps)  # the output cannot depend on x (warned once per model)
         flat, present = self._segments(state)
-        flat, present, _ = self._iterate(flat, present, steps, hold, context)
+        flat, present, _ = self._iterate(flat, present, steps, hold, context, read=self.outputs)
         return self._read_outputs(flat, present)

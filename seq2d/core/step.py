@@ -90,6 +90,37 @@ class Step:
             plan = self.plans[key] = build_plan(self, upd, present)
         return plan
 
+    def demand_schedule(self, upd: tuple[int, ...], steps: int, read: tuple[int, ...]) -> list[tuple[int, ...]]:
+        """The rows each of ``steps`` Jacobi updates of ``upd`` computes when only the slots
+        ``read`` are read after the last one: going back from the last step, a step computes the
+        rows a later step (or the final read) reads, and every row it may not leave out; the
+        others keep a stale value that nothing reads. Equal results for ``read`` (proof: the
+        docstring loop, with every omitted value never read; tested in tests/test_held_products.py).
+
+        A row may be left out only when leaving it out changes nothing but its own value: all its
+        blocks are linear (the store) or identity blocks and its activation is a known
+        elementwise one (a module block or another activation may hold state or draw random
+        numbers). Usually every step but the last few is ``upd`` itself; the last ones are
+        memoised."""
+        memo = self.__dict__.setdefault("_demand", {})
+        key = (upd, steps, read)
+        hit = memo.get(key)
+        if hit is None:
+            if len(memo) > 64:  # calls with many different step counts: keep the memo small
+                memo.clear()
+            full = set(upd)
+            fixed = {i for i in upd if elementwise_key(self.acts[i]) is None
+                     or any(self.kinds[(i, j)] not in ("linear", "identity") for j in self.rows.get(i, ()))}
+            need, tail = set(read), []
+            while len(tail) < steps:
+                rows = tuple(i for i in upd if i in need or i in fixed)
+                if set(rows) == full:
+                    break
+                tail.append(rows)
+                need = {j for i in rows for j in self.rows.get(i, ())} | (need - full)
+            hit = memo[key] = (steps - len(tail), tail[::-1])
+        return [upd] * hit[0] + hit[1]
+
     def run(self, x: Segments, present: frozenset, schedule, context: dict, cache: dict | None) -> frozenset:
         """The updates of ``schedule`` (an iterable of slot tuples: the plan's levels, or the
         updated rows once per step) one after the other on ``x``; returns the present slots."""

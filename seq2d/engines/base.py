@@ -61,6 +61,10 @@ class Engine(nn.Module):
     #: the weights are the tiles of a ``seq2d.sparse.BlockSparseLinear``, held as the
     #: submodule ``matrix`` (declared by such stores only: a class attribute would hide it)
     block_sparse = False
+    #: a product over some of a box's rows costs only those rows (``boxes_for`` gives exactly
+    #: them), so a step that needs fewer rows is cheaper (``Sequential2D``'s tensor call then
+    #: leaves out, in its last steps, the rows its outputs do not depend on)
+    partial_rows = False
 
     def __init__(self, sizes: Sequence[int]):
         super().__init__()

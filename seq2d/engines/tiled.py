@@ -34,6 +34,7 @@ class TiledStore(Engine):
     label = "tiled (block-sparse)"
     output_writable = True  # the kernels save their inputs, not their output
     block_sparse = True
+    partial_rows = True  # boxes_for gives exactly the updated rows' tile-rows
 
     def __init__(self, matrix: BlockSparseLinear, box_rows: Sequence[Sequence[int]] | None = None):
         super().__init__(matrix.sizes)
@@ -128,30 +129,37 @@ class TiledStore(Engine):
         other tiles only, and not at all while none of their columns is ``present``."""
         if bias is not None:
             raise InvalidValue("the tiled store adds biases after the product; got a bias to fuse")
-        x = x.read(0, self.offsets[-1])
         out = {}
-        if cache is not None and "tiles" in cache:
-            wp = cache["tiles"]
-        else:
-            wp = self.matrix.position_tiles()
-            if cache is not None:
-                cache["tiles"] = wp  # the masked tiles are formed once per forward, not per step
         const = cache.get("const") if cache is not None else None
         for key in boxes:
             split = self._held_split(key, const) if const is not None else None
             if split is not None:
-                out[key] = self._held_product(x, key, split, wp, cache, present)
+                out[key] = self._held_product(x, key, split, cache, present)
                 continue
+            xf = x.read(0, self.offsets[-1])
             L, idx = self._layout_for(key)
+            wp = self._position_tiles(cache)
             w = wp if idx is None else wp.index_select(0, idx)
-            kernel = resolve_kernel(self.matrix.kernel, x.device, x.dtype, L.density)
-            out[key] = bsmm(x, w, L, kernel)
+            kernel = resolve_kernel(self.matrix.kernel, xf.device, xf.dtype, L.density)
+            out[key] = bsmm(xf, w, L, kernel)
         return out
+
+    def _position_tiles(self, cache: dict | None) -> Tensor:
+        """The masked per-position tiles, formed once per forward (not per step)."""
+        if cache is not None and "tiles" in cache:
+            return cache["tiles"]
+        wp = self.matrix.position_tiles()
+        if cache is not None:
+            cache["tiles"] = wp
+        return wp
 
     def _held_split(self, key: tuple[int, ...], const: frozenset):
         """The positions of ``key``'s sub-layout split by tile-column: those in the slots
-        ``const`` and the rest, each as (layout, positions in the full layout's tiles), plus the
-        slots the rest reads; None when no stored tile reads a held slot (static, memoised)."""
+        ``const`` and the rest, each as (layout, positions in the full layout's tiles, the flat
+        range of columns it reads), plus the slots the rest reads; None when no stored tile reads
+        a held slot (static, memoised). Each layout spans only its part's tile-columns, from the
+        first to the last it reads (the product reads that slice of the state: no gradient is
+        zero-filled and carried back over the other columns)."""
         memo = self.__dict__.setdefault("_held_splits", {})
         mkey = (key, const)
         if mkey not in memo:
@@ -171,10 +179,11 @@ class TiledStore(Engine):
                     parts.append(None)
                     continue
                 Mt = int((rmap >= 0).sum())
-                L = BlockSparseLayout(self.tile, (Mt, full.Kt), rmap[row[idx]], col[idx],
+                lo, hi = int(col[idx].min()), int(col[idx].max()) + 1
+                L = BlockSparseLayout(self.tile, (Mt, hi - lo), rmap[row[idx]], col[idx] - lo,
                                       full.data_index.cpu()[idx], full.n_data)
                 # the layout sorts its positions: gather the tiles in its order
-                parts.append((L, idx[L.order]))
+                parts.append((L, idx[L.order], (lo * self.tile, hi * self.tile)))
             if parts[0] is None:
                 memo[mkey] = None
             else:
@@ -182,42 +191,86 @@ class TiledStore(Engine):
                 memo[mkey] = (parts[0], parts[1], rest_slots)
         return memo[mkey]
 
-    def _held_product(self, x: Tensor, key, split, wp: Tensor, cache: dict, present: frozenset | None) -> Tensor:
+    def _held_product(self, x: Tensor, key, split, cache: dict, present: frozenset | None) -> Tensor:
         """One step's product of ``key``'s rows with the held tiles' part computed once per call."""
         held = cache.setdefault("held", {})
         h = held.get(key)
-        (Lh, ih), rest, rest_slots = split
-        dev = x.device
+        (Lh, ih, span), rest, rest_slots = split
+        dev = self.device
         if h is None:
-            kernel = resolve_kernel(self.matrix.kernel, dev, x.dtype, Lh.density)
-            n_held = ih.numel()
-            if rest is not None and n_held + rest[1].numel() == wp.shape[0]:
-                # every position is held or rest: one permutation (a gather both ways, no
-                # zero-filled scatter in the backward), then two views
-                perm, inv = self._permutation(key, id(split), ih, rest[1], dev)
-                w_held, w_rest = _Permute.apply(wp, perm, inv).split([n_held, wp.shape[0] - n_held])
+            h = self._held_of_subset(key, held, rest, cache["const"])
+            if h is not None:
+                held[key] = h
+        if h is None:
+            xh = x.read(*span)
+            kernel = resolve_kernel(self.matrix.kernel, dev, xh.dtype, Lh.density)
+            m = self.matrix
+            if rest is not None and ih.numel() + rest[1].numel() == m.nnz_tiles and m.position_is_data:
+                # every position is held or rest, each its own data tile: both parts gathered from
+                # the data with the mask applied on the way, and one scatter back in the backward
+                mask = m._float_tmask(m.data) if m.tmask is not None else None
+                w_held, w_rest = _MaskedSplit.apply(m.data, self._on(ih, dev), self._on(rest[1], dev), mask,
+                                                    *self._part_masks(key, ih, rest[1]))
             else:
+                wp = self._position_tiles(cache)
                 w_held = wp.index_select(0, self._on(ih, dev))
                 w_rest = None if rest is None else wp.index_select(0, self._on(rest[1], dev))
-            y_held = bsmm(x, w_held, Lh, kernel)
+            y_held = bsmm(xh, w_held, Lh, kernel)
             h = held[key] = (w_rest, y_held)
         w_rest, y_held = h
         if rest is None or (present is not None and present.isdisjoint(rest_slots)):
             return y_held  # every column the rest reads is zero
-        Lr = rest[0]
-        kernel = resolve_kernel(self.matrix.kernel, dev, x.dtype, Lr.density)
-        return y_held + bsmm(x, w_rest, Lr, kernel)
+        Lr, _, span = rest
+        kernel = resolve_kernel(self.matrix.kernel, dev, y_held.dtype, Lr.density)
+        return y_held + bsmm(x.read(*span), w_rest, Lr, kernel)
 
-    def _permutation(self, key, tag, first: Tensor, second: Tensor, device) -> tuple[Tensor, Tensor]:
-        """``cat(first, second)`` and its inverse, on ``device`` (memoised per split)."""
-        memo = self.__dict__.setdefault("_perms", {})
-        k = (key, tag, device)
-        if k not in memo:
-            perm = torch.cat([first, second])
-            inv = torch.empty_like(perm)
-            inv[perm] = torch.arange(perm.numel())
-            memo[k] = (perm.to(device), inv.to(device))
-        return memo[k]
+    def _held_of_subset(self, key: tuple[int, ...], held: dict, rest, const: frozenset) -> tuple | None:
+        """``(w_rest, y_held)`` of ``key`` taken from those of a call's larger row set (a step of
+        the tensor call's last ones, which compute fewer rows: :meth:`Sequential2D._iterate`):
+        its rows of ``y_held`` and its rest tiles among the larger set's rest tiles; no product.
+        None when no cached row set holds ``key``'s rows."""
+        big = next((k for k in held if set(key) < set(k)), None)
+        if big is None:
+            return None
+        w_rest_big, y_big = held[big]
+        memo = self.__dict__.setdefault("_subset_idx", {})
+        mkey = (key, big, const, y_big.device)
+        if mkey not in memo:
+            _, start_big = self._compact(big)
+            cols = torch.cat([torch.arange(start_big[i], start_big[i] + (self.offsets[i + 1] - self.offsets[i]))
+                              for i in key])
+            contiguous = bool(torch.equal(cols, torch.arange(int(cols[0]), int(cols[0]) + cols.numel())))
+            tiles = None
+            if rest is not None:  # key's rest positions (full layout) -> their places among big's rest tiles
+                big_split = self._held_split(big, const)
+                where = torch.full((self.matrix._layout.nnz,), -1, dtype=torch.long)
+                where[big_split[1][1]] = torch.arange(big_split[1][1].numel())
+                tiles = where[rest[1]].to(y_big.device)
+            memo[mkey] = ((int(cols[0]), cols.numel()) if contiguous else cols.to(y_big.device), tiles)
+        cols, tiles = memo[mkey]
+        y = y_big.narrow(-1, *cols) if isinstance(cols, tuple) else y_big.index_select(-1, cols)
+        w_rest = None if tiles is None else w_rest_big.index_select(0, tiles)
+        return w_rest, y
+
+    def _part_masks(self, key, *parts: Tensor) -> list:
+        """The float tile mask and the frozen values at each part's positions (None where the
+        matrix has none), kept until the mask or the frozen values change (their version counters
+        move on in-place edits; assignment replaces the tensor)."""
+        m = self.matrix
+        d = m.data
+        out = []
+        for name, t in (("tmask", m.tmask), ("frozen", m.frozen)):
+            if t is None:
+                out.append([None] * len(parts))
+                continue
+            memo = self.__dict__.setdefault("_part_mask", {})
+            k = (name, key, d.dtype, d.device)
+            hit = memo.get(k)
+            if hit is None or hit[0] is not t or hit[1] != t._version:  # the tensor itself is kept: its id stays its own
+                src = m._float_tmask(d) if name == "tmask" else t.to(d.dtype)
+                hit = memo[k] = (t, t._version, [src.index_select(0, self._on(p, d.device)) for p in parts])
+            out.append(hit[2])
+        return [v for pair in zip(*out) for v in pair]
 
     def _on(self, idx: Tensor, device) -> Tensor:
         """A CPU index tensor on ``device`` (one copy per device, kept)."""
@@ -242,19 +295,41 @@ class TiledStore(Engine):
         return W
 
 
-class _Permute(torch.autograd.Function):
-    """``t[perm]`` along dim 0 for a permutation ``perm`` (inverse ``inv``): the backward is
-    the gather ``grad[inv]``, where ``index_select``'s would zero-fill and scatter."""
+class _MaskedSplit(torch.autograd.Function):
+    """``(frozen + data * tmask)[a], (frozen + data * tmask)[b]`` for index tensors ``a`` and
+    ``b`` that together cover every data tile once (``mask`` the float tile mask, and the mask
+    and frozen values already gathered: ``ma, fa, mb, fb``; each None when absent). Two gathers with the mask applied in
+    place, where ``effective_data`` then two ``index_select`` would form the whole masked matrix
+    first; the backward writes both parts' gradients into one tensor (no zero fill, no
+    ``cat``) and masks it in place."""
 
     @staticmethod
-    def forward(ctx, t: Tensor, perm: Tensor, inv: Tensor) -> Tensor:
-        ctx.save_for_backward(inv)
-        return t.index_select(0, perm)
+    def forward(ctx, data: Tensor, a: Tensor, b: Tensor, mask, ma, fa, mb, fb):
+        parts = []
+        for idx, m, frozen in ((a, ma, fa), (b, mb, fb)):
+            w = data.index_select(0, idx)
+            if m is not None:
+                w.mul_(m)
+            if frozen is not None:
+                w.add_(frozen)
+            parts.append(w)
+        ctx.save_for_backward(a, b, mask)
+        ctx.n = data.shape[0]
+        return tuple(parts)
 
     @staticmethod
-    def backward(ctx, g: Tensor):
-        (inv,) = ctx.saved_tensors
-        return g.index_select(0, inv), None, None
+    def backward(ctx, ga: Tensor | None, gb: Tensor | None):
+        a, b, mask = ctx.saved_tensors
+        like = ga if ga is not None else gb
+        g = like.new_empty((ctx.n,) + tuple(like.shape[1:]))
+        for idx, gp in ((a, ga), (b, gb)):
+            if gp is None:
+                g.index_fill_(0, idx, 0)
+            else:
+                g.index_copy_(0, idx, gp)
+        if mask is not None:
+            g.mul_(mask)
+        return g, None, None, None, None, None, None, None
 
 
 class TiledBlock(LinearLike):

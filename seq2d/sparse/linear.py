@@ -193,14 +193,20 @@ class BlockSparseLinear(nn.Module):
             hit = self.__dict__["_tmask_f"] = (key, m.to(d.dtype))
         return hit[1]
 
-    def position_tiles(self) -> Tensor:
-        """Per-position tiles ``wp`` (P, T, T); a copy only when weights are tied."""
-        d = self.effective_data()
+    @property
+    def position_is_data(self) -> bool:
+        """Whether position p uses data tile p (nothing tied): the per-position tiles are then
+        the data itself."""
         ident = self.__dict__.get("_identity")
         if ident is None:  # an engine pickled before the flag existed: compute it once
             L = self._layout
             ident = self._identity = L.n_data == L.nnz and bool(torch.equal(L.data_index, torch.arange(L.nnz)))
-        if ident:
+        return ident
+
+    def position_tiles(self) -> Tensor:
+        """Per-position tiles ``wp`` (P, T, T); a copy only when weights are tied."""
+        d = self.effective_data()
+        if self.position_is_data:
             return d
         return d.index_select(0, self.pos_data)
 

@@ -11,11 +11,14 @@ Three strategies behind one class, one registered kernel each (``CPUBackend(stra
         dW panel           = x[:, c0:c0+k].T @ dy[:, r]     (written in place)
         dx[:, c0:c0+k]    += dy[:, r] @ panel.T
 
-    Nothing is gathered or copied; the cost is one GEMM call per run.
+    Nothing is gathered or copied; the cost is one GEMM call per run. A layout of short
+    runs (random tiles: about one or two tiles each) with small gathered copies is computed
+    as ``gather`` instead (``ROWS_MAX_TILES_PER_RUN``, ``ROWS_MAX_VALUES``, measured).
 ``gather``
-    One GEMM per tile-row over the gathered input tiles ``X_r`` (B, k*T) (forward, dW) and
-    one per tile-column over gathered ``dy`` tiles with a transposed copy of the stored
-    tiles (dX). Fewer, larger GEMMs, paid for with B*P*T gathered values per pass.
+    One GEMM per tile-row over the gathered input tiles ``X_r`` (B, k*T) (forward, dW); dX
+    is one GEMM per tile-row too, ``dy[:, r] @ panel_r.T`` -> the (B, k*T) products of the
+    row's tiles, then one scatter-add (``index_add_``) of all of them by tile-column. Fewer,
+    larger GEMMs, paid for with about B*P*T gathered or scattered values per pass.
 
 ``bmm`` (kernel ``cpu_bmm``)
     Few parallel regions per op, for shared machines. ``runs`` and ``gather`` issue one GEMM
@@ -80,6 +83,20 @@ def _threads_for_load():
         torch.set_num_threads(n)
 
 
+# When the ``runs`` strategy computes row by row over gathered tiles instead (as ``gather``):
+# runs of at most this many stored tiles on average, and at most this many gathered values
+# (batch x stored tiles x T) per op. Measured with `python benchmarks/tile_paths.py --repeats 9
+# --rounds 3` (2026-11-25, AMD EPYC, 1 thread, float32, tile 64, load average 3.0 from other
+# jobs; benchmarks/results/tile_paths-cpu-2026-11-25.json, -avx2-: with torch's AVX2 kernels),
+# forward + backward, rows / runs time, AVX512 (AVX2): the random-tile MNIST model's two layouts
+# at batch 64, 1.9 tiles per run: 0.62 (0.65) for the held input's, 1.3M values, and 0.79 (0.80)
+# for the rest, 0.5M; N=4096, batch 256: 0.89 (0.87) at density 0.1 (1.15 tiles per run, 7.0M
+# values), 1.14 (1.15) at 0.25 (16.5M), 1.24 (1.32) at 0.5 (32.8M: the gathered copies and the
+# dX scatter leave the cache), 1.68 (1.85) with runs of 8 tiles.
+ROWS_MAX_TILES_PER_RUN = 2.0
+ROWS_MAX_VALUES = 4 * 1024 * 1024
+
+
 def _plan(layout: BlockSparseLayout) -> dict:
     """Index plans cached on the layout (built once, never in a backward pass)."""
     cache = layout.__dict__.get("_cpu_plan")
@@ -122,7 +139,7 @@ def _plan(layout: BlockSparseLayout) -> dict:
         if fresh:
             overwritten.update(cols)
         seen_c.update(cols)
-    t_row = layout.row[layout.t_pos]
+    n_empty = sum(1 for a, b in zip(layout.host()["row_ptr"], layout.host()["row_ptr"][1:]) if a == b)
     cache = {
         "runs": runs,
         "runs_beta_y": [0.0 if f else 1.0 for f in first_r],
@@ -130,9 +147,9 @@ def _plan(layout: BlockSparseLayout) -> dict:
         "zero_rows": torch.tensor(sorted(set(range(layout.Mt)) - seen_r), dtype=torch.long),
         "zero_cols": torch.tensor(sorted(set(range(layout.Kt)) - overwritten), dtype=torch.long),
         "rows": groups(layout.row_ptr.tolist(), col, layout.Mt),
-        "cols": groups(layout.col_ptr.tolist(), t_row.tolist(), layout.Kt),
-        "t_row": t_row,
         "empty_rows": [r for r in range(layout.Mt) if layout.row_ptr[r] == layout.row_ptr[r + 1]],
+        # more runs than tile-rows, few tiles each: random tiles, where one GEMM per run is slow
+        "short_runs": len(runs) > layout.Mt - n_empty and P <= ROWS_MAX_TILES_PER_RUN * len(runs),
     }
     layout.__dict__["_cpu_plan"] = cache
     return cache
@@ -265,10 +282,63 @@ def _chunk_product(a: Tensor, n_in: int, w: Tensor, part: dict, n_out: int, T: i
 
 
 def _gather(tiles: Tensor, flat: Tensor, idx: Tensor, a: int, b: int, c0: int, T: int) -> Tensor:
-    """(B, k*T): the tiles ``idx[a:b]`` of ``flat`` (B, n*T); a strided view for a contiguous run."""
+    """(B, k*T): the tiles ``idx`` (the row's own column indices) of ``flat`` (B, n*T); a strided
+    view for a contiguous run."""
     if c0 >= 0:
         return flat[:, c0 * T : (c0 + b - a) * T]
-    return tiles.index_select(1, idx[a:b]).view(flat.shape[0], (b - a) * T)
+    return tiles.index_select(1, idx).view(flat.shape[0], (b - a) * T)
+
+
+def _rows(layout: BlockSparseLayout) -> list[tuple[int, int, int, int, Tensor]]:
+    """``(r, a, b, c0, cols)`` of every non-empty tile-row: positions ``a:b``, first column
+    ``c0`` when its columns are contiguous (else -1) and its column indices (cached)."""
+    plan = _plan(layout)
+    rows = plan.get("nonempty_rows")
+    if rows is None:
+        rows = plan["nonempty_rows"] = [(r, a, b, c0, layout.col[a:b]) for r, (a, b, c0) in enumerate(plan["rows"]) if a < b]
+    return rows
+
+
+def _dds_t_rows(x: Tensor, wp: Tensor, layout: BlockSparseLayout) -> Tensor:
+    """``x @ W.T`` (B, Mt*T): one GEMM per tile-row over its gathered input tiles."""
+    B, T = x.shape[0], layout.tile
+    x = x.contiguous()
+    xt = x.view(B, layout.Kt, T)
+    y = x.new_empty(B, layout.Mt * T)  # returned itself, not a view (callers may add to it in place)
+    yt = y.view(B, layout.Mt, T)
+    if _plan(layout)["zero_rows"].numel():
+        yt.index_fill_(1, _plan(layout)["zero_rows"], 0)
+    for r, a, b, c0, cols in _rows(layout):
+        torch.mm(_gather(xt, x, cols, a, b, c0, T), wp[a:b].view((b - a) * T, T), out=yt[:, r])
+    return y
+
+
+def _backward_rows(dy: Tensor, x: Tensor | None, wp: Tensor | None, layout: BlockSparseLayout,
+                   need_dx: bool, need_dw: bool) -> tuple[Tensor | None, Tensor | None]:
+    """dX and dW tile-row by tile-row, one loop for both.
+
+    dW (P, T, T): the row's gathered input tiles' transpose times its dy tile, written straight
+    into the row's contiguous panel of the transposed storage. dX (B, Kt*T): the row's dy tile
+    times its panel's transpose gives the (B, k*T) products of its stored tiles, side by side in
+    position order (no copy of the weights), then one scatter-add of them all by tile-column."""
+    B, T = dy.shape[0], layout.tile
+    if need_dw:
+        x = x.contiguous()
+        xt = x.view(B, layout.Kt, T)
+        dw = x.new_empty(layout.nnz, T, T)
+    if need_dx:
+        D = dy.new_empty(B, layout.nnz * T)
+    for r, a, b, c0, cols in _rows(layout):
+        dyr = dy[:, r * T : (r + 1) * T]
+        if need_dw:
+            torch.mm(_gather(xt, x, cols, a, b, c0, T).T, dyr, out=dw[a:b].view((b - a) * T, T))
+        if need_dx:
+            D[:, a * T : b * T].addmm_(dyr, wp[a:b].view((b - a) * T, T).T, beta=0)
+    dx = None
+    if need_dx:
+        dx = dy.new_zeros(B, layout.Kt * T)
+        dx.view(B, layout.Kt, T).index_add_(1, layout.col, D.view(B, layout.nnz, T))
+    return dx, dw if need_dw else None
 
 
 class CPUBackend(KernelBackend):
@@ -286,40 +356,40 @@ class CPUBackend(KernelBackend):
     def supports(self, device, dtype) -> bool:
         return torch.device(device).type == "cpu" and dtype in (torch.float32, torch.float64)
 
+    def _by_rows(self, layout: BlockSparseLayout, batch: int) -> bool:
+        """Whether this call runs tile-row by tile-row over gathered tiles: always for ``gather``;
+        for ``runs`` when the layout's runs are short and the gathered copies small
+        (:data:`ROWS_MAX_TILES_PER_RUN`, :data:`ROWS_MAX_VALUES`)."""
+        if self.strategy != "runs":
+            return self.strategy == "gather"
+        return _plan(layout)["short_runs"] and batch * layout.nnz * layout.tile <= ROWS_MAX_VALUES
+
     # ------------------------------------------------------------------ forward
     def dds_t(self, x: Tensor, wp: Tensor, layout: BlockSparseLayout) -> Tensor:
         if self.strategy == "bmm":
             return self._dds_t_bmm(x, wp, layout)
         with _threads_for_load():
-            return self._dds_t(x, wp, layout)
+            if self._by_rows(layout, x.shape[0]):
+                return _dds_t_rows(x, wp, layout)
+            return self._dds_t_runs(x, wp, layout)
 
-    def _dds_t(self, x: Tensor, wp: Tensor, layout: BlockSparseLayout) -> Tensor:
+    def _dds_t_runs(self, x: Tensor, wp: Tensor, layout: BlockSparseLayout) -> Tensor:
         B, T = x.shape[0], layout.tile
         plan = _plan(layout)
-        if self.strategy == "runs":
-            y = x.new_empty(B, layout.Mt * T)
-            if plan["zero_rows"].numel():
-                y.view(B, layout.Mt, T).index_fill_(1, plan["zero_rows"], 0)
-            for (r, c0, a, b), beta in zip(plan["runs"], plan["runs_beta_y"]):
-                y[:, r * T : (r + 1) * T].addmm_(x[:, c0 * T : (c0 + b - a) * T], wp[a:b].view((b - a) * T, T), beta=beta)
-            return y
-        x = x.contiguous()
-        xt = x.view(B, layout.Kt, T)
-        y = x.new_empty(B, layout.Mt, T)
-        for r, (a, b, c0) in enumerate(plan["rows"]):
-            if a == b:
-                y[:, r].zero_()
-            else:
-                torch.mm(_gather(xt, x, layout.col, a, b, c0, T), wp[a:b].view((b - a) * T, T), out=y[:, r])
-        return y.view(B, layout.Mt * T)
+        y = x.new_empty(B, layout.Mt * T)
+        if plan["zero_rows"].numel():
+            y.view(B, layout.Mt, T).index_fill_(1, plan["zero_rows"], 0)
+        for (r, c0, a, b), beta in zip(plan["runs"], plan["runs_beta_y"]):
+            y[:, r * T : (r + 1) * T].addmm_(x[:, c0 * T : (c0 + b - a) * T], wp[a:b].view((b - a) * T, T), beta=beta)
+        return y
 
     # ------------------------------------------------------------------ backward
     def backward(self, dy, x, wp, layout, need_dx, need_dw):
         if self.strategy == "bmm":
             return super().backward(dy, x, wp, layout, need_dx, need_dw)
         with _threads_for_load():
-            if self.strategy != "runs":
-                return super().backward(dy, x, wp, layout, need_dx, need_dw)
+            if self._by_rows(layout, dy.shape[0]):
+                return _backward_rows(dy, x, wp, layout, need_dx, need_dw)
             return self._backward_runs(dy, x, wp, layout, need_dx, need_dw)
 
     def _backward_runs(self, dy, x, wp, layout, need_dx, need_dw):
@@ -341,37 +411,19 @@ class CPUBackend(KernelBackend):
         return dx, dw
 
     def dds(self, dy: Tensor, wp: Tensor, layout: BlockSparseLayout) -> Tensor:
-        if self.strategy == "runs":
-            return self._backward_runs(dy, None, wp, layout, True, False)[0]
-        B, T = dy.shape[0], layout.tile
         if self.strategy == "bmm":
             return self._dds_bmm(dy, wp, layout)
-        plan = _plan(layout)
-        dy = dy.contiguous()
-        dyt = dy.view(B, layout.Mt, T)
-        wt = wp.index_select(0, layout.t_pos).transpose(1, 2).contiguous()  # (P, T_out, T_in), column order
-        dx = dy.new_empty(B, layout.Kt, T)
-        for c, (a, b, r0) in enumerate(plan["cols"]):
-            if a == b:
-                dx[:, c].zero_()
-            else:
-                torch.mm(_gather(dyt, dy, plan["t_row"], a, b, r0, T), wt[a:b].view((b - a) * T, T), out=dx[:, c])
-        return dx.view(B, layout.Kt * T)
+        if self._by_rows(layout, dy.shape[0]):
+            return _backward_rows(dy, None, wp, layout, True, False)[0]
+        return self._backward_runs(dy, None, wp, layout, True, False)[0]
 
     def sdd_t(self, dy: Tensor, x: Tensor, layout: BlockSparseLayout) -> Tensor:
-        B, T = x.shape[0], layout.tile
-        if self.strategy == "runs":
-            return self._backward_runs(dy, x, x.new_empty(layout.nnz, T, T), layout, False, True)[1]
         if self.strategy == "bmm":
             return self._sdd_t_bmm(dy, x, layout)
-        x = x.contiguous()
-        xt = x.view(B, layout.Kt, T)
-        dyt = dy.reshape(B, layout.Mt, T)
-        dw = x.new_empty(layout.nnz, T, T)
-        for r, (a, b, c0) in enumerate(_plan(layout)["rows"]):
-            if a < b:
-                torch.mm(_gather(xt, x, layout.col, a, b, c0, T).T, dyt[:, r], out=dw[a:b].view((b - a) * T, T))
-        return dw
+        if self._by_rows(layout, x.shape[0]):
+            return _backward_rows(dy, x, None, layout, False, True)[1]
+        T = layout.tile
+        return self._backward_runs(dy, x, x.new_empty(layout.nnz, T, T), layout, False, True)[1]
 
     # ------------------------------------------------------------------ the bmm strategy
     @torch.no_grad()  # out= into scratch buffers: the autograd Function differentiates, not these ops

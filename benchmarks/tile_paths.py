@@ -1,0 +1,122 @@
+"""The ``cpu`` block-sparse kernel's two paths side by side: one GEMM per run, or per tile-row over gathered tiles.
+
+    python benchmarks/tile_paths.py [--repeats 15] [--rounds 3] [--json FILE]
+
+The ``cpu`` kernel (``seq2d/sparse/backends/cpu.py``) runs a layout of short runs row by row
+over gathered tiles when the gathered copies are small (``ROWS_MAX_TILES_PER_RUN``,
+``ROWS_MAX_VALUES``). This times both paths, forced, on the layouts that rule was set from:
+the two products of the random-tile MNIST model's step (its held-input tiles and the rest, at
+batch 64, built by ``seq2d.train.build_model`` as ``seq2d mnist --full`` builds it) and random
+tile masks at N = 4096, batch 256 (``benchmarks/blocksparse.py``'s target point) plus one layout
+of long runs. One case = forward + backward (dX and dW, or dW alone where the trainer needs
+no dX); rounds interleave the paths; medians. One thread, float32, tile 64.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import time
+
+import torch
+
+from seq2d.sparse import layout_from_tile_mask
+from seq2d.sparse.backends import cpu, get_kernel
+
+
+def mnist_layouts(sizes, image_size) -> list:
+    """(name, layout, batch, need_dx) of the random-tile MNIST model's held and rest products."""
+    from seq2d.core import core_of
+    from seq2d.mnist_comparison import configs_for, protocol_config
+    from seq2d.train import build_model
+    from seq2d.train.config import TrainConfig
+
+    base = dataclasses.replace(TrainConfig(**protocol_config("ours", "full")), data="synthetic", sizes=list(sizes),
+                               image_size=image_size, device="cpu")
+    model = build_model(configs_for(base, ["random-tile"])["random-tile"])
+    store = core_of(model, "the benchmark expects").store
+    key = store.rows
+    split = store._held_split(key, frozenset(range(len(store.sizes))) - frozenset(key))
+    (held, _, _), (rest, _, _), _ = split
+    return [("mnist held (dW only)", held, 64, False), ("mnist rest", rest, 64, True)]
+
+
+def random_layouts(N, batch, densities, seed=0) -> list:
+    T = 64
+    g = torch.Generator().manual_seed(seed)
+    out = [(f"N={N} d={d}", layout_from_tile_mask(T, torch.rand(N // T, N // T, generator=g) < d), batch, True)
+           for d in densities]
+    n = N // T
+    m = torch.zeros(n, n, dtype=torch.bool)  # blocks of 8 x 8 tiles: runs of 8
+    for k in range(0, n - 7, 8):
+        m[k:k + 8, k:k + 8] = True
+        m[k:k + 8, (k + 16) % n:(k + 16) % n + 8] = True
+    out.append((f"N={N} 8-tile runs", layout_from_tile_mask(T, m), batch, True))
+    return out
+
+
+def time_case(L, batch, need_dx, repeats, rounds) -> dict:
+    kernel = get_kernel("cpu")
+    T = L.tile
+    x = torch.randn(batch, L.Kt * T)
+    wp = torch.randn(L.nnz, T, T)
+    dy = torch.randn(batch, L.Mt * T)
+    paths = {
+        "runs": lambda: (kernel._dds_t_runs(x, wp, L), kernel._backward_runs(dy, x, wp, L, need_dx, True)),
+        "rows": lambda: (cpu._dds_t_rows(x, wp, L), cpu._backward_rows(dy, x, wp, L, need_dx, True)),
+    }
+    times = {p: [] for p in paths}
+    for _ in range(rounds):
+        for path, one in paths.items():
+            one()
+            ts = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                one()
+                ts.append(time.perf_counter() - t0)
+            times[path].append(statistics.median(ts))
+    plan = cpu._plan(L)
+    med = {p: statistics.median(v) for p, v in times.items()}
+    return {"tiles": L.nnz, "runs": len(plan["runs"]), "tiles_per_run": L.nnz / len(plan["runs"]),
+            "gathered_values": batch * L.nnz * T, "picked": "rows" if kernel._by_rows(L, batch) else "runs",
+            "runs_ms": 1e3 * med["runs"], "rows_ms": 1e3 * med["rows"], "rows_over_runs": med["rows"] / med["runs"]}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="CI smoke run (small model and N, 2 repeats, 1 round)")
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    if args.quick:
+        cases = mnist_layouts([64, 32, 16, 10], 8) + random_layouts(512, 16, [0.25])
+        args.repeats, args.rounds = 2, 1
+    else:
+        cases = mnist_layouts([2500, 500, 200, 100, 10], 50) + random_layouts(4096, 256, [0.1, 0.25, 0.5])
+    print(f"# capability {torch.backends.cpu.get_cpu_capability()}, torch {torch.__version__}, 1 thread, "
+          f"load {os.getloadavg()[0]:.2f}")
+    print("| layout | batch | tiles | tiles/run | gathered values | runs ms | rows ms | rows / runs | picked |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    results = []
+    for name, L, batch, need_dx in cases:
+        if L.nnz == 0:
+            continue
+        r = {"layout": name, "batch": batch, **time_case(L, batch, need_dx, args.repeats, args.rounds)}
+        results.append(r)
+        print(f"| {name} | {batch} | {r['tiles']} | {r['tiles_per_run']:.2f} | {r['gathered_values'] / 1e6:.1f}M | "
+              f"{r['runs_ms']:.2f} | {r['rows_ms']:.2f} | {r['rows_over_runs']:.2f} | {r['picked']} |")
+    print(f"# load {os.getloadavg()[0]:.2f} at the end")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
+                       "results": results, "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
