@@ -280,6 +280,28 @@ def test_one_epoch_of_a_tile_sparse_model_on_cuda(tmp_path, precision):
     assert gpu["final_test_acc"] > 0.3
 
 
+@pytest.mark.parametrize("cell", ["tanh", "lstm"])
+def test_lm_gradient_curves_on_cuda_match_cpu(cell):
+    """The WikiText experiment's gradient-vs-distance curves run autograd through ``model.rnn``
+    in eval mode. cuDNN's RNN backward refuses that (the probe of 2026-11-26 on an H200 died
+    with "cudnn RNN backward can only be called in training mode" for both LSTMs); seq2d.lm
+    switches cuDNN off there. The CUDA curves must equal the CPU ones."""
+    from seq2d.data.wikitext import batchify
+    from seq2d.lm import RNNLM, grad_norm_carried, grad_norm_vs_distance
+
+    torch.manual_seed(0)
+    lm = RNNLM(50, emb=16, hidden=24, layers=2, dropout=0.2, cell=cell).double()
+    data = torch.randint(0, 50, (400,))
+    cpu = grad_norm_vs_distance(lm, data, max_distance=8, n_seqs=4, burn_in=3)
+    cpu_c = grad_norm_carried(lm, batchify(data, 4), max_distance=8, max_segments=3)["curve"]
+    lm.cuda()
+    gpu = grad_norm_vs_distance(lm, data.cuda(), max_distance=8, n_seqs=4, burn_in=3)
+    gpu_c = grad_norm_carried(lm, batchify(data, 4).cuda(), max_distance=8, max_segments=3)["curve"]
+    assert lm.training  # mode restored
+    torch.testing.assert_close(torch.tensor(gpu), torch.tensor(cpu), rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(torch.tensor(gpu_c), torch.tensor(cpu_c), rtol=1e-9, atol=1e-12)
+
+
 # ---------------------------------------------------------------------------- (d) DDP
 def _free_port() -> int:
     with socket.socket() as s:

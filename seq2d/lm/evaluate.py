@@ -35,6 +35,18 @@ __all__ = ["VANISH_FRACTION", "divergence", "evaluate", "evaluate_truncated", "g
 VANISH_FRACTION = 1e-2
 
 
+def _input_grads():
+    """Autograd through the recurrent layers in eval mode. cuDNN's RNN backward refuses eval mode
+    ("cudnn RNN backward can only be called in training mode", seen on an H200, 2026-11-26), so
+    cuDNN is switched off here and torch's native RNN kernels (the CPU's too) compute it."""
+    from contextlib import ExitStack
+
+    stack = ExitStack()
+    stack.enter_context(torch.enable_grad())
+    stack.enter_context(torch.backends.cudnn.flags(enabled=False))
+    return stack
+
+
 def _repackage(h):
     return tuple(x.detach() for x in h) if isinstance(h, tuple) else h.detach()
 
@@ -91,7 +103,7 @@ def grad_norm_vs_distance(model: RNNLM, data: Tensor, max_distance: int = 50, n_
     starts = torch.linspace(0, data.numel() - length, n_seqs).long().tolist()
     seqs = torch.stack([data[s:s + length] for s in starts], dim=1)  # (length, n_seqs)
     inputs, targets = seqs[:-1], seqs[1:]
-    with torch.enable_grad():
+    with _input_grads():
         x = model.encoder(inputs).detach().requires_grad_(True)  # (L, n, emb)
         out, _ = model.rnn(x, model.init_hidden(n_seqs))
         losses = model.nll(model.drop(out), targets, "none")  # (L, n)
@@ -132,7 +144,7 @@ def grad_norm_carried(model: RNNLM, source: Tensor, max_distance: int = 50, *,
             break
         inputs, targets = get_batch(source, i, D)
         L = inputs.shape[0]
-        with torch.enable_grad():
+        with _input_grads():
             x = model.encoder(inputs).detach().requires_grad_(True)  # (L, B, emb)
             out, new_hidden = model.rnn(x, hidden)
             losses = model.nll(model.drop(out), targets, "none")  # (L, B)
