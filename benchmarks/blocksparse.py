@@ -427,7 +427,7 @@ def build_torch_sparse(c: Case):
 def build_seq2d(name: str):
     def build(c: Case):
         try:
-            kernel = resolve_kernel(name, c.device, c.dtype, c.layout.density)
+            kernel = resolve_kernel(name, c.device, c.dtype, c.layout.density, c.layout.tile)
         except (RuntimeError, ValueError) as e:
             raise Unavailable(str(e)) from None
         wp = c.layout.from_dense(c.W).requires_grad_()  # (P, T, T) stored tiles, transposed
@@ -475,7 +475,7 @@ def build_pass(impl: str, which: str):
             f = {"fwd": lambda: x @ W.T, "dX": lambda: dy @ W, "dW": lambda: dy.T @ x}[which]
         else:
             try:
-                k = resolve_kernel(impl[6:-1], c.device, c.dtype, c.layout.density)
+                k = resolve_kernel(impl[6:-1], c.device, c.dtype, c.layout.density, c.layout.tile)
             except (RuntimeError, ValueError) as e:
                 raise Unavailable(str(e)) from None
             wp, L = c.layout.from_dense(c.W), c.layout
@@ -755,7 +755,7 @@ def environment(args, devices) -> dict:
         "contend": bool(getattr(args, "contend", False)),
         "repeats": args.repeats,
         "warmup": args.warmup,
-        "dense_crossover": {k: (v if math.isfinite(v) else str(v)) for k, v in DENSE_CROSSOVER.items()},
+        "dense_crossover": {"/".join(str(p) for p in k): (v if math.isfinite(v) else str(v)) for k, v in DENSE_CROSSOVER.items()},
         "seq2d_sparse_sha256": _source_hash(),  # which version of the kernels was measured
     }
     if any(d.type == "cuda" for d in devices):

@@ -235,7 +235,7 @@ class Setting:
         def step():
             (seq2d.sparse.bsmm(x, wp, L, eng.kernel) * w).sum().backward()
 
-        kernel = seq2d.sparse.resolve_kernel(eng.kernel, x.device, x.dtype, L.density).name
+        kernel = seq2d.sparse.resolve_kernel(eng.kernel, x.device, x.dtype, L.density, L.tile).name
         return Impl(step, _clear([wp, x]), kernel=kernel)
 
     def dense_impl(self) -> Impl:

@@ -154,10 +154,12 @@ def test_triton_dw_with_batch_splits(tile, dtype_name, precision):
 
 
 def test_triton_is_what_auto_picks_on_cuda():
-    from seq2d.sparse import DENSE_CROSSOVER, resolve_kernel
+    from seq2d.sparse import dense_crossover, resolve_kernel
 
-    assert resolve_kernel("auto", DEVICE, torch.bfloat16, 0.1).name == "triton"
-    assert resolve_kernel("auto", DEVICE, torch.bfloat16, DENSE_CROSSOVER["cuda"]).name == "dense"
+    for tile in (32, 64, 128):
+        assert resolve_kernel("auto", DEVICE, torch.bfloat16, 0.1, tile).name == "triton"
+        at = dense_crossover(DEVICE, torch.bfloat16, tile)
+        assert resolve_kernel("auto", DEVICE, torch.bfloat16, at, tile).name == "dense"
     assert get_kernel("triton").supports(DEVICE, torch.float32)
 
 

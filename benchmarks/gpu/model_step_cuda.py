@@ -190,7 +190,7 @@ def main(argv=None) -> int:
                 impls = {k: s.impl(k) for k in args.impls}
                 rec = dict(batch=B, n=n, S=s.S, density=d, blocks=s.blocks, tile=s.tile, stored_tiles=int(s.layout.nnz),
                            tile_density=float(s.layout.density), default_store=s.default_store,
-                           kernel=seq2d.sparse.resolve_kernel(s.engine.kernel, dev, dtype, s.layout.density).name,
+                           kernel=seq2d.sparse.resolve_kernel(s.engine.kernel, dev, dtype, s.layout.density, s.layout.tile).name,
                            build_s=s.build_s, check_rel=s.check(), rows={})
                 alive = {}
                 for k, (step, params) in impls.items():

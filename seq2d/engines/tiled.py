@@ -140,7 +140,7 @@ class TiledStore(Engine):
             L, idx = self._layout_for(key)
             wp = self._position_tiles(cache)
             w = wp if idx is None else wp.index_select(0, idx)
-            kernel = resolve_kernel(self.matrix.kernel, xf.device, xf.dtype, L.density)
+            kernel = resolve_kernel(self.matrix.kernel, xf.device, xf.dtype, L.density, L.tile)
             out[key] = bsmm(xf, w, L, kernel)
         return out
 
@@ -203,7 +203,7 @@ class TiledStore(Engine):
                 held[key] = h
         if h is None:
             xh = x.read(*span)
-            kernel = resolve_kernel(self.matrix.kernel, dev, xh.dtype, Lh.density)
+            kernel = resolve_kernel(self.matrix.kernel, dev, xh.dtype, Lh.density, Lh.tile)
             m = self.matrix
             if rest is not None and ih.numel() + rest[1].numel() == m.nnz_tiles and m.position_is_data:
                 # every position is held or rest, each its own data tile: both parts gathered from
@@ -221,7 +221,7 @@ class TiledStore(Engine):
         if rest is None or (present is not None and present.isdisjoint(rest_slots)):
             return y_held  # every column the rest reads is zero
         Lr, _, span = rest
-        kernel = resolve_kernel(self.matrix.kernel, dev, y_held.dtype, Lr.density)
+        kernel = resolve_kernel(self.matrix.kernel, dev, y_held.dtype, Lr.density, Lr.tile)
         return y_held + bsmm(x.read(*span), w_rest, Lr, kernel)
 
     def _held_of_subset(self, key: tuple[int, ...], held: dict, rest, const: frozenset) -> tuple | None:

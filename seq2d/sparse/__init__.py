@@ -9,7 +9,7 @@ tiles as a module (``BlockSparseLinear``); how a Sequential2D steps with it is
 from .backends import available_kernels, get_kernel
 from .layout import TILE_SIZES, BlockSparseLayout, layout_from_tile_mask
 from .linear import BlockSparseLinear
-from .ops import DENSE_CROSSOVER, bsmm, resolve_kernel
+from .ops import DENSE_CROSSOVER, bsmm, dense_crossover, resolve_kernel
 
 __all__ = [
     "DENSE_CROSSOVER",
@@ -18,6 +18,7 @@ __all__ = [
     "BlockSparseLinear",
     "available_kernels",
     "bsmm",
+    "dense_crossover",
     "get_kernel",
     "layout_from_tile_mask",
     "resolve_kernel",

@@ -22,25 +22,51 @@ from .backends import get_kernel
 from .backends.base import KernelBackend
 from .layout import BlockSparseLayout
 
-__all__ = ["bsmm", "resolve_kernel", "DENSE_CROSSOVER"]
+__all__ = ["bsmm", "dense_crossover", "resolve_kernel", "DENSE_CROSSOVER"]
 
-# Density from which the dense kernel (W materialised from the tiles, then dense GEMMs) beats
-# the block-sparse kernels, forward + backward. CPU: measured with
-# `benchmarks/blocksparse.py --sweep-crossover` (N=4096, batch 256, tile 64, float32, 2 threads;
-# docs/performance.md): materialising W costs more than it saves at every density up to 1.0, so
-# "auto" never picks it on the CPU. CUDA: not measured yet (no GPU in the first session).
-DENSE_CROSSOVER = {"cpu": float("inf"), "cuda": 0.75}
+# Stored-tile density from which the dense kernel (W materialised from the tiles, then dense
+# GEMMs) beats the block-sparse kernels, forward + backward, keyed by (device type, dtype group,
+# tile); None is "any". CPU: `benchmarks/blocksparse.py --sweep-crossover` (N=4096, batch 256,
+# tile 64, float32, 2 threads; docs/performance.md): materialising W costs more than it saves at
+# every density up to 1.0, so "auto" never picks it on the CPU. CUDA: an NVIDIA H200, 2026-11-26,
+# N=8192, batch 8192 (benchmarks/results/blocksparse-cuda-2026-11-26-bf16.json and -tf32.json;
+# `python benchmarks/gpu/report.py --date 2026-11-26` prints these numbers and
+# tests/test_gpu_report.py checks them against the JSON). Not measured: tile 16 on CUDA (the
+# tile-32 value is used, the nearest tile), float32 at tiles other than 64 (likewise).
+DENSE_CROSSOVER = {
+    ("cpu", None, None): float("inf"),
+    ("cuda", "16-bit", 128): 0.77,
+    ("cuda", "16-bit", 64): 0.53,
+    ("cuda", "16-bit", 32): 0.15,
+    ("cuda", "float32", 64): 0.15,  # with tf32 dots (the Triton kernel's IEEE fp32 dots are slower still)
+}
 
 
-def resolve_kernel(kernel: str, device: torch.device, dtype: torch.dtype, density: float) -> KernelBackend:
-    """The kernel object for ``kernel`` ('auto' or a name) on ``device``/``dtype`` at ``density``."""
+def dense_crossover(device: torch.device | str, dtype: torch.dtype, tile: int | None = None) -> float:
+    """The :data:`DENSE_CROSSOVER` entry for ``device``/``dtype``/``tile``: the exact tile, else the
+    nearest measured tile of the same device and dtype group, else the device's catch-all, else 0.5."""
+    dev = torch.device(device).type
+    group = "16-bit" if dtype in (torch.float16, torch.bfloat16) else "float32"
+    tiles = {t: v for (d, g, t), v in DENSE_CROSSOVER.items() if d == dev and g == group}
+    if tiles:
+        if tile in tiles:
+            return tiles[tile]
+        nearest = min(tiles, key=lambda t: (abs(t - tile) if tile else 0, t))
+        return tiles[nearest]
+    return DENSE_CROSSOVER.get((dev, None, None), 0.5)
+
+
+def resolve_kernel(kernel: str, device: torch.device, dtype: torch.dtype, density: float,
+                   tile: int | None = None) -> KernelBackend:
+    """The kernel object for ``kernel`` ('auto' or a name) on ``device``/``dtype`` at stored-tile
+    ``density`` (and ``tile``, which the CUDA crossover depends on: :func:`dense_crossover`)."""
     if kernel != "auto":
         chosen = get_kernel(kernel)
         if not chosen.supports(device, dtype):
             raise InvalidInput(f"block-sparse kernel {kernel!r} does not support {dtype} on {device}")
         return chosen
     dev = torch.device(device).type
-    if density >= DENSE_CROSSOVER.get(dev, 0.5):
+    if density >= dense_crossover(device, dtype, tile):
         return get_kernel("dense")
     if dev == "cuda" or (os.environ.get("TRITON_INTERPRET") == "1" and dtype in (torch.float16, torch.bfloat16)):
         try:
@@ -70,7 +96,7 @@ def bsmm(x: Tensor, wp: Tensor, layout: BlockSparseLayout, kernel: str | KernelB
     if wp.dtype != x.dtype or wp.device != x.device:
         raise InvalidType(f"bsmm: x ({x.dtype}, {x.device}) and wp ({wp.dtype}, {wp.device}) must share dtype and device")
     if not isinstance(kernel, KernelBackend):
-        kernel = resolve_kernel(kernel, x.device, x.dtype, layout.density)
+        kernel = resolve_kernel(kernel, x.device, x.dtype, layout.density, layout.tile)
     if x.dim() == 2:  # the Function's own output, not a view of it (callers may add in place)
         return BlockSparseMatmul.apply(x, wp, layout.to(x.device), kernel)
     batch = x.shape[:-1]
