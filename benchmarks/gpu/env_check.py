@@ -79,6 +79,12 @@ def main(argv=None) -> int:
                     memory_gib=p.total_memory / 2 ** 30, l2_mib=getattr(p, "L2_cache_size", 0) / 2 ** 20,
                     device_count=torch.cuda.device_count(), cudnn=torch.backends.cudnn.version(),
                     nccl=".".join(map(str, torch.cuda.nccl.version())) if hasattr(torch.cuda, "nccl") else None)
+        try:  # the driver (torch does not say it); the first session's env.json lacked it
+            import subprocess
+            info["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                            capture_output=True, text=True, timeout=30).stdout.strip() or None
+        except (OSError, subprocess.SubprocessError):
+            info["driver"] = None
         try:
             import seq2d
             info["seq2d_file"] = seq2d.__file__
