@@ -27,7 +27,8 @@ Transformation parameters are torchvision's defaults as in seq2d.mnist_compariso
     python experiments/mnist_sparsity/protocol_search.py --quick --out /tmp/ps   # CI smoke run
 
 Runs land in ``OUT/<model>-<candidate>/seed<k>/`` (finished runs are reused); ``OUT/results.json``
-holds every row. ``--doc`` writes the page's ``protocol-search`` section.
+holds every row. ``--doc`` writes the page's ``protocol-search`` section (``--section`` names another,
+e.g. ``protocol-search-full`` for the full-length run of the best candidate).
 """
 
 from __future__ import annotations
@@ -111,12 +112,14 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", default="1", help="parallel runs (seq2d mnist --jobs)")
     ap.add_argument("--out", default="runs/protocol_search")
     ap.add_argument("--json", help="copy the results record here (default OUT/results.json only)")
-    ap.add_argument("--doc", help="write the 'protocol-search' section of this page")
+    ap.add_argument("--doc", help="write the --section section of this page")
+    ap.add_argument("--section", default="protocol-search",
+                    help="the page section --doc writes (protocol-search-full for the 100-epoch run)")
     ap.add_argument("--from-json", help="no training: the tables of this results record")
     ap.add_argument("--quick", action="store_true", help="CI smoke run: subset, 2 candidates, 1 epoch, 8 steps")
     args = ap.parse_args(argv)
     if args.from_json:
-        from_json(args.from_json, report, args.doc, "protocol-search")
+        from_json(args.from_json, report, args.doc, args.section)
         return 0
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     cands = [c.strip() for c in args.candidates.split(",") if c.strip()]
@@ -151,7 +154,7 @@ def main(argv=None) -> int:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(record, indent=1))
     if args.doc:
-        write_section(args.doc, "protocol-search", text)
+        write_section(args.doc, args.section, text)
     return 0
 
 
