@@ -108,6 +108,9 @@ stage_install_and_test() {
     if "$PY" -c "import pytest_timeout" 2>/dev/null; then timeout_opt=(--timeout=150); fi
     timeout "${TESTS_S:-270}" "$PY" -m pytest -q -p no:cacheprovider -o addopts= -rfEs --durations=15 "${timeout_opt[@]}" \
         --junitxml="$OUT/test_cuda.xml" tests/test_cuda.py tests/test_sparse_triton.py || rc=1
+    # the CUDA-only tests that live beside the CPU ones (first run on a GPU after 2026-11-26)
+    timeout 60 "$PY" -m pytest -q -p no:cacheprovider -o addopts= -rfEs \
+        tests/test_spec.py::test_device_gives_same_values tests/test_data.py::test_cuda_batches_and_augment || rc=1
     # every implementation of blocksparse.py once, small (stk needs tile 128 and 16 bits)
     timeout "${SMOKE_S:-60}" "$PY" benchmarks/blocksparse.py --device cuda --dtype bfloat16 --N 1024 --batch 512 --tile 128 \
         --densities 0.25 1.0 --repeats 2 --warmup 1 --max-others 1 --retries 0 \
