@@ -10,6 +10,7 @@
 #   kernels                 issue 13's kernel table: bf16, N=8192, batch 8192, tiles 128/64/32,
 #                           density 0.01..1, fwd+bwd, + a tf32 row (tile 64)                        (<= 7.5 min)
 #   model-step              memory at N=131,072, density 0.01; model step n=16/64/256               (<= 6 min)
+#   tune                    the Triton blocking per kernel and tile (triton_configs.py)             (<= 4.5 min)
 #   probe                   1 MNIST epoch of each model and 600 WikiText batches of each model,
 #                           all in parallel, to size the long runs                                  (<= 5 min)
 #   (the limits are the timeouts inside each stage; a cut-off benchmark keeps its finished cases)
@@ -146,6 +147,16 @@ stage_model_step() {
     timeout "${MEMORY_S:-120}" "$PY" benchmarks/gpu/memory.py --json "$OUT/memory-cuda.json" || rc=$?
     timeout "${MODEL_STEP_S:-240}" "$PY" benchmarks/gpu/model_step_cuda.py --batch 4096 256 --json "$OUT/model_step-cuda.json" || rc=$?
     echo "=== model-step: rc $rc"
+    return "$rc"
+}
+
+stage_tune() {  # the Triton blocking per kernel and tile (bf16, density 0.25), then what it gives
+    log_to tune
+    header tune
+    local rc=0
+    timeout "${TUNE_S:-260}" "$PY" benchmarks/gpu/triton_configs.py --budget-s "${TUNE_BUDGET_S:-230}" \
+        --json "$OUT/triton_configs-cuda.json" || rc=$?
+    echo "=== tune: rc $rc"
     return "$rc"
 }
 
@@ -337,6 +348,7 @@ case $stage in
     install-and-test) stage_install_and_test ;;
     kernels) stage_kernels ;;
     model-step) stage_model_step ;;
+    tune) stage_tune ;;
     probe) stage_probe ;;
     mnist-start) log_to mnist-start; header mnist-start
         mnist_start "${1:-100}" "${2:-0,1,2,3,4}" "${3:-15}" "${4:-$MNIST_MODELS}" ;;

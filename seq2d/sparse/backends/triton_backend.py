@@ -185,14 +185,24 @@ _GPU_CONFIGS = {
 }
 
 
-def _config(T: int, dtype: torch.dtype, device: torch.device) -> dict:
-    """Compile-time parameters: batch block, warps, stages, fp32 dot precision, bf16 upcast."""
+# Per-kernel entries ("dds_t", "dds" or "sdd_t", T, 4-byte dtype?) -> (BLOCK_B, num_warps,
+# num_stages) win over _GPU_CONFIGS. Empty until measured: benchmarks/gpu/triton_configs.py times
+# candidates by setting entries here (the H200 kernel table of 2026-11-26 ran _GPU_CONFIGS alone).
+_GPU_KERNEL_CONFIGS: dict[tuple[str, int, bool], tuple[int, int, int]] = {}
+
+
+def _config(T: int, dtype: torch.dtype, device: torch.device, kernel: str | None = None) -> dict:
+    """Compile-time parameters of ``kernel`` ('dds_t', 'dds' or 'sdd_t'): batch block, warps,
+    stages, fp32 dot precision, bf16 upcast."""
     interp = _interpreting()
-    if interp:
+    fp32 = dtype == torch.float32
+    if (kernel, T, fp32) in _GPU_KERNEL_CONFIGS:  # before the interpreter's: a sweep's BLOCK_B runs there too
+        block_b, num_warps, num_stages = _GPU_KERNEL_CONFIGS[(kernel, T, fp32)]
+    elif interp:
         # small blocks keep the interpreter's numpy work small and exercise the masks
         block_b, num_warps, num_stages = 16, 4, 1
     else:
-        block_b, num_warps, num_stages = _GPU_CONFIGS[(T, dtype == torch.float32)]
+        block_b, num_warps, num_stages = _GPU_CONFIGS[(T, fp32)]
     # fp32 operands: tf32 tensor cores only where torch allows them for its own matmuls.
     # 16-bit operands ignore the setting; "tf32" is then just tl.dot's NVIDIA default
     # (AMD only accepts "ieee" on most chips).
@@ -222,7 +232,7 @@ def dds_t(x: Tensor, wp: Tensor, layout: BlockSparseLayout, out: Tensor) -> Tens
     B, T = x.shape[0], layout.tile
     if B == 0:
         return out
-    cfg = _config(T, x.dtype, x.device)
+    cfg = _config(T, x.dtype, x.device, "dds_t")
     nb = triton.cdiv(B, cfg["BLOCK_B"])
     with _device_guard(x):
         _launchable(_dds_t_kernel)[(nb * layout.Mt,)](
@@ -238,7 +248,7 @@ def dds(dy: Tensor, wp: Tensor, layout: BlockSparseLayout, out: Tensor) -> Tenso
     B, T = dy.shape[0], layout.tile
     if B == 0:
         return out
-    cfg = _config(T, dy.dtype, dy.device)
+    cfg = _config(T, dy.dtype, dy.device, "dds")
     nb = triton.cdiv(B, cfg["BLOCK_B"])
     with _device_guard(dy):
         _launchable(_dds_kernel)[(nb * layout.Kt,)](
@@ -268,7 +278,7 @@ def sdd_t(dy: Tensor, x: Tensor, layout: BlockSparseLayout, out: Tensor, splits:
         return out
     if B == 0:
         return out.zero_()
-    cfg = _config(T, x.dtype, x.device)
+    cfg = _config(T, x.dtype, x.device, "sdd_t")
     bb = cfg["BLOCK_B"]
     S = splits if splits is not None else _n_splits(B, P, bb, x.device)
     S = max(1, min(S, triton.cdiv(B, bb)))
