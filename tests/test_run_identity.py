@@ -23,6 +23,16 @@ def test_committed_runs_exist():
     assert len(RUNS) >= 5, [str(p) for p in RUNS]
 
 
+def _protocol_search():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "protocol_search", ROOT / "experiments" / "mnist_sparsity" / "protocol_search.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 @pytest.mark.parametrize("path", RUNS, ids=[str(p.relative_to(ROOT / "experiments")) for p in RUNS])
 def test_committed_run_identity(path):
     record = json.loads(path.read_text())
@@ -30,6 +40,13 @@ def test_committed_run_identity(path):
     assert config_hash(cfg) == record["config_hash"], path
     assert cfg["model"] in list_models(), cfg["model"]
     folder = path.parent.parent.name  # .../<mnist model name>/seed<k>/run.json
+    if path.parent.parent.parent.name.startswith("protocol-search"):  # .../<model>-<candidate>/seed<k>/
+        ps = _protocol_search()
+        cand = next((c for c in ps.CANDIDATES if folder.endswith("-" + c)), None)
+        assert cand is not None, folder
+        folder = folder[:-len(cand) - 1]
+        for field, value in ps.CANDIDATES[cand].items():
+            assert cfg[field] == value, (path, field)
     assert folder in MODELS, folder
     for field, value in MODELS[folder].items():
         assert cfg[field] == value, (path, field)

@@ -225,7 +225,7 @@ def verdict(rows, env: dict) -> str:
         return "No verdict: the runs do not include the MLP and a randomized model."
     m = 100 * EQUIVALENCE_MARGIN
     seeds = sorted({r["seed"] for r in rows})
-    parts, held = [], []
+    parts, held, detected = [], [], []
     for name, s in summ.items():
         if name == "mlp":
             continue
@@ -235,6 +235,8 @@ def verdict(rows, env: dict) -> str:
             held.append(False)
             continue
         held.append(bool(d["equivalent"]))
+        if d["lo"] > 0 or d["hi"] < 0:
+            detected.append(name)
         parts.append(f"{name} - mlp {100 * d['diff']:+.2f} points, 95% Welch interval [{100 * d['lo']:+.2f}, "
                      f"{100 * d['hi']:+.2f}], {'within' if d['equivalent'] else 'not shown within'} +-{m:g} point "
                      f"(TOST p = {d['tost_p']:.3f})")
@@ -242,6 +244,9 @@ def verdict(rows, env: dict) -> str:
     gaps = [100 * (s["mean"] - CLAIM_ACC) for s in summ.values()]
     if all(held):
         answer = "**The claim holds here**: every randomized model is equivalent to the MLP within the margin."
+        if detected:
+            answer += (" Not indistinguishable, though: for " + ", ".join(detected) + " the 95% Welch interval "
+                       "excludes 0, a difference the seeds detect, smaller than the margin.")
     elif any(held):
         answer = "**The claim holds for some placements only**: see the differences."
     else:
