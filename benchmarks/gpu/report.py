@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -79,18 +78,15 @@ def kernel_table(data: dict, tile: int, impls=PEERS) -> str:
     head = "| implementation | " + " | ".join(f"{d:g}" for d in dens) + " |"
     lines = [head, "| --- |" + " ---: |" * len(dens)]
     for impl in shown:
-        cells = []
-        for c in cases:
-            ms = _ms(c, impl)
-            cells.append(_fmt(ms))
+        cells = [_fmt(_ms(c, impl)) for c in cases]
         lines.append(f"| {impl} | " + " | ".join(cells) + " |")
     # the ratios the kernel issue asks about
     for name, other in (("dense / seq2d[triton]", "dense"), ("stk / seq2d[triton]", "stk"),
                         ("blksprs / seq2d[triton]", "blksprs"), ("torch BSR / seq2d[triton]", "torch_bsr_triton")):
         if other not in shown:
             continue
-        cells = [_fmt(_ms(c, other) / _ms(c, "seq2d[triton]")) if _ms(c, other) and _ms(c, "seq2d[triton]") else "n/a"
-                 for c in cases]
+        got = {(t, d): r for t, d, r in _ratios(cases, other)}
+        cells = [_fmt(got.get((c["tile"], c["density"]))) for c in cases]
         lines.append(f"| *{name}* | " + " | ".join(cells) + " |")
     cells = [_fmt(c["rows"]["seq2d[triton]"].get("x_ideal")) if "seq2d[triton]" in c["rows"] else "n/a" for c in cases]
     lines.append("| *seq2d[triton] / ideal* | " + " | ".join(cells) + " |")
@@ -114,9 +110,14 @@ def pass_table(data: dict, tile: int) -> str:
     return "\n".join(lines)
 
 
+def _ratios(cases: list[dict], num: str, den: str = "seq2d[triton]", tile: int | None = None) -> list[tuple]:
+    """(tile, density, num time / den time) of every case where both ran."""
+    return [(c["tile"], c["density"], _ms(c, num) / _ms(c, den)) for c in cases
+            if (tile is None or c["tile"] == tile) and _ms(c, num) and _ms(c, den)]
+
+
 def _ratio_range(cases: list[dict], num: str, den: str = "seq2d[triton]", tile: int | None = None) -> str:
-    rs = [_ms(c, num) / _ms(c, den) for c in cases
-          if (tile is None or c["tile"] == tile) and _ms(c, num) and _ms(c, den)]
+    rs = [r for _, _, r in _ratios(cases, num, den, tile)]
     return f"{min(rs):.2f}x to {max(rs):.2f}x" if rs else "n/a"
 
 
@@ -154,8 +155,7 @@ def targets(bf16: dict, mem: dict, step: dict) -> str:
             x = c["rows"]["seq2d[triton]"]["x_ideal"]
             out.append(f"- >= 0.85 of ideal at density 0.25, tile {t}: {1 / x:.2f} of ideal ({x:.2f}x the ideal time): {verdict(1 / x >= 0.85)}.")
     for peer in ("stk", "blksprs"):
-        rs = [(c["tile"], c["density"], _ms(c, peer) / _ms(c, "seq2d[triton]")) for c in cases
-              if _ms(c, peer) and _ms(c, "seq2d[triton]")]
+        rs = _ratios(cases, peer)
         if rs:
             slower = [f"tile {t}, density {d:g} ({r:.2f})" for t, d, r in rs if r < 1]
             out.append(f"- Faster than {peer} at every density it supports ({len(rs)} cases): {verdict(not slower)}"

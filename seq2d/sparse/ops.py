@@ -11,6 +11,7 @@ op                 meaning
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -45,8 +46,13 @@ DENSE_CROSSOVER = {
 def dense_crossover(device: torch.device | str, dtype: torch.dtype, tile: int | None = None) -> float:
     """The :data:`DENSE_CROSSOVER` entry for ``device``/``dtype``/``tile``: the exact tile, else the
     nearest measured tile of the same device and dtype group, else the device's catch-all, else 0.5."""
-    dev = torch.device(device).type
     group = "16-bit" if dtype in (torch.float16, torch.bfloat16) else "float32"
+    return _crossover(torch.device(device).type, group, tile)
+
+
+@functools.lru_cache(maxsize=None)
+def _crossover(dev: str, group: str, tile: int | None) -> float:
+    """:func:`dense_crossover`'s lookup, once per key: ``resolve_kernel`` asks on every forward."""
     tiles = {t: v for (d, g, t), v in DENSE_CROSSOVER.items() if d == dev and g == group}
     if tiles:
         if tile in tiles:
