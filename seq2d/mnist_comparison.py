@@ -38,6 +38,12 @@ MODELS: dict[str, dict] = {
     "random-block": {"model": "random", "granularity": "block"},
     # our reading of the MS-thesis randomized model (seq2d.models.random.random_blocks_density)
     "random-density": {"model": "random_blocks_density"},
+    # controls: the linear softmax classifier at 50x50 and at MNIST's own 28x28 (the level the
+    # summary's 92.7% may be), and random element placement restricted to the strictly lower
+    # block triangle (region "feedforward": acyclic, skip blocks allowed) at the MLP's count
+    "linear": {"model": "mlp", "sizes": [2500, 10]},
+    "linear-28": {"model": "mlp", "sizes": [784, 10], "image_size": 28},
+    "random-element-feedforward": {"model": "random", "granularity": "element", "region": "feedforward"},
 }
 
 # Scales: how much data and how many epochs (`seq2d mnist` default "quick"; --full: "full").

@@ -75,7 +75,7 @@ def test_run_trains_and_writes_config_metrics_checkpoint(tmp_path):
     trainer, s = fit(cfg)
     out = cfg.run_dir()
     assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "config.toml", "metrics.csv", "metrics.jsonl",
-                                                     "run.json"]  # the lock is gone once the run ends
+                                                     "run.json", "test_predictions.npz"]  # the lock is gone once the run ends
     record = json.loads((out / "run.json").read_text())
     assert record["status"] == "complete" and record["step"] == 16 and record["config_hash"] == config_hash(cfg)
     assert s["status"] == "complete" and s["complete"] is True and s["stopped_by"] is None
@@ -96,6 +96,28 @@ def test_run_trains_and_writes_config_metrics_checkpoint(tmp_path):
     assert same_state(ck["model"], trainer.model.state_dict())
     assert s["final_test_acc"] == rows[1]["test_acc"] and s["params"] == seq2d.mlp([16, 8, 4]).num_parameters()
     assert s["best_test_acc"] == max(r["test_acc"] for r in rows) and s["epochs"] == 2 and s["device"] == AUTO_DEVICE
+
+
+def test_the_last_epoch_writes_per_example_test_predictions(tmp_path):
+    import numpy as np
+    import torch.nn.functional as F
+
+    cfg = cfg_for(tmp_path)
+    trainer, s = fit(cfg)
+    d = np.load(cfg.run_dir() / "test_predictions.npz")
+    assert d["pred"].shape == d["target"].shape == d["nll"].shape == (128,) and int(d["epoch"]) == 2
+    assert (d["target"] == DATA["test"][1].numpy()).all()
+    assert (d["pred"] == d["target"]).mean() == s["final_test_acc"]  # the same evaluation as the metrics row
+    assert abs(float(d["nll"].astype("float64").mean()) - s["final_test_loss"]) < 1e-6
+    X, y = DATA["test"]
+    with torch.no_grad():
+        out = trainer.model(X)
+    assert (d["pred"] == out.argmax(-1).numpy()).all()
+    torch.testing.assert_close(torch.from_numpy(d["nll"]), F.cross_entropy(out, y, reduction="none"), atol=1e-5, rtol=1e-5)
+    # a stop by max_steps is not the last epoch: nothing written
+    cfg2 = cfg_for(tmp_path, "partial", max_steps=3)
+    fit(cfg2)
+    assert not (cfg2.run_dir() / "test_predictions.npz").exists()
 
 
 def test_callbacks_see_every_step_and_add_metrics(tmp_path):

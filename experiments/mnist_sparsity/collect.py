@@ -7,7 +7,8 @@ A long ``seq2d mnist --full`` takes hours and may outlive a machine; each run th
 finished is copied as soon as it has, so nothing already computed is lost. For every
 ``RUNS/<model>/seed<k>/`` whose ``run.json`` says ``complete`` (and whose ``summary.json``, when
 ``seq2d mnist`` wrote one, agrees) this copies ``summary.json``, ``run.json`` (config, its hash,
-status), ``metrics.csv`` and ``metrics.jsonl`` to ``DEST/<model>/seed<k>/``. Runs still going,
+status), ``metrics.csv``, ``metrics.jsonl`` and ``test_predictions.npz`` (per-example test results,
+when the run wrote them) to ``DEST/<model>/seed<k>/``. Runs still going,
 partial runs (``--max-steps``) and checkpoints are left where they are. A copy already in DEST
 is replaced only by a run with the same config hash (``--force`` replaces any). Prints one line
 per run: copied, unchanged, skipped and why.
@@ -21,7 +22,7 @@ import shutil
 import sys
 from pathlib import Path
 
-FILES = ("summary.json", "run.json", "metrics.csv", "metrics.jsonl")
+FILES = ("summary.json", "run.json", "metrics.csv", "metrics.jsonl", "test_predictions.npz")
 
 
 def _json(path: Path) -> dict | None:

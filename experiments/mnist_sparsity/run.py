@@ -51,7 +51,7 @@ from seq2d.train.trainer import read_metrics
 HERE = Path(__file__).resolve().parent
 CONFIGS = {"mlp": "mlp.toml", "random-element": "random_element.toml", "random-tile": "random_tile.toml"}
 # models without a TOML file: mlp.toml with the model's fields of seq2d.mnist_comparison.MODELS
-EXTRA = {"random-density": MODELS["random-density"]}
+EXTRA = {m: MODELS[m] for m in ("random-density", "linear", "linear-28", "random-element-feedforward")}
 # The summary's claim (seeds/003_5467b9de8681185d.txt, "Key Results"), quoted in the verdict.
 CLAIM = "Final testing accuracy was virtually indistinguishable at 92.7% between standard and randomized architectures"
 CLAIM_ACC = 0.927
