@@ -3,6 +3,13 @@
     welch(a, b)              # difference of means b - a, Welch's df, a t interval
     tost(a, b, margin=0.5)   # two one-sided tests: is |mean(b) - mean(a)| < margin?
 
+Paired and multiple comparisons, for classifiers scored on the same test examples::
+
+    holm([p1, p2, ...])                  # Holm-Bonferroni adjusted p-values (family-wise error)
+    binomial_se(acc, n)                  # the test set's own sampling error of an accuracy
+    mcnemar(correct_a, correct_b)        # exact McNemar test of one pair of runs, same examples
+    paired_bootstrap(ca, cb)             # mean(cb) - mean(ca) over (seeds, examples), resampling both
+
 A Welch interval that contains 0 says the data cannot tell the models apart; it does not
 say they are equal. Equivalence is what :func:`tost` tests (Schuirmann's two one-sided
 tests): B is equivalent to A within ``margin`` at level ``alpha`` when both one-sided
@@ -38,7 +45,8 @@ from scipy import stats as _st
 
 from .errors import InvalidValue
 
-__all__ = ["t_cdf", "t_quantile", "welch", "tost", "welch_summary", "tost_summary", "WelchResult", "TostResult"]
+__all__ = ["t_cdf", "t_quantile", "welch", "tost", "welch_summary", "tost_summary", "WelchResult", "TostResult",
+           "holm", "binomial_se", "mcnemar", "McNemarResult", "paired_bootstrap", "BootstrapResult"]
 
 
 # ---------------------------------------------------------------------- the t distribution (scipy's)
@@ -90,6 +98,12 @@ class TostResult:
     margin: float
     alpha: float
     df: float
+
+    @property
+    def supported_margin(self) -> float:
+        """The smallest margin at which these data are equivalent at ``alpha``: the larger end of
+        the ``1 - 2 alpha`` interval in absolute value (TOST rejects for every margin above it)."""
+        return max(abs(self.low), abs(self.high))
 
 
 @dataclass(frozen=True)
@@ -200,3 +214,111 @@ def _tost(s: _Summary, margin: float, alpha: float) -> TostResult:
     q = float(_st.t.ppf(1.0 - alpha, df))
     p = max(p_low, p_high)
     return TostResult(p < alpha, p, diff, diff - q * se, diff + q * se, float(margin), alpha, df)
+
+
+# ---------------------------------------------------------------------- multiple and paired comparisons
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm-Bonferroni adjusted p-values, in the input order: reject hypothesis ``i`` at family-wise
+    level ``alpha`` when ``holm(p)[i] < alpha``. (scipy has Benjamini-Hochberg, which controls the
+    false discovery rate, not Holm; statsmodels' ``multipletests(method="holm")`` gives the same
+    values but is not a dependency.)"""
+    p = [float(v) for v in pvalues]
+    if not all(0.0 <= v <= 1.0 for v in p):
+        raise InvalidValue(f"pvalues: expected probabilities in [0, 1], got {p}")
+    m = len(p)
+    order = sorted(range(m), key=lambda i: p[i])
+    out, running = [0.0] * m, 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p[i]))  # step-down, kept monotone
+        out[i] = running
+    return out
+
+
+def binomial_se(acc: float, n: int) -> float:
+    """The standard error of an accuracy ``acc`` measured on ``n`` independent test examples,
+    ``sqrt(acc (1 - acc) / n)``: the spread a re-drawn test set of the same size would add."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise InvalidValue(f"n: expected a positive number of test examples, got {n!r}")
+    if not 0.0 <= acc <= 1.0:
+        raise InvalidValue(f"acc: expected an accuracy in [0, 1], got {acc!r}")
+    return math.sqrt(acc * (1.0 - acc) / n)
+
+
+@dataclass(frozen=True)
+class McNemarResult:
+    """``only_a``: examples run a gets right and b wrong; ``only_b`` the reverse; ``p``: the exact
+    two-sided binomial test of ``only_b`` out of ``only_a + only_b`` against 1/2 (1.0 with no
+    discordant example); ``diff`` = (only_b - only_a) / n, the accuracy difference b - a."""
+
+    only_a: int
+    only_b: int
+    n: int
+    diff: float
+    p: float
+
+
+def _correct(x, name: str):
+    import numpy as np
+
+    a = np.asarray(x)
+    if a.dtype != np.bool_:
+        raise InvalidValue(f"{name}: expected booleans (example answered correctly), got dtype {a.dtype}")
+    return a
+
+
+def mcnemar(correct_a, correct_b) -> McNemarResult:
+    """Exact McNemar test of two classifiers on the same ``n`` test examples (boolean vectors,
+    example k answered correctly): only the discordant examples carry information; the p-value
+    is ``scipy.stats.binomtest(only_b, only_a + only_b, 0.5)``."""
+    a, b = _correct(correct_a, "correct_a"), _correct(correct_b, "correct_b")
+    if a.ndim != 1 or a.shape != b.shape:
+        raise InvalidValue(f"correct_a and correct_b must be vectors of the same length, got {a.shape} and {b.shape}")
+    only_a, only_b = int((a & ~b).sum()), int((~a & b).sum())
+    k = only_a + only_b
+    p = 1.0 if k == 0 else float(_st.binomtest(only_b, k, 0.5).pvalue)
+    return McNemarResult(only_a, only_b, int(a.size), (only_b - only_a) / a.size, p)
+
+
+@dataclass(frozen=True)
+class BootstrapResult:
+    """``diff``: mean(b) - mean(a) over every (seed, example); ``[low, high]`` its percentile
+    interval at ``level`` from ``resamples`` draws; ``p``: two-sided bootstrap p-value of 0."""
+
+    diff: float
+    low: float
+    high: float
+    level: float
+    resamples: int
+    p: float
+
+
+def paired_bootstrap(correct_a, correct_b, *, resamples: int = 10_000, level: float = 0.95,
+                     seed: int = 0) -> BootstrapResult:
+    """Percentile bootstrap of the accuracy difference b - a of paired runs on the same test
+    examples: ``correct_a``, ``correct_b`` are ``(seeds, n)`` booleans, row ``s`` of each the same
+    seed's run (or any pairing of runs), column ``k`` the same test example. Each resample draws
+    seeds (rows) and examples (columns) with replacement, both at once, so the interval carries
+    the seed-to-seed spread and the test set's sampling error (a two-way bootstrap; scipy's
+    ``bootstrap`` resamples one axis only, hence this function)."""
+    import numpy as np
+
+    a, b = _correct(correct_a, "correct_a"), _correct(correct_b, "correct_b")
+    if a.ndim == 1:
+        a, b = a[None], b[None] if b.ndim == 1 else b
+    if a.ndim != 2 or a.shape != b.shape:
+        raise InvalidValue(f"correct_a and correct_b must be (seeds, examples) of one shape, got {a.shape} and {b.shape}")
+    if not 0 < level < 1:
+        raise InvalidValue(f"level: expected a probability in (0, 1), got {level!r}")
+    if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < 100:
+        raise InvalidValue(f"resamples: expected an int >= 100, got {resamples!r}")
+    d = b.astype(np.float64) - a.astype(np.float64)  # (S, n) per-example differences
+    S, n = d.shape
+    rng = np.random.default_rng(seed)
+    stats_ = np.empty(resamples)
+    for r in range(resamples):  # one (S, n) index draw per resample: a few ms at MNIST's n
+        rows = rng.integers(0, S, S)
+        cols = rng.integers(0, n, n)
+        stats_[r] = d[rows][:, cols].mean()
+    lo, hi = np.quantile(stats_, [(1 - level) / 2, (1 + level) / 2])
+    p = min(1.0, 2 * min(float((stats_ <= 0).mean()), float((stats_ >= 0).mean())))
+    return BootstrapResult(float(d.mean()), float(lo), float(hi), level, resamples, p)

@@ -177,3 +177,67 @@ def test_sample_form_agrees_with_scipy_ttest_ind():
         assert (r.t, r.p, r.df) == (pytest.approx(ref.statistic, rel=1e-12), pytest.approx(ref.pvalue, rel=1e-12),
                                     pytest.approx(ref.df, rel=1e-12))
         assert (r.low, r.high) == (pytest.approx(ci.low, rel=1e-12), pytest.approx(ci.high, rel=1e-12))
+
+
+# ---------------------------------------------------------------------- paired and multiple comparisons
+def test_supported_margin_is_where_tost_switches():
+    from seq2d.stats import tost
+
+    a, b = [0.981, 0.984, 0.979, 0.983, 0.982], [0.978, 0.977, 0.980, 0.976, 0.979]
+    m = tost(a, b, margin=0.01).supported_margin
+    assert 0 < m < 0.01
+    assert tost(a, b, margin=m * 1.001).equivalent and not tost(a, b, margin=m * 0.999).equivalent
+
+
+def test_holm_by_hand_and_order_kept():
+    from seq2d.stats import holm
+
+    # sorted 0.01, 0.03, 0.04, 0.5 -> 4*0.01, 3*0.03, max(3*0.03, 2*0.04), max(.., 1*0.5)
+    assert holm([0.01, 0.04, 0.03, 0.5]) == pytest.approx([0.04, 0.09, 0.09, 0.5])
+    assert holm([0.3, 0.9]) == pytest.approx([0.6, 0.9]) and holm([0.6, 0.7]) == pytest.approx([1.0, 1.0])
+    with pytest.raises(ValueError, match="probabilities"):
+        holm([0.1, 1.5])
+
+
+def test_binomial_se():
+    from seq2d.stats import binomial_se
+
+    assert binomial_se(0.98, 10_000) == pytest.approx(0.0014, abs=1e-6)
+    with pytest.raises(ValueError, match="test examples"):
+        binomial_se(0.5, 0)
+
+
+def test_mcnemar_counts_only_discordant_examples():
+    import numpy as np
+    from scipy.stats import binomtest
+
+    from seq2d.stats import mcnemar
+
+    a = np.array([True] * 90 + [True] * 7 + [False] * 2 + [False])
+    b = np.array([True] * 90 + [False] * 7 + [True] * 2 + [False])
+    r = mcnemar(a, b)
+    assert (r.only_a, r.only_b, r.n) == (7, 2, 100) and r.diff == pytest.approx(-0.05)
+    assert r.p == pytest.approx(binomtest(2, 9, 0.5).pvalue) and r.p == pytest.approx(0.1796875)
+    assert mcnemar(a, a).p == 1.0
+    with pytest.raises(ValueError, match="booleans"):
+        mcnemar(a.astype(int), b)
+
+
+def test_paired_bootstrap_interval_and_determinism():
+    import numpy as np
+
+    from seq2d.stats import paired_bootstrap
+
+    rng = np.random.default_rng(0)
+    a = rng.random((3, 4000)) < 0.90
+    b = a.copy()
+    flip = rng.random((3, 4000)) < 0.05
+    b[flip] = True  # b is never worse on an example: about +0.5 points
+    r = paired_bootstrap(a, b, resamples=500, seed=1)
+    assert r.diff == pytest.approx(b.mean() - a.mean())
+    assert 0 < r.low < r.diff < r.high and r.p < 0.01
+    assert paired_bootstrap(a, b, resamples=500, seed=1) == r  # seeded: the same draws
+    same = paired_bootstrap(a, a, resamples=200)
+    assert same.diff == 0 and same.low == same.high == 0 and same.p == 1.0
+    with pytest.raises(ValueError, match="one shape"):
+        paired_bootstrap(a, b[:2])
