@@ -232,7 +232,7 @@ def run_plan(plan: Sequence[tuple], *, folder: str | Path, resume: bool = True, 
         old = _read_json(Path(cfg.out_dir) / "summary.json") if resume else None
         if old is not None and old.get("complete") is True and old.get("config_hash") == config_hash(cfg):
             log(f"{tags[k]} reusing finished run in {cfg.out_dir}")
-            rows[k] = old
+            rows[k] = {**old, "run_dir": str(cfg.out_dir)}  # where it was read: a copied run's files are here
         else:
             todo.append(k)
     if vectorize_seeds and todo:
