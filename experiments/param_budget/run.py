@@ -52,6 +52,7 @@ from seq2d.envinfo import cpu_name  # noqa: E402
 from seq2d.launch import add_launcher_args, launcher_from_args  # noqa: E402
 from seq2d.mnist_comparison import EQUIVALENCE_MARGIN, MODELS, compare, difference, plan_runs, run_plan  # noqa: E402
 from seq2d.parallel import jobs_arg  # noqa: E402
+from seq2d.stats import binomial_se, holm  # noqa: E402
 from seq2d.train.config import TrainConfig  # noqa: E402
 
 PLACEMENTS = ["mlp", "random-element", "random-tile", "random-block"]
@@ -153,11 +154,6 @@ SOURCE_PROTOCOL = {
 REGEN = "python experiments/param_budget/run.py --from-json docs/results/param_budget/results.json --doc docs/results/param_budget.md"
 
 
-def binomial_se(p: float, n: int) -> float:
-    """The standard error of an accuracy ``p`` measured on ``n`` test items: ``sqrt(p (1 - p) / n)``."""
-    return math.sqrt(p * (1.0 - p) / n)
-
-
 def test_set_size(data: str) -> int | None:
     """How many test digits the runs were scored on (the bundled subset's count; None when unknown)."""
     if data != "subset":
@@ -175,10 +171,10 @@ def train_set_size(data: str) -> int | None:
     return int(load_subset_raw("train")[1].numel())
 
 
-def output_reads_hidden(res: dict, h: int, seed: int, model: str = "random-block") -> bool:
-    """Whether the randomized model of that run (rebuilt from its config: the placement is a function of
-    the seed) has a trainable block from a hidden slot into the output row; without one the hidden slots
-    cannot influence the prediction."""
+def output_sources(res: dict, h: int, seed: int, model: str = "random-block") -> set[int]:
+    """The slots the output row of that run's randomized model reads (rebuilt from its config: the
+    placement is a function of the seed). Without a hidden slot among them the hidden slots cannot
+    influence the prediction; with only the input slot the model is a linear classifier."""
     from seq2d.core import core_of
     from seq2d.train.builder import build_model
 
@@ -191,7 +187,13 @@ def output_reads_hidden(res: dict, h: int, seed: int, model: str = "random-block
     with torch.random.fork_rng(devices=[]):
         core = core_of(build_model(cfg))
     out = core.n - 1
-    return any(i == out and 0 < j < out for i, j, _, _ in core.positions())
+    return {j for i, j, _, _ in core.positions() if i == out}
+
+
+def output_reads_hidden(res: dict, h: int, seed: int, model: str = "random-block") -> bool:
+    """Whether the output row of that run's randomized model reads a hidden slot (:func:`output_sources`)."""
+    out = len(next(r for r in res["rows"] if r["budget"] == h and r["model"] == model)["sizes"]) - 1
+    return any(0 < j < out for j in output_sources(res, h, seed, model))
 
 
 def _pts(v) -> str:
@@ -220,18 +222,31 @@ def verdict_section(res: dict, blk: dict | None = None) -> str:
              f"{SOURCE_PROTOCOL['MLP']}, {SOURCE_PROTOCOL['training']}).", ""]
     lines.append(f"- The MLP's accuracy rises with the budget, {_pts(mlp[0]['mean'])}% at {mlp[0]['params']:,} to "
                  f"{_pts(mlp[-1]['mean'])}% at {mlp[-1]['params']:,} parameters (means over seeds).")
+    tested = [d for d in diffs if d["equivalent"] is not None]
+    adjusted = dict(zip(map(id, tested), holm([d["tost_p"] for d in tested])))
+    lines.append(f"- Equivalence claims are made for {len(tested)} (placement, budget) cells at once, so each TOST "
+                 "p-value is Holm-adjusted across all of them (family-wise alpha 0.05); unadjusted results in the "
+                 "tables below.")
     for m, ds in eq.items():
         yes = [f"{d['params']:,}" for d in ds if d["equivalent"]]
+        held = [f"{d['params']:,}" for d in ds if id(d) in adjusted and adjusted[id(d)] < 0.05]
         lines.append(f"- {m} vs the MLP: equivalent within +-{100 * EQUIVALENCE_MARGIN:g} point (TOST, alpha 0.05) at "
                      + (f"{', '.join(yes)} parameters" if yes else "no budget")
-                     + f" of {len(ds)}; mean differences {_rng_pts([d['diff'] for d in ds])} points.")
+                     + f" of {len(ds)}; after Holm at " + (f"{', '.join(held)} parameters" if held else "no budget")
+                     + f"; mean differences {_rng_pts([d['diff'] for d in ds])} points.")
     lines.append(f"- Largest mean shortfall against the MLP: {worst['a']} at {worst['params']:,} parameters, "
                  f"{100 * worst['diff']:+.2f} points (95% Welch interval [{100 * worst['lo']:+.2f}, {100 * worst['hi']:+.2f}]).")
     blk = block_placement(res) if blk is None else blk
     if blk:
         lines.append(f"- random-block: in {blk['cut']} of {blk['runs']} runs the output row reads no hidden slot (the "
                      "hidden slots cannot reach the prediction); those runs average "
-                     f"{_pts(blk['acc_cut'])}% against {_pts(blk['acc_ok'])}% for the others (per-seed table below).")
+                     f"{_pts(blk['acc_cut'])}% against {_pts(blk['acc_ok'])}% for the others (per-seed table below). "
+                     f"They are seeds {blk['cut_seeds']}"
+                     + (" at every budget: the block draw's connectivity follows the seed, so they are "
+                        f"{len(blk['cut_seeds'])} independent draws, not {blk['cut']}" if blk["cut_every_budget"] else "")
+                     + (f"; in {blk['cut_linear']} of them the output row reads the input slot and no hidden slot "
+                        "(at most itself, and the output slot has no activation): those runs are linear classifiers, "
+                        "not a test of placement." if blk["cut_linear"] else "."))
     if n_test:
         se = [binomial_se(x["mean"], n_test) for x in mlp]
         lines.append(f"- The test set has {n_test:,} digits: the binomial standard error of one accuracy, "
@@ -257,11 +272,18 @@ def block_placement(res: dict) -> dict | None:
     if not rows:
         return None
     mlp = {(r["budget"], r["seed"]): r["test_acc"] for r in res["rows"] if r["model"] == "mlp"}
-    per = [{"budget": r["budget"], "params": r["params"], "seed": r["seed"], "acc": r["test_acc"],
-            "mlp": mlp.get((r["budget"], r["seed"])), "reads_hidden": output_reads_hidden(res, r["budget"], r["seed"])}
-           for r in rows]
+    per = []
+    for r in rows:
+        src, out = output_sources(res, r["budget"], r["seed"]), len(r["sizes"]) - 1
+        per.append({"budget": r["budget"], "params": r["params"], "seed": r["seed"], "acc": r["test_acc"],
+                    "mlp": mlp.get((r["budget"], r["seed"])), "reads_hidden": any(0 < j < out for j in src),
+                    "linear": 0 in src and src <= {0, out}})
     cut, ok = [x["acc"] for x in per if not x["reads_hidden"]], [x["acc"] for x in per if x["reads_hidden"]]
-    return {"per_run": per, "runs": len(per), "cut": len(cut),
+    cut_seeds = sorted({x["seed"] for x in per if not x["reads_hidden"]})
+    return {"per_run": per, "runs": len(per), "cut": len(cut), "cut_seeds": cut_seeds,
+            "cut_linear": sum(1 for x in per if not x["reads_hidden"] and x["linear"]),
+            "cut_every_budget": all(sum(1 for x in per if x["seed"] == sd and not x["reads_hidden"])
+                                    == sum(1 for x in per if x["seed"] == sd) for sd in cut_seeds),
             "acc_cut": statistics.fmean(cut) if cut else float("nan"), "acc_ok": statistics.fmean(ok) if ok else float("nan")}
 
 
