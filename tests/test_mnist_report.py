@@ -43,6 +43,17 @@ def test_the_page_regenerates_byte_identically_from_a_clean_checkout(tmp_path):
     assert report.COMMAND in page.read_text()
 
 
+def test_the_param_budget_page_regenerates_from_its_committed_json(tmp_path):
+    repo = _archive(tmp_path)
+    page = repo / "docs/results/param_budget.md"
+    before = page.read_bytes()
+    env = {"PYTHONPATH": str(repo), "MPLBACKEND": "Agg", "PATH": "/usr/bin:/bin"}
+    subprocess.run([sys.executable, "experiments/param_budget/run.py", "--from-json",
+                    "docs/results/param_budget/results.json", "--doc", "docs/results/param_budget.md"],
+                   cwd=repo, env=env, check=True, capture_output=True)
+    assert page.read_bytes() == before, "rerun the page's --from-json command and commit the result"
+
+
 def _run(folder: Path, model: str, seed: int, accs: list[float], predictions=None) -> None:
     d = folder / model / f"seed{seed}"
     d.mkdir(parents=True)
