@@ -93,6 +93,11 @@ def test_regions():
     tm = seq2d.randomize(t, region="template", seed=0)
     assert {(i, j) for i, j, _, _ in tm.positions()} == {(1, 0), (2, 1), (3, 2)}
     assert tm.num_parameters() == t.num_parameters()  # the template's own blocks, all filled
+    for g in ("element", "tile", "block"):  # no input -> output block: the prediction passes a hidden slot
+        ns = seq2d.randomize(t, granularity=g, region="no-shortcut", seed=1, tile=16)
+        pos = {(i, j) for i, j, _, _ in ns.positions()}
+        assert (3, 0) not in pos and ns.num_parameters() == t.num_parameters(), g
+        assert seq2d.models.random.region_mask(ns, "no-shortcut").sum() == 11  # 3 rows x 4 columns, less one
     with pytest.raises(ValueError, match="Unknown region 'upper'"):
         seq2d.randomize(t, region="upper")
     bad = torch.ones(4, 4, dtype=torch.bool)

@@ -55,6 +55,8 @@ def region_mask(core: Sequential2D, region=None) -> Tensor:
 
     ``None`` / ``"default"``: every non-input row x every column (input rows held);
     ``"feedforward"``: non-input rows, columns strictly earlier (i > j): an acyclic model;
+    ``"no-shortcut"``: the default region without the blocks from an input slot straight into
+    an output slot (no linear input -> output shortcut: the prediction must pass a hidden slot);
     ``"template"``: the template's own non-absent blocks; or an explicit (n, n) bool mask.
     """
     n = core.n
@@ -63,6 +65,12 @@ def region_mask(core: Sequential2D, region=None) -> Tensor:
         m = torch.ones(n, n, dtype=torch.bool)
         for i in inputs:
             m[i] = False
+        return m
+    if region == "no-shortcut":
+        m = region_mask(core, "default")
+        for o in core.outputs:
+            for i in inputs:
+                m[o, i] = False
         return m
     if region == "feedforward":
         m = torch.tril(torch.ones(n, n, dtype=torch.bool), diagonal=-1)
@@ -75,7 +83,7 @@ def region_mask(core: Sequential2D, region=None) -> Tensor:
             m[i, j] = True
         return m
     if isinstance(region, str):
-        raise InvalidValue(f"Unknown region {region!r}. Select from 'default', 'feedforward', 'template', or pass an (n, n) bool mask")
+        raise InvalidValue(f"Unknown region {region!r}. Select from 'default', 'feedforward', 'no-shortcut', 'template', or pass an (n, n) bool mask")
     m = torch.as_tensor(region)
     if m.dtype != torch.bool or tuple(m.shape) != (n, n):
         raise InvalidValue(f"region must be an ({n}, {n}) bool block mask, got {m.dtype} of shape {tuple(m.shape)}")
