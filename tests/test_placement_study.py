@@ -1,0 +1,49 @@
+"""experiments/placement/study.py (issue 33 item 3): the cells, the models they build, the
+connectivity count, and a tiny run that resumes and collects only small files."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "experiments/placement"))
+import study  # noqa: E402
+
+
+def test_cells_hold_the_mlp_count_and_the_regions():
+    cells = {c["cell"]: c for c in study.cells()}
+    assert "mlp" in cells and "linear" not in cells  # the linear baseline comes from issue 32's linear-28 runs
+    for d in study.DENSITIES:
+        for p in ("element", "tile"):
+            for region in study.REGIONS:
+                c = cells[f"{p}-d{d:g}-{region}"]
+                m = study.build(c, seed=1)
+                assert m.num_parameters() == c["params"] == 25_818
+                pos = {(i, j) for i, j, _, _ in m.positions()}
+                if region == "no-shortcut":
+                    assert (3, 0) not in pos
+
+
+def test_connectivity_counts_match_the_built_models():
+    cell = next(c for c in study.cells() if c["cell"] == "block-d0.1")
+    counts = study.connectivity(cell, draws=4)
+    by_hand = [study.structure(study.build(cell, s), cell) for s in range(4)]
+    assert counts["empty_output_row"] == sum(st["output_fixed"] for st in by_hand)
+    assert counts["no_input_output_walk"] == sum(not st["input_reaches_output"] for st in by_hand)
+    assert counts["draws"] == 4
+
+
+def test_a_run_finishes_writes_its_row_and_collect_keeps_small_files(tmp_path):
+    cell = next(c for c in study.cells() if c["cell"] == "element-d0.1-no-shortcut")
+    protocol = {"data": "synthetic", "epochs": 1, "batch_size": 64, "lr": 1e-3, "optimizer": "adam",
+                "image_size": 28, "num_threads": 1, "quiet": True, "max_steps": None}
+    row = study.run_one(cell, 0, str(tmp_path / "runs"), protocol)
+    folder = tmp_path / "runs" / cell["cell"] / "seed0"
+    assert row["params"] == 25_818 and (folder / "row.json").is_file() and not (folder / "checkpoint.pt").exists()
+    assert json.loads((folder / "row.json").read_text()) == row
+    assert study.run_one(cell, 0, str(tmp_path / "runs"), protocol) == row  # finished: read, not retrained
+    study.collect(tmp_path / "runs", tmp_path / "dest")
+    kept = sorted(p.name for p in (tmp_path / "dest" / cell["cell"] / "seed0").iterdir())
+    assert kept == sorted(f for f in study.KEEP if (folder / f).is_file()) and "checkpoint.pt" not in kept
