@@ -387,7 +387,8 @@ def _cmd_mnist(args) -> int:
         seeds = [int(x) for x in parts]
     base = load_config(proto)
     launcher = launcher_from_args(args)  # submitit is imported only for --launcher slurm / submitit-local
-    print(threads_line(base.num_threads))
+    if base.quiet:  # else each run prints its own thread line (the count it chose): one line, never two
+        print(threads_line(base.num_threads))
     rows = compare(configs_for(base, models), seeds, args.out, resume=not args.fresh, jobs=args.jobs,
                    vectorize_seeds=args.vectorize_seeds, launcher=launcher)
     written = write_results(rows, args.out, config=base, protocol=proto, models=models, seeds=seeds, name=args.protocol)

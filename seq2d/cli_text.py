@@ -198,7 +198,9 @@ def equivalence_table(seeds: int = 1) -> Iterator[tuple[str, bool]]:
 # ---------------------------------------------------------------------------- seq2d mnist / train
 def threads_line(num_threads) -> str:
     """The torch thread count that the runs of ``seq2d mnist`` will use (``num_threads``: an
-    int, None for torch's current count, or ``"auto"``: chosen from the idle cores)."""
+    int, None for torch's current count, or ``"auto"``: chosen from the idle cores). Printed by
+    ``seq2d mnist --quiet`` only: without ``--quiet`` each run prints the count it chose (the
+    trainer's ``torch threads: N (why)`` line), and a second line would only repeat it."""
     import torch
 
     if num_threads != "auto":

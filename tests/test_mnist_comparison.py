@@ -120,6 +120,20 @@ def test_seq2d_mnist_cli_quick(tmp_path, capsys):
     assert "training afresh" in out
 
 
+def test_seq2d_mnist_prints_one_thread_line(tmp_path, capsys):
+    """Issue 31: the command's own line and the run's repeated each other ("torch threads: 1", then
+    "torch threads: 1 (num_threads)"). Without --quiet the run's line is the one; with --quiet
+    (the runs print nothing) the command's."""
+    args = ["mnist", "--models", "mlp", "--epochs", "1", "--max-steps", "2", "--num-threads", "1", "--jobs", "1"]
+    assert main(args + ["--out", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if "torch threads" in line]
+    assert len(lines) == 1 and lines[0].startswith("torch threads: 1 ("), out  # the run's: the count and why
+    assert main(args + ["--out", str(tmp_path / "b"), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert [line for line in out.splitlines() if "torch threads" in line] == ["torch threads: 1"], out
+
+
 def test_seq2d_mnist_max_steps_is_partial_and_never_reused_as_finished(tmp_path, capsys):
     args = ["mnist", "--models", "mlp", "--epochs", "1", "--out", str(tmp_path), "--num-threads", "1", "--quiet"]
     assert main(args + ["--max-steps", "2"]) == 0
