@@ -89,6 +89,55 @@ def test_accuracy_vs_epoch_has_integer_epoch_ticks(epochs, tmp_path):
     _check_png(tmp_path / "acc.png")
 
 
+def _figure_text(fig) -> str:
+    """Every text of a Figure: its titles, footer, legend and tick labels."""
+    from matplotlib.text import Text
+
+    return "\n".join(t.get_text() for t in fig.findobj(Text))
+
+
+@pytest.mark.parametrize("seeds", [[0], [0, 1, 2]], ids=["one-seed", "three-seeds"])
+def test_plots_carry_their_provenance_and_titles_match_what_is_drawn(seeds, tmp_path, monkeypatch):
+    """Issue 31: a pasted figure must say what it shows (data, test-set size, epochs, seeds), and
+    with one seed its titles must not describe per-seed lines, means or bands that are not drawn."""
+    import seq2d.plot.comparison as comparison
+    from seq2d.mnist_comparison import write_plots
+
+    rows = []
+    for m, model in enumerate(["mlp", "random-element"]):
+        for seed in seeds:
+            run = tmp_path / model / f"seed{seed}"
+            run.mkdir(parents=True)
+            accs = [0.5 + 0.1 * e + 0.01 * seed + 0.02 * m for e in (1, 2)]
+            (run / "metrics.jsonl").write_text("".join(json.dumps({"epoch": e, "test_acc": a}) + "\n"
+                                                       for e, a in zip((1, 2), accs)))
+            rows.append({"model": model, "seed": seed, "test_acc": accs[-1], "data": "subset", "epochs": 2,
+                         "complete": True, "run_dir": str(run), "config": {"image_size": 50}})
+    saved = {}
+    real = comparison.save_figure
+    monkeypatch.setattr(comparison, "save_figure", lambda fig, path, *a, **k: (saved.__setitem__(path.name, fig),
+                                                                                real(fig, path, *a, **k)))
+    paths = write_plots(rows, tmp_path / "plots")
+    assert sorted(saved) == sorted(p.name for p in paths.values())
+    for name, fig in saved.items():
+        text = _figure_text(fig)
+        for needle in ("MNIST, bundled subset (1,000 test images) at 50x50", "2 epochs",
+                       f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))} ({len(seeds)} per model)"):
+            assert needle in text, (name, needle, text)
+        if len(seeds) == 1:
+            for word in ("band", "mean", "thin", "thick", "diamond", "std"):
+                assert word not in text, (name, word, text)
+            assert "one seed" in fig.axes[0].get_title()
+        else:
+            assert "mean" in fig.axes[0].get_title() and "std" in fig.axes[0].get_title()
+        _check_png(paths[name.split(".")[0]])
+    ax = saved["accuracy_vs_epoch.png"].axes[0]
+    assert len(ax.lines) == (2 if len(seeds) == 1 else 2 * len(seeds) + 2)  # one line per run, plus means
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == (["mlp (seed 0)", "random-element (seed 0)"] if len(seeds) == 1 else
+                      ["mlp (mean of 3 seeds)", "random-element (mean of 3 seeds)"])
+
+
 def _check_png(path):
     """Written, not empty, and an image matplotlib reads back."""
     import matplotlib.image
