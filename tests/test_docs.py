@@ -148,3 +148,34 @@ def test_stability_page_tanh_rnn_recipe_runs(capsys):
     assert re.search(r"certified lambda 1\.\d+, data lambda 1\.\d+", out), out
     assert re.search(r"k = \d+ \(with the data lambda: \d+\); largest gap on these inputs", out), out
     assert ns["k"] > 1 and ns["k"] < ns["xs"].shape[0]  # the window is shorter than the sequences: a real test
+
+
+def test_training_page_own_model_recipe_runs(tmp_path, monkeypatch, capsys):
+    """docs/training.md "Train your own model" (issue 31): the Python blocks (a mask, a cyclic mask with
+    steps=) train as written; the TOML block saved as my_model.toml, the shell lines run as written
+    (from a fresh folder: the runs land in its runs/)."""
+    import shlex
+
+    from seq2d.cli import main
+
+    heading = "## Train your own model"
+    monkeypatch.chdir(tmp_path)
+    blocks = _python_blocks("training.md", heading)
+    assert len(blocks) == 2
+    ns = _run_blocks("training.md", heading, blocks)
+    out = capsys.readouterr().out
+    assert "trainable parameters" in out and ns["summary"]["params"] == 109_610
+    assert ns["model"].steps == 4 and ns["model"].depth is None  # the cyclic one, with its steps
+    assert (tmp_path / "runs" / "my_mask" / "checkpoint.pt").is_file() and (tmp_path / "runs" / "my_cycle").is_dir()
+    section = (ROOT / "docs" / "training.md").read_text().split(heading, 1)[1].split("\n## ", 1)[0]
+    (toml,) = re.findall(r"^```toml\n(.*?)^```$", section, re.S | re.M)
+    assert "Save this as `my_model.toml`" in section
+    (tmp_path / "my_model.toml").write_text(toml)
+    (shell,) = re.findall(r"^```bash\n(.*?)^```$", section, re.S | re.M)
+    lines = [shlex.split(line, comments=True) for line in shell.splitlines() if line.strip()]
+    assert [w[:2] for w in lines] == [["seq2d", "show"], ["seq2d", "train"]]
+    for words in lines:
+        assert main(words[1:]) == 0, words
+    out = capsys.readouterr().out
+    assert "steps = 4" in out and "final test accuracy" in out
+    assert f"{seq2d.from_mask([784, 64, 10], ns['cyclic'], steps=4).num_parameters():,} trainable parameters" in out
