@@ -387,7 +387,8 @@ def _cmd_mnist(args) -> int:
         seeds = [int(x) for x in parts]
     base = load_config(proto)
     launcher = launcher_from_args(args)  # submitit is imported only for --launcher slurm / submitit-local
-    print(threads_line(base.num_threads))
+    if base.quiet:  # else each run prints its own thread line (the count it chose): one line, never two
+        print(threads_line(base.num_threads))
     rows = compare(configs_for(base, models), seeds, args.out, resume=not args.fresh, jobs=args.jobs,
                    vectorize_seeds=args.vectorize_seeds, launcher=launcher)
     written = write_results(rows, args.out, config=base, protocol=proto, models=models, seeds=seeds, name=args.protocol)
@@ -501,18 +502,20 @@ def main(argv: list[str] | None = None) -> int:
 
     The error policy (seq2d/errors.py, docs/errors.md): a :class:`~seq2d.errors.Seq2DError`
     is the user's to fix, printed as one line ``seq2d: error: <message>``, status 2 (argparse's
-    errors too); Ctrl-C prints one line, status 130; any other exception is a bug in seq2d:
-    its traceback, the command line and :data:`BUG_LINE`, status 1."""
+    errors too); Ctrl-C prints one line (``seq2d train``'s names the command that continues the
+    run), status 130; any other exception is a bug in seq2d: its traceback, the command line and
+    :data:`BUG_LINE`, status 1."""
     try:
         words = sys.argv[1:] if argv is None else list(argv)
         args = build_parser(only=_command_of(words)).parse_args(words)
+        args.command_line = ["seq2d", *words]  # for the hint after Ctrl-C (seq2d train: the command that continues)
         with _warning_lines():
             return args.fn(args)
     except Seq2DError as e:
         print(f"seq2d: error: {str(e) or type(e).__name__}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("seq2d: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:  # a command may say how to continue (seq2d train: cli_text.interrupted_hint)
+        print("seq2d: interrupted" + (f"; {e}" if str(e) else ""), file=sys.stderr)
         return 130
     except BrokenPipeError:  # the reader went away (`seq2d show X | head`): not an error
         import os

@@ -9,8 +9,8 @@ model or of numbers the library computes (the parser is in :mod:`seq2d.cli`).
   contraction constants of every recurrent core and the truncation length ``k``.
 - :func:`equivalence_table`: what ``seq2d equivalence`` prints: the max errors of every
   constructor against torch.nn.
-- :func:`threads_line`, :func:`train_result_line`: the one-line reports of ``seq2d mnist`` /
-  ``seq2d train``.
+- :func:`threads_line`, :func:`train_result_line`, :func:`interrupted_hint`: the one-line reports
+  of ``seq2d mnist`` / ``seq2d train`` (the last: how to continue after Ctrl-C).
 
 The reports only format numbers that the library computes; the parameter counts come from
 the model's own ``num_parameters()`` / ``num_trainable()``. The results pages that experiments
@@ -23,7 +23,8 @@ from typing import Iterator
 
 from .core import core_of
 
-__all__ = ["equivalence_table", "param_breakdown", "show_text", "stability_lines", "threads_line", "train_result_line"]
+__all__ = ["equivalence_table", "interrupted_hint", "param_breakdown", "show_text", "stability_lines", "threads_line",
+           "train_result_line"]
 
 
 def _yes(b: bool) -> str:
@@ -198,7 +199,9 @@ def equivalence_table(seeds: int = 1) -> Iterator[tuple[str, bool]]:
 # ---------------------------------------------------------------------------- seq2d mnist / train
 def threads_line(num_threads) -> str:
     """The torch thread count that the runs of ``seq2d mnist`` will use (``num_threads``: an
-    int, None for torch's current count, or ``"auto"``: chosen from the idle cores)."""
+    int, None for torch's current count, or ``"auto"``: chosen from the idle cores). Printed by
+    ``seq2d mnist --quiet`` only: without ``--quiet`` each run prints the count it chose (the
+    trainer's ``torch threads: N (why)`` line), and a second line would only repeat it."""
     import torch
 
     if num_threads != "auto":
@@ -218,3 +221,21 @@ def train_result_line(summary: dict) -> str:
             f"at epoch {summary['best_epoch']}), {summary['params']:,} trainable parameters, "
             f"{summary['time_per_epoch_s']:.2f} s/epoch on {summary['device']} ({threads} thread{'s' if threads != 1 else ''}); "
             f"outputs in {summary['out_dir']}")
+
+
+def interrupted_hint(run_dir, command=None) -> str:
+    """What ``seq2d train`` adds to ``seq2d: interrupted`` after Ctrl-C: the exact command that
+    continues the run. ``command``: the interrupted command line as words (``["seq2d", "train",
+    ...]``; None when unknown). With a checkpoint in ``run_dir`` that is the same command with
+    ``--resume`` (``--overwrite`` dropped: it would delete the checkpoint); without one (stopped
+    before the first checkpoint) the same command without ``--resume`` starts the run again."""
+    import shlex
+    from pathlib import Path
+
+    run_dir = Path(run_dir)
+    words = [w for w in (command or []) if w not in ("--resume", "--overwrite")]
+    if (run_dir / "checkpoint.pt").is_file():
+        how = shlex.join(words + ["--resume"]) if words else "the same command plus --resume"
+        return f"its last checkpoint is in {run_dir}; continue with: {how}"
+    how = shlex.join([w for w in (command or []) if w != "--resume"]) if command else "the same command"
+    return f"no checkpoint was written yet in {run_dir}; start again with: {how}"

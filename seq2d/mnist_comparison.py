@@ -26,7 +26,7 @@ from .train.config import TrainConfig, load_config
 __all__ = ["MODELS", "SCALES", "PROTOCOLS", "PLOTS", "SEED_SUMMARY", "Protocol", "protocol_config", "protocol_table",
            "protocols_section", "configs_for", "compare", "plan_runs", "run_plan",
            "train_one", "run_memory", "summarize", "difference", "format_table", "epoch_histories", "write_plots",
-           "write_results"]
+           "write_results", "plot_note"]
 
 # The models of the comparison, as named configurations: each is a registered model name
 # (seq2d.list_models(), the one table of model names) plus config fields, on top of the protocol;
@@ -482,17 +482,59 @@ def epoch_histories(rows: Sequence[Mapping]) -> dict[tuple[str, int], list[dict]
     return out
 
 
+def _test_set_size(data: str) -> int | None:
+    """Images in the test set of ``data`` ("subset": the bundled file's count; "full": MNIST's t10k)."""
+    if data == "subset":
+        from .data.mnist import subset_info
+
+        return subset_info()["n_test"]
+    if data == "synthetic":
+        from .train.datasets import synthetic_data
+
+        return len(synthetic_data(1, 2)["test"][1])
+    return 10_000 if data == "full" else None
+
+
+def plot_note(rows: Sequence[Mapping]) -> str:
+    """The footer of the plots of :func:`write_plots`, from the rows drawn: the data and its
+    test-set size, the image size, the epochs, the seeds, and how many runs stopped early."""
+    def values(key):
+        return sorted({r[key] for r in rows if r.get(key) is not None}, key=str)
+
+    cfgs = [r["config"] for r in rows if isinstance(r.get("config"), Mapping)]
+    sizes = sorted({c["image_size"] for c in cfgs if c.get("image_size")})
+    parts = []
+    for data in values("data"):
+        n = _test_set_size(data)
+        about = ([f"{n:,} test images"] if n else []) + (["augmented"] if any(c.get("augment_test") for c in cfgs) else [])
+        name = {"subset": "MNIST, bundled subset", "full": "MNIST", "synthetic": "synthetic clusters"}.get(data, data)
+        parts.append(name + (f" ({', '.join(about)})" if about else ""))
+    text = "data: " + "; ".join(parts) + (f" at {'/'.join(f'{s}x{s}' for s in sizes)}" if sizes else "")
+    epochs = values("epochs")
+    text += f" | {'/'.join(map(str, epochs))} epoch{'s' if epochs != [1] else ''}"
+    seeds = values("seed")
+    per = {sum(1 for r in rows if r["model"] == m) for m in dict.fromkeys(r["model"] for r in rows)}
+    text += (f" | seed{'s' if len(seeds) != 1 else ''} {', '.join(map(str, seeds))} ("
+             + "/".join(map(str, sorted(per))) + " per model)")
+    partial = sum(1 for r in rows if r.get("complete") is False)
+    if partial:
+        text += f" | {partial} run{'s' if partial != 1 else ''} stopped early by max_steps (partial)"
+    return text
+
+
 def write_plots(rows: Sequence[Mapping], out_dir: str | Path) -> dict[str, Path]:
     """``out_dir/accuracy_vs_epoch.png`` (test accuracy per epoch: each seed, the mean over
     seeds and a +- std band, per model) and ``out_dir/final_accuracy.png`` (final accuracy per
-    model: seeds and mean +- std), drawn by :mod:`seq2d.plot.comparison`; ``{name: path}``."""
+    model: seeds and mean +- std), drawn by :mod:`seq2d.plot.comparison`, each with the footer
+    :func:`plot_note` (what it shows: data, test-set size, epochs, seeds); ``{name: path}``."""
     from .plot.comparison import plot_accuracy_vs_epoch, plot_final_accuracy
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {k: out_dir / v for k, v in PLOTS.items()}
-    plot_accuracy_vs_epoch(rows, paths["accuracy_vs_epoch"], histories=epoch_histories(rows))
-    plot_final_accuracy(rows, paths["final_accuracy"])
+    note = plot_note(rows)
+    plot_accuracy_vs_epoch(rows, paths["accuracy_vs_epoch"], histories=epoch_histories(rows), note=note)
+    plot_final_accuracy(rows, paths["final_accuracy"], note=note)
     return paths
 
 

@@ -336,3 +336,36 @@ def test_draw_for_a_paper_with_slot_labels(tmp_path, capsys):
     assert "--slot-labels: expected 3 comma-separated names (one per slot), got 2" in capsys.readouterr().err
     assert main(["draw", "mlp:784,256,10", "-o", str(out), "--kind", "spy", "--min-slot", "0.6"]) == 2
     assert "--min-slot must be a fraction in [0, 0.5)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("stop_at", [12, 3], ids=["after-a-checkpoint", "before-any-checkpoint"])
+def test_ctrl_c_in_seq2d_train_names_the_command_that_continues(stop_at, tmp_path, capsys, monkeypatch):
+    """Issue 31: Ctrl-C said only `seq2d: interrupted`. A callback raises KeyboardInterrupt at step
+    12 (epoch 2 of 8 steps each: epoch 1's checkpoint is on disk) or step 3 (no checkpoint yet); the
+    line names the exact command, and that command, run as printed, finishes the run."""
+    import json
+    import shlex
+
+    from seq2d.train import trainer
+
+    class Stop:
+        def on_step_end(self, t, step):
+            if step == stop_at:
+                raise KeyboardInterrupt
+
+    real = trainer.run
+    monkeypatch.setattr(trainer, "run", lambda cfg, **kw: real(cfg, callbacks=[Stop()], **kw))
+    out = tmp_path / "run"
+    argv = ["train", "--data", "synthetic", "--sizes", "16", "8", "4", "--epochs", "2", "--quiet", "--num-threads", "1",
+            "--out-dir", str(out)]
+    assert main(argv) == 130
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    if stop_at == 12:
+        assert line == f"seq2d: interrupted; its last checkpoint is in {out}; continue with: seq2d {shlex.join(argv)} --resume"
+    else:
+        assert line == f"seq2d: interrupted; no checkpoint was written yet in {out}; start again with: seq2d {shlex.join(argv)}"
+    monkeypatch.undo()
+    command = shlex.split(line.split(" with: ", 1)[1])
+    assert command[0] == "seq2d" and main(command[1:]) == 0
+    assert "final test accuracy" in capsys.readouterr().out
+    assert json.loads((out / "run.json").read_text())["status"] == "complete"

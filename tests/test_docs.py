@@ -121,3 +121,76 @@ def test_value_range_is_the_text_a_page_quotes():
     assert value_range([3.14159, 3.14161], ".3f") == "3.142"  # both ends print alike: one number
     assert value_range([-1.25, 0.5], "+.1f") == "-1.2 to +0.5"
     assert value_range([None]) == value_range([]) == "n/a"
+
+
+def _python_blocks(page: str, heading: str) -> list[str]:
+    """The ```python blocks of the section of ``docs/<page>`` that starts at ``heading`` (to the next ``## ``)."""
+    text = (ROOT / "docs" / page).read_text()
+    assert heading in text, (page, heading)
+    section = text.split(heading, 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"^```python\n(.*?)^```$", section, re.S | re.M)
+
+
+def _run_blocks(page: str, heading: str, blocks: list[str]) -> dict:
+    """Run the blocks in order in one namespace, as a reader pasting them would; the namespace."""
+    ns: dict = {}
+    for k, code in enumerate(blocks, 1):
+        exec(compile(code, f"docs/{page} '{heading}' block {k}", "exec"), ns)
+    return ns
+
+
+def test_stability_page_tanh_rnn_recipe_runs(capsys):
+    """docs/stability.md's tanh-RNN recipe (issue 31): every block runs as written, and the prose's
+    claims hold (both lambdas above 1 before the projection, the certificate at most 0.7 after)."""
+    blocks = _python_blocks("stability.md", "## A stable tanh RNN, step by step")
+    assert len(blocks) == 4
+    ns = _run_blocks("stability.md", "tanh RNN recipe", blocks)
+    out = capsys.readouterr().out
+    assert re.search(r"certified lambda 1\.\d+, data lambda 1\.\d+", out), out
+    assert re.search(r"k = \d+ \(with the data lambda: \d+\); largest gap on these inputs", out), out
+    assert ns["k"] > 1 and ns["k"] < ns["xs"].shape[0]  # the window is shorter than the sequences: a real test
+
+
+def test_training_page_own_model_recipe_runs(tmp_path, monkeypatch, capsys):
+    """docs/training.md "Train your own model" (issue 31): the Python blocks (a mask, a cyclic mask with
+    steps=) train as written; the TOML block saved as my_model.toml, the shell lines run as written
+    (from a fresh folder: the runs land in its runs/)."""
+    import shlex
+
+    from seq2d.cli import main
+
+    heading = "## Train your own model"
+    monkeypatch.chdir(tmp_path)
+    blocks = _python_blocks("training.md", heading)
+    assert len(blocks) == 2
+    ns = _run_blocks("training.md", heading, blocks)
+    out = capsys.readouterr().out
+    assert "trainable parameters" in out and ns["summary"]["params"] == 109_610
+    assert ns["model"].steps == 4 and ns["model"].depth is None  # the cyclic one, with its steps
+    assert (tmp_path / "runs" / "my_mask" / "checkpoint.pt").is_file() and (tmp_path / "runs" / "my_cycle").is_dir()
+    section = (ROOT / "docs" / "training.md").read_text().split(heading, 1)[1].split("\n## ", 1)[0]
+    (toml,) = re.findall(r"^```toml\n(.*?)^```$", section, re.S | re.M)
+    assert "Save this as `my_model.toml`" in section
+    (tmp_path / "my_model.toml").write_text(toml)
+    (shell,) = re.findall(r"^```bash\n(.*?)^```$", section, re.S | re.M)
+    lines = [shlex.split(line, comments=True) for line in shell.splitlines() if line.strip()]
+    assert [w[:2] for w in lines] == [["seq2d", "show"], ["seq2d", "train"]]
+    for words in lines:
+        assert main(words[1:]) == 0, words
+    out = capsys.readouterr().out
+    assert "steps = 4" in out and "final test accuracy" in out
+    assert f"{seq2d.from_mask([784, 64, 10], ns['cyclic'], steps=4).num_parameters():,} trainable parameters" in out
+
+
+def test_readme_says_how_long_the_tests_take_and_how_to_run_fewer():
+    """Issue 31: the README's test paragraph gives the expected time and the faster ways, and the ways
+    it names exist: the `slow` marker is registered, pytest-xdist is in the `test` extra."""
+    import tomllib
+
+    readme = (ROOT / "README.md").read_text()
+    paragraph = readme.split("<!-- ci:test -->", 1)[1].split("`.ci/run` runs exactly", 1)[0]
+    for needle in ("about 10 minutes on a 2-core machine", '-m "not slow"', "-n 2", "pytest-xdist"):
+        assert needle in paragraph, needle
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert any(m.startswith("slow:") for m in project["tool"]["pytest"]["ini_options"]["markers"])
+    assert any(d.startswith("pytest-xdist") for d in project["project"]["optional-dependencies"]["test"])

@@ -89,6 +89,55 @@ def test_accuracy_vs_epoch_has_integer_epoch_ticks(epochs, tmp_path):
     _check_png(tmp_path / "acc.png")
 
 
+def _figure_text(fig) -> str:
+    """Every text of a Figure: its titles, footer, legend and tick labels."""
+    from matplotlib.text import Text
+
+    return "\n".join(t.get_text() for t in fig.findobj(Text))
+
+
+@pytest.mark.parametrize("seeds", [[0], [0, 1, 2]], ids=["one-seed", "three-seeds"])
+def test_plots_carry_their_provenance_and_titles_match_what_is_drawn(seeds, tmp_path, monkeypatch):
+    """Issue 31: a pasted figure must say what it shows (data, test-set size, epochs, seeds), and
+    with one seed its titles must not describe per-seed lines, means or bands that are not drawn."""
+    import seq2d.plot.comparison as comparison
+    from seq2d.mnist_comparison import write_plots
+
+    rows = []
+    for m, model in enumerate(["mlp", "random-element"]):
+        for seed in seeds:
+            run = tmp_path / model / f"seed{seed}"
+            run.mkdir(parents=True)
+            accs = [0.5 + 0.1 * e + 0.01 * seed + 0.02 * m for e in (1, 2)]
+            (run / "metrics.jsonl").write_text("".join(json.dumps({"epoch": e, "test_acc": a}) + "\n"
+                                                       for e, a in zip((1, 2), accs)))
+            rows.append({"model": model, "seed": seed, "test_acc": accs[-1], "data": "subset", "epochs": 2,
+                         "complete": True, "run_dir": str(run), "config": {"image_size": 50}})
+    saved = {}
+    real = comparison.save_figure
+    monkeypatch.setattr(comparison, "save_figure", lambda fig, path, *a, **k: (saved.__setitem__(path.name, fig),
+                                                                                real(fig, path, *a, **k)))
+    paths = write_plots(rows, tmp_path / "plots")
+    assert sorted(saved) == sorted(p.name for p in paths.values())
+    for name, fig in saved.items():
+        text = _figure_text(fig)
+        for needle in ("MNIST, bundled subset (1,000 test images) at 50x50", "2 epochs",
+                       f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))} ({len(seeds)} per model)"):
+            assert needle in text, (name, needle, text)
+        if len(seeds) == 1:
+            for word in ("band", "mean", "thin", "thick", "diamond", "std"):
+                assert word not in text, (name, word, text)
+            assert "one seed" in fig.axes[0].get_title()
+        else:
+            assert "mean" in fig.axes[0].get_title() and "std" in fig.axes[0].get_title()
+        _check_png(paths[name.split(".")[0]])
+    ax = saved["accuracy_vs_epoch.png"].axes[0]
+    assert len(ax.lines) == (2 if len(seeds) == 1 else 2 * len(seeds) + 2)  # one line per run, plus means
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == (["mlp (seed 0)", "random-element (seed 0)"] if len(seeds) == 1 else
+                      ["mlp (mean of 3 seeds)", "random-element (mean of 3 seeds)"])
+
+
 def _check_png(path):
     """Written, not empty, and an image matplotlib reads back."""
     import matplotlib.image
@@ -118,6 +167,20 @@ def test_seq2d_mnist_cli_quick(tmp_path, capsys):
     out = capsys.readouterr().out
     assert rc == 0 and "not reusing the result" in out and "its config differs: num_threads 1 -> 2, max_steps None -> 1" in out
     assert "training afresh" in out
+
+
+def test_seq2d_mnist_prints_one_thread_line(tmp_path, capsys):
+    """Issue 31: the command's own line and the run's repeated each other ("torch threads: 1", then
+    "torch threads: 1 (num_threads)"). Without --quiet the run's line is the one; with --quiet
+    (the runs print nothing) the command's."""
+    args = ["mnist", "--models", "mlp", "--epochs", "1", "--max-steps", "2", "--num-threads", "1", "--jobs", "1"]
+    assert main(args + ["--out", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if "torch threads" in line]
+    assert len(lines) == 1 and lines[0].startswith("torch threads: 1 ("), out  # the run's: the count and why
+    assert main(args + ["--out", str(tmp_path / "b"), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert [line for line in out.splitlines() if "torch threads" in line] == ["torch threads: 1"], out
 
 
 def test_seq2d_mnist_max_steps_is_partial_and_never_reused_as_finished(tmp_path, capsys):

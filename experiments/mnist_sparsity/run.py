@@ -120,7 +120,8 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = datetime.datetime.now()
-    print(threads_line(args.num_threads))
+    if all(c.quiet for c in configs.values()):  # else each run prints its own thread line: one line, never two
+        print(threads_line(args.num_threads))
     rows = compare(configs, seeds, out, resume=not args.fresh, jobs=args.jobs, launcher=launcher)
     table = format_table(rows)
 

@@ -12,7 +12,11 @@ Each takes the rows of :func:`seq2d.mnist_comparison.compare` (the per-epoch cur
 ``histories``: :func:`seq2d.mnist_comparison.epoch_histories` reads them from the run folders;
 drawing reads no files), saves to ``path`` when given
 (``.png`` or ``.svg``) and returns the Figure (Agg canvas, never registered with pyplot).
-Epoch and iteration axes have integer ticks only.
+Epoch and iteration axes have integer ticks only. Titles say only what is drawn: with one seed
+per model there are no per-seed lines, means or bands, and the titles say so. ``note``: a
+footer under the axes saying what the figure shows (``seq2d mnist`` passes
+:func:`seq2d.mnist_comparison.plot_note`: data, test-set size, epochs, seeds), so that a figure
+pasted elsewhere still carries its provenance.
 """
 
 from __future__ import annotations
@@ -29,10 +33,24 @@ def _models(rows: Sequence[Mapping]) -> list[str]:
     return list(dict.fromkeys(r["model"] for r in rows))
 
 
-def plot_accuracy_vs_epoch(rows: Sequence[Mapping], path=None, *, histories: Mapping, dpi: float = 110):
+def _one_seed_each(rows: Sequence[Mapping]) -> bool:
+    """True when no model has two runs: nothing to average, no spread to draw."""
+    models = [r["model"] for r in rows]
+    return len(models) == len(set(models))
+
+
+def _footer(fig, note: str | None) -> None:
+    """``note`` in small type under the axes (kept by the tight bounding box of save_figure)."""
+    if note:
+        fig.text(0.01, -0.02, note, ha="left", va="top", fontsize=8, color="0.25", wrap=True)
+
+
+def plot_accuracy_vs_epoch(rows: Sequence[Mapping], path=None, *, histories: Mapping, note: str | None = None,
+                           dpi: float = 110):
     """Test accuracy (%) per epoch: per model a thin line per seed, the mean over seeds (thick)
-    and a +- std band. ``histories``: ``{(model, seed): metrics rows}``
-    (:func:`seq2d.mnist_comparison.epoch_histories` reads them from the rows' run folders)."""
+    and a +- std band; a model with one seed is one line (its seed's). ``histories``:
+    ``{(model, seed): metrics rows}`` (:func:`seq2d.mnist_comparison.epoch_histories` reads them
+    from the rows' run folders); ``note``: the footer (see the module docstring)."""
     path = _check_path(path)
     hist = histories
     fig, ax = new_figure((7, 4.2))
@@ -45,7 +63,8 @@ def plot_accuracy_vs_epoch(rows: Sequence[Mapping], path=None, *, histories: Map
             h = [e for e in hist.get((model, seed), []) if e.get("test_acc") is not None]
             x, y = [e["epoch"] for e in h], [100 * e["test_acc"] for e in h]
             xs_all += x
-            ax.plot(x, y, color=color, alpha=0.35, lw=0.9, marker="o" if len(x) < 30 else None, ms=2.5)
+            if len(seeds) > 1:  # one seed: its line is the thick one below
+                ax.plot(x, y, color=color, alpha=0.35, lw=0.9, marker="o" if len(x) < 30 else None, ms=2.5)
             for xe, ye in zip(x, y):
                 by_epoch.setdefault(xe, []).append(ye)
         if not by_epoch:
@@ -53,7 +72,7 @@ def plot_accuracy_vs_epoch(rows: Sequence[Mapping], path=None, *, histories: Map
         ep = sorted(by_epoch)
         mean = [statistics.fmean(by_epoch[e]) for e in ep]
         ax.plot(ep, mean, color=color, lw=2.2, marker="o" if len(ep) < 30 else None, ms=4,
-                label=f"{model} (mean of {len(seeds)} seed{'s' if len(seeds) != 1 else ''})")
+                label=f"{model} (mean of {len(seeds)} seeds)" if len(seeds) > 1 else f"{model} (seed {seeds[0]})")
         band = [(e, m, statistics.stdev(by_epoch[e])) for e, m in zip(ep, mean) if len(by_epoch[e]) > 1]
         if band:
             ax.fill_between([b[0] for b in band], [b[1] - b[2] for b in band], [b[1] + b[2] for b in band],
@@ -63,17 +82,20 @@ def plot_accuracy_vs_epoch(rows: Sequence[Mapping], path=None, *, histories: Map
     integer_ticks(ax.xaxis)
     ax.set_xlabel("epoch")
     ax.set_ylabel("test accuracy (%)")
-    ax.set_title("MNIST test accuracy per epoch\n(thin: each seed; thick: mean over seeds; band: +- std)")
+    ax.set_title("MNIST test accuracy per epoch\n" + ("(one seed per model: one line each)" if _one_seed_each(rows) else
+                                                       "(thin: each seed; thick: mean over seeds; band: +- std)"))
     ax.grid(alpha=0.3)
     ax.margins(y=0.08)
     if ax.get_legend_handles_labels()[0]:  # outside the axes: it never hides a curve
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    _footer(fig, note)
     save_figure(fig, path, dpi)
     return fig
 
 
-def plot_final_accuracy(rows: Sequence[Mapping], path=None, *, dpi: float = 110):
-    """Final test accuracy (%) per model: a dot per seed, the mean +- std as a diamond."""
+def plot_final_accuracy(rows: Sequence[Mapping], path=None, *, note: str | None = None, dpi: float = 110):
+    """Final test accuracy (%) per model: a dot per seed, the mean +- std as a diamond (only for
+    a model with two seeds or more); ``note``: the footer (see the module docstring)."""
     path = _check_path(path)
     fig, ax = new_figure((6, 4))
     models = _models(rows)
@@ -82,13 +104,16 @@ def plot_final_accuracy(rows: Sequence[Mapping], path=None, *, dpi: float = 110)
         if not accs:
             continue
         ax.scatter([k] * len(accs), accs, color=f"C{k}", alpha=0.7, zorder=3)
-        err = statistics.stdev(accs) if len(accs) > 1 else 0.0
-        ax.errorbar([k + 0.15], [statistics.fmean(accs)], yerr=[err], fmt="D", color="k", capsize=5, zorder=4)
+        if len(accs) > 1:
+            ax.errorbar([k + 0.15], [statistics.fmean(accs)], yerr=[statistics.stdev(accs)], fmt="D", color="k",
+                        capsize=5, zorder=4)
     ax.set_xticks(range(len(models)), models)
     ax.set_xlim(-0.5, len(models) - 0.5)
     ax.set_ylabel("final test accuracy (%)")
-    ax.set_title("final accuracy per model (dots: seeds; diamond: mean +- std)")
+    ax.set_title("final accuracy per model" + (" (one seed each: a dot per model)" if _one_seed_each(rows) else
+                                               " (dots: seeds; diamond: mean +- std)"))
     ax.grid(alpha=0.3, axis="y")
+    _footer(fig, note)
     save_figure(fig, path, dpi)
     return fig
 

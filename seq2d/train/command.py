@@ -98,6 +98,12 @@ def train_command(args: argparse.Namespace) -> int:
         if first:
             raise
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: say how to continue (the caller prints "interrupted; <this>")
+        if not first:
+            raise
+        from ..cli_text import interrupted_hint
+
+        raise KeyboardInterrupt(interrupted_hint(cfg.run_dir(), getattr(args, "command_line", None))) from None
     if not first:
         return 0
     if summary["final_test_acc"] is None:
@@ -120,10 +126,17 @@ def build_parser(prog: str = "python -m seq2d.train") -> argparse.ArgumentParser
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m seq2d.train``: parse, train, print; a Seq2DError is one line, status 2."""
-    args = build_parser().parse_args(argv)
+    """``python -m seq2d.train``: parse, train, print; a Seq2DError is one line, status 2; Ctrl-C
+    one line saying how to continue, status 130."""
+    words = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser().parse_args(words)
+    if "WORLD_SIZE" not in os.environ:  # under torchrun the launch line is not ours to rebuild
+        args.command_line = ["python", "-m", "seq2d.train", *words]
     try:
         return train_command(args)
     except Seq2DError as e:
         print(f"seq2d train: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as e:
+        print("seq2d train: interrupted" + (f"; {e}" if str(e) else ""), file=sys.stderr)
+        return 130
