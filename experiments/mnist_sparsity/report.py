@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from seq2d.mnist_comparison import EQUIVALENCE_MARGIN, SEED_SUMMARY, protocols_section
+from seq2d.mnist_comparison import EQUIVALENCE_MARGIN, SEED_SUMMARY, plot_note, protocols_section
 from seq2d.plot.common import new_figure, save_figure
 from seq2d.plot.comparison import plot_accuracy_vs_epoch, plot_final_accuracy
 from seq2d.stats import binomial_se, holm, mcnemar, paired_bootstrap, tost, welch
@@ -276,7 +276,7 @@ def claim_answer(rows) -> str:
 
 
 # ---------------------------------------------------------------------- pictures
-def plot_nll(runs, path: Path) -> None:
+def plot_nll(runs, path: Path, note: str) -> None:
     """Mean test NLL per epoch per model (log scale): the overfitting the accuracy curve hides."""
     fig, ax = new_figure((7, 4.2))
     for k, m in enumerate(models_of(runs)):
@@ -287,7 +287,8 @@ def plot_nll(runs, path: Path) -> None:
     ax.set_yscale("log")
     ax.set_xlabel("epoch")
     ax.set_ylabel("test NLL (mean over seeds)")
-    ax.set_title("MNIST test NLL per epoch, protocol ours, full MNIST (10,000 test digits)")
+    ax.set_title("MNIST test NLL per epoch (mean over seeds)")
+    fig.text(0.01, -0.02, note, ha="left", va="top", fontsize=8, color="0.25", wrap=True)
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     save_figure(fig, path, 110)
@@ -469,9 +470,10 @@ def main(argv=None) -> int:
     main_runs = [r for r in groups["full-ours"] if r["model"] in ("mlp", "random-element", "random-tile",
                                                                    "random-element-feedforward", "linear", "linear-28")]
     hist = {(r["model"], r["seed"]): r["history"] for r in main_runs}
-    plot_accuracy_vs_epoch(main_runs, pictures / "accuracy_vs_epoch.png", histories=hist)
-    plot_final_accuracy(main_runs, pictures / "final_accuracy.png")
-    plot_nll(main_runs, pictures / "nll_vs_epoch.png")
+    note = plot_note(main_runs) + " | protocol ours"
+    plot_accuracy_vs_epoch(main_runs, pictures / "accuracy_vs_epoch.png", histories=hist, note=note)
+    plot_final_accuracy(main_runs, pictures / "final_accuracy.png", note=note)
+    plot_nll(main_runs, pictures / "nll_vs_epoch.png", note=note)
     doc.write_text(page(groups, read("protocol_search.json"), read("protocol_search_full.json"), pictures))
     print(f"wrote {doc} and its pictures in {pictures}")
     return 0
