@@ -399,6 +399,10 @@ def iteration_spectrum(model, x, steps: int, *, slots: Sequence[int] | None = No
         raise InvalidType(f"increments must be a bool, got {type(increments).__name__}")
     m = core_of(model)
     slots = _check_slots(m, slots)
+    need = delays + 1 if increments else delays
+    if not isinstance(steps, bool) and isinstance(steps, int) and isinstance(delays, int) and steps < need:
+        raise InvalidValue(f"iteration_spectrum needs steps >= {need} (delays = {delays}"
+                           f"{', fitted to the increments' if increments else ''}), got steps = {steps}")
     states = record_states(m, x, steps, **context)
     if states.dim() != 3:
         raise InvalidInput(f"iteration_spectrum takes a batch (B, {m.in_features}) or a state list with one "

@@ -282,6 +282,11 @@ def test_iteration_spectrum_of_a_linear_model_agrees_with_its_jacobian():
     assert iteration_spectrum(model, torch.randn(16, 5, dtype=F64), 20, increments=False).dmd.reconstruction_error > 1e-3
 
 
+def test_iteration_spectrum_names_too_few_steps():
+    with pytest.raises(InvalidValue, match="needs steps >= 3 .delays = 2, fitted to the increments., got steps = 2"):
+        iteration_spectrum(_cyclic(), torch.randn(2, 5, dtype=F64), 2, delays=2)
+
+
 def test_iteration_spectrum_of_an_mlp_settles_at_its_depth():
     model = seq2d.mlp([5, 7, 6, 3], dtype=F64)
     spec = iteration_spectrum(model, torch.randn(8, 5, dtype=F64), 6)
