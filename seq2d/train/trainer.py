@@ -62,7 +62,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import InvalidType, InvalidValue
@@ -84,7 +83,7 @@ from .distributed import DistContext, all_reduce_sum, barrier, cleanup, init_dis
 from .divergence import DivergenceMonitor
 from .errors import DivergenceError, NonFiniteLossError, RunLockedError, spell
 from .identity import config_hash, parse_allow_changed
-from .metrics import METRIC_COLUMNS, read_metrics, write_metrics
+from .metrics import METRIC_COLUMNS, classification_loss, predict, read_metrics, write_metrics, write_predictions
 from .optim import make_optimizer
 from .progress import EpochBar, epoch_line
 from .rundir import RunDir, is_finished_run, read_record, reuse_line, run_exists_error
@@ -94,7 +93,7 @@ from .stepstats import StepStats, sync_interval
 from .tensorboard import config_callbacks
 
 __all__ = [
-    "Trainer", "train", "run", "PREDICTIONS_FILE",
+    "Trainer", "train", "run",
     "NonFiniteLossError", "DivergenceError",
     "METRIC_COLUMNS",
     "build_model",
@@ -109,16 +108,6 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------- the trainer
-PREDICTIONS_FILE = "test_predictions.npz"  # per-example test results of the last epoch (Trainer.write_predictions)
-
-
-def classification_loss(out: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
-    """(summed cross-entropy, number of correct argmax predictions) over the last dimension."""
-    logits = out.reshape(-1, out.shape[-1])
-    t = y.reshape(-1)
-    return F.cross_entropy(logits, t, reduction="sum"), (logits.argmax(-1) == t).sum()
-
-
 def _call(callbacks, hook: str, *args) -> list:
     out = []
     for cb in callbacks:
@@ -465,8 +454,8 @@ class Trainer:
             extra = _call([cb], "on_epoch_end", self, epoch + 1, row)
             row.update(extra[0] if extra and isinstance(extra[0], Mapping) else {})
         self._last_row = row
-        if not stopped and epoch + 1 == cfg.epochs and self.is_main:
-            self.write_predictions()  # before the checkpoint that marks the run complete
+        if not stopped and epoch + 1 == cfg.epochs and self.is_main:  # before the checkpoint that marks it complete
+            write_predictions(self.out_dir, predict(self.model, *self.test_data, cfg.eval_batch_size), epoch + 1)
         if stopped:
             self._save(epoch, rows=self.history + [row], extra=self._extra(done, sums), generators=gens)
         else:
@@ -530,49 +519,6 @@ class Trainer:
         all_reduce_sum(t, self.dist)
         total, corr, count = t.tolist()
         return {"loss": total / count, "acc": corr / count}
-
-    @torch.no_grad()
-    def predict(self, X: Tensor | None = None, y: Tensor | None = None) -> dict[str, Tensor] | None:
-        """Per-example results on the test set (or ``X, y``), on this process: ``pred`` (argmax
-        class), ``nll`` (cross-entropy) and ``target``, as CPU tensors; None when the output is
-        not one row of class scores per sample (``(B, C)`` against ``(B,)`` targets)."""
-        if X is None:
-            X, y = self.test_data
-        if y.dim() != 1:
-            return None
-        was_training = self.model.training
-        self.model.eval()
-        preds, nlls = [], []
-        try:
-            for i in range(0, X.shape[0], self.config.eval_batch_size):
-                out = self.model(X[i:i + self.config.eval_batch_size])
-                if out.dim() != 2:
-                    return None
-                preds.append(out.argmax(-1).cpu())
-                nlls.append(F.cross_entropy(out.double(), y[i:i + out.shape[0]], reduction="none").cpu())
-        finally:
-            self.model.train(was_training)
-        return {"pred": torch.cat(preds), "nll": torch.cat(nlls), "target": y.cpu()}
-
-    def write_predictions(self) -> Path | None:
-        """Write :meth:`predict` of the test set to ``<out_dir>/test_predictions.npz`` (``pred`` and
-        ``target`` as int16, ``nll`` as float32; a few tens of kB for MNIST's 10,000 digits), the
-        input of paired comparisons between runs on the same test examples (McNemar, bootstrap
-        over examples: :mod:`seq2d.stats`). Written at the end of the last epoch; None when the
-        model is not a classifier."""
-        import io
-
-        import numpy as np
-
-        from ..fileio import atomic_write
-
-        p = self.predict()
-        if p is None:
-            return None
-        buf = io.BytesIO()
-        np.savez_compressed(buf, pred=p["pred"].numpy().astype(np.int16), target=p["target"].numpy().astype(np.int16),
-                            nll=p["nll"].numpy().astype(np.float32), epoch=np.int64(self.epoch + 1))
-        return atomic_write(self.out_dir / PREDICTIONS_FILE, buf.getvalue())
 
     def summary(self) -> dict:
         """What the run reached. ``status`` is "complete" (``config.epochs`` done) or "partial"
