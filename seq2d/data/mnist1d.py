@@ -123,8 +123,8 @@ def generation_args(overrides: Mapping | None = None) -> dict:
         ok = isinstance(v, want) and not (want is int and isinstance(v, bool))
         if want is float and isinstance(v, int) and not isinstance(v, bool):
             v, ok = float(v), True
-        if want is list:
-            ok = ok and len(v) == 2 and all(isinstance(p, int) and not isinstance(p, bool) for p in v)
+        if want is list:  # padding: (low, high)
+            ok = isinstance(v, (list, tuple)) and len(v) == 2 and all(isinstance(p, int) and not isinstance(p, bool) for p in v)
         if not ok:
             raise InvalidType(f"MNIST-1D generation argument {k!r}: expected {want.__name__} like "
                               f"{DEFAULT_ARGS[k]!r}, got {show_value(v)}")
