@@ -89,7 +89,8 @@ class TrainConfig:
     download: bool = _f(False, "download MNIST when absent from data_root")
     image_size: int = _f(50, "images are resized to image_size x image_size (so sizes[0] = image_size**2)")
     normalize: bool = _f(True, "MNIST pixels normalised with mean 0.1307, std 0.3081 (False: x / 255 in [0, 1], ToTensor "
-                               "only); data 'synthetic' reads no pixels and refuses False")
+                               "only); data 'synthetic' reads no pixels and refuses False, as does 'mnist1d' (its "
+                               "generator standardises it)")
     # ---- optimisation
     epochs: int = _f(10, "passes over the training set")
     batch_size: int = _f(64, "samples per optimizer step, summed over all processes (each of W processes takes 1/W)")
