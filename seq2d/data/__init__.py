@@ -6,6 +6,8 @@
   shipped in the package (offline).
 * :func:`batches`: minibatches by a device-side ``randperm``, with data-parallel sharding.
 * :class:`Augment`: random perspective and random erasing (torchvision semantics), batched.
+* :func:`get_mnist1d` / :func:`mnist1d_arrays`: MNIST-1D (:mod:`seq2d.data.mnist1d`), generated
+  offline by the optional ``mnist1d`` package once into a user cache, checksummed.
 """
 
 from .augment import Augment, erase, erasing_params, perspective, perspective_coeffs, perspective_params
@@ -32,6 +34,7 @@ from .mnist import (
     read_idx,
     subset_info,
 )
+from .mnist1d import Mnist1dMissing, get_mnist1d, mnist1d_arrays
 
 __all__ = [
     "Augment",
@@ -41,6 +44,7 @@ __all__ = [
     "ENV_VAR",
     "IdxError",
     "MEAN",
+    "Mnist1dMissing",
     "MnistNotFoundError",
     "STD",
     "batches",
@@ -50,10 +54,12 @@ __all__ = [
     "erasing_params",
     "find_mnist_files",
     "get_data",
+    "get_mnist1d",
     "load_mnist",
     "load_raw",
     "load_subset",
     "load_subset_raw",
+    "mnist1d_arrays",
     "parse_idx",
     "perspective",
     "perspective_coeffs",

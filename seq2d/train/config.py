@@ -82,12 +82,15 @@ class TrainConfig:
     kernel: str = _f("auto", 'block-sparse kernel handed to model constructors that take one (see '
                              'seq2d.sparse.available_kernels(); "auto" = their default)')
     # ---- data
-    data: str = _f("subset", '"subset" (bundled MNIST subset), "full" (MNIST) or "synthetic" (Gaussian clusters, for tests)')
+    data: str = _f("subset", '"subset" (bundled MNIST subset), "full" (MNIST), "mnist1d" (MNIST-1D, 40-sample signals, '
+                             'generated once into $SEQ2D_CACHE; needs the optional extra, seq2d.data.mnist1d) or '
+                             '"synthetic" (Gaussian clusters, for tests)')
     data_root: str | None = _f(None, "MNIST folder (None = $SEQ2D_DATA, then the data module's default)")
     download: bool = _f(False, "download MNIST when absent from data_root")
     image_size: int = _f(50, "images are resized to image_size x image_size (so sizes[0] = image_size**2)")
     normalize: bool = _f(True, "MNIST pixels normalised with mean 0.1307, std 0.3081 (False: x / 255 in [0, 1], ToTensor "
-                               "only); data 'synthetic' reads no pixels and refuses False")
+                               "only); data 'synthetic' reads no pixels and refuses False, as does 'mnist1d' (its "
+                               "generator standardises it)")
     # ---- optimisation
     epochs: int = _f(10, "passes over the training set")
     batch_size: int = _f(64, "samples per optimizer step, summed over all processes (each of W processes takes 1/W)")
@@ -142,7 +145,7 @@ class TrainConfig:
 # Fields whose values are fixed by a choice list (anything else is free text).
 CHOICES: dict[str, tuple[str, ...]] = {
     "granularity": ("element", "tile", "block"),
-    "data": ("subset", "full", "synthetic"),
+    "data": ("subset", "full", "mnist1d", "synthetic"),
     "optimizer": ("adam", "sgd"),
     "optimizer_impl": ("fused", "foreach", "loop"),
     "device": ("auto", "cpu", "cuda"),
@@ -310,6 +313,12 @@ def _check_values(cfg: TrainConfig) -> None:
     if not cfg.normalize and cfg.data == "synthetic":
         raise InvalidValue("config field 'normalize' is False, but data = 'synthetic' reads no MNIST pixels to leave "
                            "unnormalised; use --data subset or full, or leave normalize on")
+    if cfg.data == "mnist1d" and not cfg.normalize:
+        raise InvalidValue("config field 'normalize' is False, but data = 'mnist1d' has no unnormalised form: the "
+                           "mnist1d package standardises the set it generates (seq2d.data.mnist1d); leave normalize on")
+    if cfg.data == "mnist1d" and (cfg.erasing_p or cfg.perspective_p):
+        raise InvalidValue(f"config fields 'erasing_p' / 'perspective_p' are {cfg.erasing_p} / {cfg.perspective_p}, "
+                           "but they augment images and data = 'mnist1d' holds 1-D signals; set both to 0")
     if cfg.divergence_factor is not None and not (math.isfinite(cfg.divergence_factor) and cfg.divergence_factor > 1):
         raise InvalidValue(f"config field 'divergence_factor': expected a finite number > 1 (or None to turn the rule off), "
                            f"got {cfg.divergence_factor}")

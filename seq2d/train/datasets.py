@@ -35,7 +35,10 @@ def synthetic_data(features: int = 16, classes: int = 4, *, n_train: int = 512, 
 
 def load_data(cfg: TrainConfig, device=None, ctx: DistContext | None = None) -> dict:
     """The data set ``cfg.data`` names, on ``device``: "synthetic" here, "subset"/"full" from
-    :func:`seq2d.data.get_data`. Under torchrun with ``download``, rank 0 fetches first.
+    :func:`seq2d.data.get_data`, "mnist1d" from :func:`seq2d.data.mnist1d.get_mnist1d` (flat
+    ``(N, 40)`` signals; generated into ``$SEQ2D_CACHE`` on first use, where every rank of a
+    torchrun job writes the same bytes atomically). Under torchrun with ``download``, rank 0
+    fetches first.
 
     ``device=None`` means the run's device, resolved as the :class:`~seq2d.train.Trainer`
     resolves it: ``ctx.device``, else ``cfg.device`` (``"auto"``: cuda when available)."""
@@ -43,6 +46,10 @@ def load_data(cfg: TrainConfig, device=None, ctx: DistContext | None = None) -> 
         device = ctx.device if ctx is not None else DistContext.current(cfg.device).device
     if cfg.data == "synthetic":
         return _augment_test(cfg, synthetic_data(cfg.sizes[0], cfg.sizes[-1], device=device))
+    if cfg.data == "mnist1d":
+        from ..data.mnist1d import get_mnist1d
+
+        return get_mnist1d(device=device)
     try:
         from ..data import get_data
     except ImportError as e:

@@ -166,10 +166,9 @@ class Trainer:
         self.test_data = (Xte.to(self.device), yte.to(self.device))
         fin = getattr(model, "in_features", None)
         if isinstance(fin, int) and Xtr.dim() == 2 and Xtr.shape[1] != fin:
-            raise InvalidValue(
-                f"the model takes {fin} input features but the data has {Xtr.shape[1]} per sample "
-                f"(for images: sizes[0] must be image_size**2 = {cfg.image_size ** 2})"
-            )
+            hint = ("MNIST-1D signals have 40 samples: sizes[0] must be 40" if cfg.data == "mnist1d"
+                    else f"for images: sizes[0] must be image_size**2 = {cfg.image_size ** 2}")
+            raise InvalidValue(f"the model takes {fin} input features but the data has {Xtr.shape[1]} per sample ({hint})")
         self.targets_per_sample = ytr[0].numel()
         self.augment = augment
         self.callbacks = tuple(callbacks) + config_callbacks(cfg)  # the config's (TensorBoard) last: it logs the extras
