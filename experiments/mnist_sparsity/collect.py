@@ -8,7 +8,8 @@ finished is copied as soon as it has, so nothing already computed is lost. For e
 ``RUNS/<model>/seed<k>/`` whose ``run.json`` says ``complete`` (and whose ``summary.json``, when
 ``seq2d mnist`` wrote one, agrees) this copies ``summary.json``, ``run.json`` (config, its hash,
 status), ``metrics.csv``, ``metrics.jsonl`` and ``test_predictions.npz`` (per-example test results,
-when the run wrote them) to ``DEST/<model>/seed<k>/``. Runs still going,
+when the run wrote them), and writes ``machine.json`` (this machine's CPU, capability and torch: run
+folders are collected on the machine that trained them), to ``DEST/<model>/seed<k>/``. Runs still going,
 partial runs (``--max-steps``) and checkpoints are left where they are. A copy already in DEST
 is replaced only by a run with the same config hash (``--force`` replaces any). Prints one line
 per run: copied, unchanged, skipped and why.
@@ -33,6 +34,23 @@ def _json(path: Path) -> dict | None:
     return d if isinstance(d, dict) else None
 
 
+MACHINE = "machine.json"
+
+
+def _write_machine(target: Path) -> None:
+    """``target/machine.json``: the CPU, torch's CPU capability, torch's version and the core count
+    of the machine collecting the run, which is the machine that trained it (run folders are
+    collected where they were trained; they are never moved)."""
+    import os
+
+    import torch
+
+    from seq2d.envinfo import cpu_name
+
+    (target / MACHINE).write_text(json.dumps({"cpu": cpu_name(), "capability": torch.backends.cpu.get_cpu_capability(),
+                                              "torch": torch.__version__, "nproc": os.cpu_count()}, indent=1) + "\n")
+
+
 def collect(runs: Path, dest: Path, *, force: bool = False, log=print) -> list[Path]:
     """Copy every finished run under ``runs`` to ``dest``; returns the run folders copied."""
     copied = []
@@ -55,12 +73,15 @@ def collect(runs: Path, dest: Path, *, force: bool = False, log=print) -> list[P
                 continue
             if all((target / f).read_bytes() == (run_dir / f).read_bytes()
                    for f in FILES if (run_dir / f).is_file() and (target / f).is_file()):
+                if not (target / MACHINE).is_file():
+                    _write_machine(target)  # copied before machine.json existed; its run folder is on this machine
                 log(f"{rel}: unchanged")
                 continue
         target.mkdir(parents=True, exist_ok=True)
         for f in FILES:
             if (run_dir / f).is_file():
                 shutil.copy2(run_dir / f, target / f)
+        _write_machine(target)
         log(f"{rel}: copied to {target}")
         copied.append(target)
     return copied

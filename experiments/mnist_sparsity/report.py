@@ -296,13 +296,24 @@ def plot_nll(runs, path: Path, note: str) -> None:
 
 # ---------------------------------------------------------------------- the page
 def env_line(group: str) -> str:
+    """When the group's runs finished, and on what: each run's ``machine.json`` (written by
+    collect.py), else the group's ``results.json`` (the runs from before machine.json)."""
     f = RESULTS / group / "results.json"
     runs = sorted((RESULTS / group).glob("*/seed*/run.json"))
     dates = sorted({json.loads(p.read_text()).get("updated", "")[:10] for p in runs} - {""})
     env = json.loads(f.read_text()).get("env", {}) if f.is_file() else {}
-    hw = env.get("hardware", "not recorded")
-    return (f"runs finished {dates[0]} to {dates[-1]}" if dates else "no runs yet") + f"; hardware {hw}; torch " \
-        + env.get("torch", "not recorded") + "; one torch thread per run"
+    machines: dict[str, int] = {}
+    for p in runs:
+        m = p.parent / "machine.json"
+        if m.is_file():
+            d = json.loads(m.read_text())
+            key = f"{d['cpu']}, {d['nproc']} cores, torch capability {d['capability']}, torch {d['torch']}"
+        else:
+            key = f"{env.get('hardware', 'not recorded')}, torch {env.get('torch', 'not recorded')}"
+        machines[key] = machines.get(key, 0) + 1
+    hw = "; ".join(f"{k} ({n} runs)" for k, n in machines.items())
+    return (f"runs finished {dates[0]} to {dates[-1]}" if dates else "no runs yet") + f"; machines: {hw}; one torch " \
+        "thread per run, 2 or 3 runs at a time beside other work (times per epoch measure a shared machine)"
 
 
 def verdict(main, diffs, pairs, claims) -> str:
