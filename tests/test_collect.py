@@ -35,8 +35,12 @@ def test_only_complete_runs_are_copied_and_never_checkpoints(tmp_path):
     lines = []
     copied = collect.collect(runs, dest, log=lines.append)
     assert copied == [dest / "mlp" / "seed0"]
-    assert sorted(p.name for p in (dest / "mlp" / "seed0").iterdir()) == ["metrics.csv", "metrics.jsonl", "run.json",
-                                                                          "summary.json"]
+    assert sorted(p.name for p in (dest / "mlp" / "seed0").iterdir()) == ["machine.json", "metrics.csv", "metrics.jsonl",
+                                                                          "run.json", "summary.json"]
+    import torch
+
+    assert json.loads((dest / "mlp" / "seed0" / "machine.json").read_text())["capability"] == \
+        torch.backends.cpu.get_cpu_capability()
     assert not (dest / "mlp" / "seed1").exists() and not (dest / "random-element").exists()
     assert any("running" in l for l in lines) and any("partial" in l for l in lines)
     # a second pass changes nothing; a run of another config is not replaced without --force
