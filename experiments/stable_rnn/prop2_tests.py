@@ -174,7 +174,8 @@ def matched_log_ratio(xa, ya, xb, yb, points: int = 20) -> dict | None:
     lo, hi = max(xa[0], xb[0]), min(xa[-1], xb[-1])
     if not hi > lo:
         return None
-    grid = [math.exp(math.log(lo) + (math.log(hi) - math.log(lo)) * i / (points - 1)) for i in range(points)]
+    grid = [lo] + [math.exp(math.log(lo) + (math.log(hi) - math.log(lo)) * i / (points - 1))
+                   for i in range(1, points - 1)] + [hi]  # the ends exactly (no rounding past the data)
     r = [math.log(_interp(x, xb, yb) / _interp(x, xa, ya)) for x in grid]
     return {"mean": sum(r) / len(r), "at_max": r[-1], "range": [lo, hi], "min": min(r), "max": max(r)}
 
