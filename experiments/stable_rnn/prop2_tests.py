@@ -497,7 +497,7 @@ def section(doc: dict, sweep: dict | None, rel: str) -> str:
               "at matched S, averaged in log over the common range.", "",
               "| lambda | alpha (alpha/t, constant) | common S range (seeds) | log ratio vs S: mean [95%] | at the largest "
               "common S (seeds) | log ratio vs distance moved: mean [95%] | slope of log gap in log S: alpha/t, "
-              "constant (seeds) | outcome |", "| ---: | --- | --- | --- | --- | --- | --- | --- |"]
+              "constant (seeds) | the interval against log 2 |", "| ---: | --- | --- | --- | --- | --- | --- | --- |"]
         for s in a["S"]:
             if "vs_S" not in s:
                 continue
@@ -510,6 +510,10 @@ def section(doc: dict, sweep: dict | None, rel: str) -> str:
         edge = [f"lambda {lam} {', '.join(v['at_edge'])}" for lam, v in gsel.items() if v.get("at_edge")]
         L += ["", "Where the alpha/t choice landed: " + "; ".join(
             f"lambda {lam}: alpha {v['alpha']['alpha/t']:g} of the grid {sorted(float(x) for x in v['grid']['alpha/t'])}"
+            + (f" (the rule picked {', '.join(f'{x:g}' for x in v['diverged_in_sweep']['alpha/t'])} on the tuning seed; "
+               "a sweep seed diverged there, so its fallback, the next smaller alpha, was taken; the constant step's "
+               "alpha stays the one matched to the first pick's loss)"
+               if v.get("diverged_in_sweep", {}).get("alpha/t") else "")
             for lam, v in gsel.items() if v.get("alpha"))
               + (f"; still at an edge after the extensions: {edge}" if edge else "; no choice is at an edge of its grid")
               + "."]

@@ -189,7 +189,7 @@ def sweep_paragraph(doc: dict) -> str:
          f"step's {_r(f['early']['constant'], '.3f')} of its own. A larger slope in N for the constant step is therefore "
          "what the two schedules do to the clock (alpha/t spends most of its sum of steps in its first steps), and "
          "says nothing by itself about the 1/t rate being necessary: at the largest N the two rules' sums of steps "
-         f"({sums} at lambda {f['lams'][0]}) are close, and their gaps there are in the ratio "
+         f"are {sums} at lambda {f['lams'][0]}, and their gaps there are in the ratio "
          f"{_r([x for d in f['per_lambda'] for x in d['ratio_gap']])} (every lambda and seed). The pre-stated comparison at matched cumulative step is "
          "test P2-S / Fig1 in the section named above.")
     return p + "\n\n" + q
