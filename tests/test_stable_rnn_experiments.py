@@ -316,9 +316,13 @@ def test_gap_sweep_quick_trains_every_weight_and_writes_its_section(tmp_path):
     assert doc["check"] < 1e-9 and _png(tmp_path / "o" / "gap_sweep.png")
     for lam in cfg["lams"]:
         sel = doc["selection"][str(lam)]
-        assert sel["alpha"]["alpha/t"] in cfg["alphas"]["alpha/t"] and sel["alpha"]["constant"] in cfg["alphas"]["constant"]
-        assert set(sel["grid"]["constant"]) == {str(a) for a in cfg["alphas"]["constant"]}
-    assert len(doc["configs"]) == len(cfg["seeds"]) * len(cfg["lams"]) * 2
+        for rule in ("alpha/t", "constant"):  # the grid: the configured alphas and the rule's extensions
+            assert str(sel["alpha"][rule]) in sel["grid"][rule]
+            assert set(sel["grid"][rule]) >= {str(a) for a in cfg["alphas"][rule]}
+    for lam, rule, a in doc["extended"]:  # each extension doubles or halves an edge of the configured grid
+        assert a in (2 * max(cfg["alphas"][rule]), min(cfg["alphas"][rule]) / 2)
+    # every seed at each chosen alpha and at its fallback (the next smaller alpha of the grid)
+    assert len(doc["configs"]) == len(cfg["seeds"]) * len(cfg["lams"]) * 4
     for c in doc["configs"]:
         assert not c["diverged"] and c["moved_recurrent"] > 1e-3 and c["full_loss"][-1] < c["initial_loss"]
         assert len(c["weight_gap"]) == len(cfg["steps_list"]) and all(g > 0 for g in c["weight_gap"])
