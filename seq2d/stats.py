@@ -10,6 +10,11 @@ Paired and multiple comparisons, for classifiers scored on the same test example
     mcnemar(correct_a, correct_b)        # exact McNemar test of one pair of runs, same examples
     paired_bootstrap(ca, cb)             # mean(cb) - mean(ca) over (seeds, examples), resampling both
 
+One sample and a fitted line::
+
+    mean_interval(values)                # the mean and its t interval (e.g. one slope per seed)
+    slope_interval(x, y)                 # least-squares slope of y on x and its t interval (n - 2 df)
+
 A Welch interval that contains 0 says the data cannot tell the models apart; it does not
 say they are equal. Equivalence is what :func:`tost` tests (Schuirmann's two one-sided
 tests): B is equivalent to A within ``margin`` at level ``alpha`` when both one-sided
@@ -46,7 +51,8 @@ from scipy import stats as _st
 from .errors import InvalidValue
 
 __all__ = ["t_cdf", "t_quantile", "welch", "tost", "welch_summary", "tost_summary", "WelchResult", "TostResult",
-           "holm", "binomial_se", "mcnemar", "McNemarResult", "paired_bootstrap", "BootstrapResult"]
+           "holm", "binomial_se", "mcnemar", "McNemarResult", "paired_bootstrap", "BootstrapResult", "Interval",
+           "mean_interval", "slope_interval"]
 
 
 # ---------------------------------------------------------------------- the t distribution (scipy's)
@@ -214,6 +220,74 @@ def _tost(s: _Summary, margin: float, alpha: float) -> TostResult:
     q = float(_st.t.ppf(1.0 - alpha, df))
     p = max(p_low, p_high)
     return TostResult(p < alpha, p, diff, diff - q * se, diff + q * se, float(margin), alpha, df)
+
+
+# ---------------------------------------------------------------------- one sample, one line
+@dataclass(frozen=True)
+class Interval:
+    """An estimate with its two-sided t interval at ``level``: ``[low, high]``, standard error
+    ``se`` and ``df`` degrees of freedom (``inf``: no spread, the interval is the point). For a
+    fitted line ``intercept`` is set too."""
+
+    estimate: float
+    low: float
+    high: float
+    se: float
+    df: float
+    n: int
+    level: float
+    intercept: float | None = None
+
+    def contains(self, value: float) -> bool:
+        return self.low <= value <= self.high
+
+
+def _numbers(x, name: str, least: int) -> list[float]:
+    try:
+        x = [float(v) for v in x]
+    except (TypeError, ValueError):
+        raise InvalidValue(f"{name}: expected a sequence of numbers, got {x!r}") from None
+    if len(x) < least:
+        raise InvalidValue(f"{name}: at least {least} values are needed, got {len(x)}")
+    if not all(math.isfinite(v) for v in x):
+        raise InvalidValue(f"{name}: expected finite numbers, got {x}")
+    return x
+
+
+def _level(level: float) -> float:
+    if not 0 < level < 1:
+        raise InvalidValue(f"level: expected a probability in (0, 1), got {level!r}")
+    return level
+
+
+def mean_interval(values: Sequence[float], level: float = 0.95) -> Interval:
+    """The mean of ``values`` (>= 2) and its t interval, ``n - 1`` df: ``scipy.stats.t.ppf`` times
+    the standard error ``sd / sqrt(n)``."""
+    x, level = _numbers(values, "values", 2), _level(level)
+    m, se = statistics.fmean(x), statistics.stdev(x) / math.sqrt(len(x))
+    if se == 0:
+        return Interval(m, m, m, 0.0, math.inf, len(x), level)
+    q = float(_st.t.ppf(0.5 + level / 2, len(x) - 1))
+    return Interval(m, m - q * se, m + q * se, se, len(x) - 1, len(x), level)
+
+
+def slope_interval(x: Sequence[float], y: Sequence[float], level: float = 0.95) -> Interval:
+    """The least-squares slope of ``y`` on ``x`` (``scipy.stats.linregress``) and its t interval
+    with ``n - 2`` df (the textbook interval for independent errors of equal variance; for a
+    smooth deterministic curve it measures the lack of fit, not a sampling error)."""
+    xs, ys, level = _numbers(x, "x", 3), _numbers(y, "y", 3), _level(level)
+    if len(xs) != len(ys):
+        raise InvalidValue(f"x and y must have the same length, got {len(xs)} and {len(ys)}")
+    if max(xs) == min(xs):
+        raise InvalidValue(f"x: expected at least two different values, got {xs}")
+    r = _st.linregress(xs, ys)
+    se, df = float(r.stderr), len(xs) - 2
+    if se == 0:
+        return Interval(float(r.slope), float(r.slope), float(r.slope), 0.0, math.inf, len(xs), level,
+                        float(r.intercept))
+    q = float(_st.t.ppf(0.5 + level / 2, df))
+    return Interval(float(r.slope), float(r.slope) - q * se, float(r.slope) + q * se, se, df, len(xs), level,
+                    float(r.intercept))
 
 
 # ---------------------------------------------------------------------- multiple and paired comparisons

@@ -316,9 +316,13 @@ def test_gap_sweep_quick_trains_every_weight_and_writes_its_section(tmp_path):
     assert doc["check"] < 1e-9 and _png(tmp_path / "o" / "gap_sweep.png")
     for lam in cfg["lams"]:
         sel = doc["selection"][str(lam)]
-        assert sel["alpha"]["alpha/t"] in cfg["alphas"]["alpha/t"] and sel["alpha"]["constant"] in cfg["alphas"]["constant"]
-        assert set(sel["grid"]["constant"]) == {str(a) for a in cfg["alphas"]["constant"]}
-    assert len(doc["configs"]) == len(cfg["seeds"]) * len(cfg["lams"]) * 2
+        for rule in ("alpha/t", "constant"):  # the grid: the configured alphas and the rule's extensions
+            assert str(sel["alpha"][rule]) in sel["grid"][rule]
+            assert set(sel["grid"][rule]) >= {str(a) for a in cfg["alphas"][rule]}
+    for lam, rule, a in doc["extended"]:  # each extension doubles or halves an edge of the configured grid
+        assert a in (2 * max(cfg["alphas"][rule]), min(cfg["alphas"][rule]) / 2)
+    # every seed at each chosen alpha and at its fallback (the next smaller alpha of the grid)
+    assert len(doc["configs"]) == len(cfg["seeds"]) * len(cfg["lams"]) * 4
     for c in doc["configs"]:
         assert not c["diverged"] and c["moved_recurrent"] > 1e-3 and c["full_loss"][-1] < c["initial_loss"]
         assert len(c["weight_gap"]) == len(cfg["steps_list"]) and all(g > 0 for g in c["weight_gap"])
@@ -367,3 +371,126 @@ def test_truncated_training_seeds_controls_and_noise_floor(tmp_path):
     assert len(list((tmp_path / "o" / "parts").glob("*.json"))) == 4
     again = exp.main(argv + ["--out", str(tmp_path / "o")])
     assert _without_times(again["runs"]) == _without_times(res["runs"])
+
+
+# ----------------------------------------------------------------------------- prop2_tests.py (issue 34, item 3)
+def test_rate_fit_recovers_a_known_lambda_and_each_test_can_fail():
+    """Synthetic gaps gamma k lambda^k (noise 5 %): the fit recovers log lambda and both tests hold; a gap decaying as
+    sqrt(lambda)^k falsifies the bound reading, one decaying as lambda^(2k) keeps the bound and falsifies the rate."""
+    import random
+
+    p2 = _load("prop2_tests")
+    rng = random.Random(0)
+    ks = list(range(1, 16))
+
+    def slopes(rate, n=5):
+        return [p2.rate_fit(ks, [3.0 * k * rate ** k * math.exp(rng.gauss(0, 0.05)) for k in ks]).estimate
+                for _ in range(n)]
+
+    for lam in (0.5, 0.8, 0.95):
+        f = p2.rate_fit(ks, [3.0 * k * lam ** k * math.exp(rng.gauss(0, 0.05)) for k in ks])
+        assert f.estimate == pytest.approx(math.log(lam), abs=0.03) and f.contains(math.log(lam))
+        ll = [math.log(lam)] * 5
+        same, slow, fast = (p2.rate_test(slopes(r), ll) for r in (lam, lam ** 0.5, lam ** 2))
+        assert same["bound_ok"] and same["rate_ok"]
+        assert not slow["bound_ok"] and not slow["rate_ok"]
+        assert fast["bound_ok"] and not fast["rate_ok"]
+    ll = [math.log(lam) for lam in (0.5, 0.65, 0.8, 0.95) for _ in range(5)]
+    assert p2.slope_on_log_lambda([x + rng.gauss(0, 0.01) for x in ll], ll)["one_inside"]
+    assert not p2.slope_on_log_lambda([2 * x + rng.gauss(0, 0.01) for x in ll], ll)["one_inside"]
+
+
+def test_step_sums_matched_ratio_and_the_decision():
+    p2 = _load("prop2_tests")
+    Ns = [1, 2, 3, 5, 10, 30, 100]
+    assert p2.step_sums(Ns, "alpha/t", 2.0) == pytest.approx([2 * sum(1 / t for t in range(1, n + 1)) for n in Ns])
+    assert p2.step_sums(Ns, "constant", 0.01) == pytest.approx([0.01 * n for n in Ns])
+    xa, xb = [1, 2, 4, 8, 16], [0.5, 1.5, 3, 6, 12, 24]
+    r = p2.matched_log_ratio(xa, [2 * x ** 0.7 for x in xa], xb, [6 * x ** 0.7 for x in xb])  # exact in log-log
+    assert r["mean"] == pytest.approx(math.log(3)) and r["range"] == [1, 16] and r["at_max"] == pytest.approx(math.log(3))
+    assert p2.matched_log_ratio([1, 2], [1, 1], [3, 4], [1, 1]) is None  # no common range
+    m = math.log(2)
+    assert p2.classify_ratio(-0.1, 0.2) == "same within the factor"
+    assert p2.classify_ratio(m + 0.1, m + 0.5) == "constant larger by more than the factor"
+    assert p2.classify_ratio(-2.0, m - 0.1) == "constant not larger by the factor"
+    assert p2.classify_ratio(0.0, 1.0) == "undecided"
+
+
+def _fake_sweep(scale_constant: float) -> dict:
+    """A gap_sweep.py JSON whose gap is one function of the cumulative step for both rules, times ``scale_constant``
+    for the constant step (2 % noise per seed)."""
+    import random
+
+    p2 = _load("prop2_tests")
+    rng = random.Random(1)
+    N = [1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000, 2000]
+    alpha = {"alpha/t": 1.0, "constant": 0.004}
+    configs = []
+    for seed in range(5):
+        for rule in ("alpha/t", "constant"):
+            S = p2.step_sums(N, rule, alpha[rule])
+            k = math.exp(rng.gauss(0, 0.02)) * (scale_constant if rule == "constant" else 1.0)
+            configs.append({"seed": seed, "lam": 0.8, "rule": rule, "alpha": alpha[rule], "diverged": False,
+                            "curve": {"N": N, "gap": [k * 0.01 * s ** 0.8 for s in S], "moved": [0.3 * s for s in S]}})
+    return {"config": {"lams": [0.8]}, "selection": {"0.8": {"alpha": alpha}}, "configs": configs}
+
+
+def test_s_clock_tells_a_schedule_effect_from_a_larger_gap():
+    p2 = _load("prop2_tests")
+    same = p2.s_clock(_fake_sweep(1.0))[0]
+    assert same["vs_S"]["outcome"] == "same within the factor" and abs(same["vs_S"]["mean"]) < 0.05
+    assert same["vs_moved"]["outcome"] == "same within the factor"
+    larger = p2.s_clock(_fake_sweep(4.0))[0]
+    assert larger["vs_S"]["outcome"] == "constant larger by more than the factor"
+    assert larger["vs_S"]["mean"] == pytest.approx(math.log(4), abs=0.05)
+
+
+def test_prop2_tests_quick_writes_its_section_and_regenerates_it(tmp_path):
+    """Quick mode end to end (gap_sweep.py's quick JSON for the cumulative-step tests): the predictions come before
+    the numbers on the page, and --from-json writes the same section again."""
+    gs, p2 = _load("gap_sweep"), _load("prop2_tests")
+    page = tmp_path / "docs" / "stability.md"
+    page.parent.mkdir()
+    page.write_text("# Stable recurrent models: results\n")
+    assert gs.main(["--quick", "--out", str(tmp_path / "o"), "--doc", str(page)]) == 0
+    sweep = str(page.parent / "stability" / "gap_sweep.json")
+    assert p2.main(["--quick", "--gap-sweep", sweep, "--out", str(tmp_path / "o"), "--doc", str(page)]) == 0
+    doc = json.loads((tmp_path / "o" / "prop2_tests.json").read_text())
+    assert {r["family"] for r in doc["lemma2"]} == {"projected", "orthogonal"}
+    assert all(len(r["gap"]) == len(doc["config"]["ks"]) and min(r["gap"]) > 0 for r in doc["lemma2"])
+    ortho = [r for r in doc["lemma2"] if r["family"] == "orthogonal"]
+    assert all(r["norm"] == pytest.approx(r["lam"]) and r["radius"] == pytest.approx(r["lam"]) for r in ortho)
+    assert all(not r["diverged"] and r["moved"][-1] > 0 for r in doc["prop2_k"])
+    text = page.read_text()
+    sec = lambda t: t.split("<!-- prop2-tests:begin -->")[1].split("<!-- prop2-tests:end -->")[0]  # noqa: E731
+    body = sec(text)
+    assert body.index("The predictions (stated before the runs)") < body.index("### Outcomes") < body.index("b (seeds)")
+    for p in p2.PREDICTIONS:
+        assert f"| {p['id']} |" in body
+    again = tmp_path / "docs2" / "stability.md"
+    again.parent.mkdir()
+    again.write_text("# Stable recurrent models: results\n")
+    assert p2.main(["--from-json", str(page.parent / "stability" / "prop2_tests.json"), "--gap-sweep", sweep,
+                    "--out", str(tmp_path / "o2"), "--doc", str(again)]) == 0
+    assert sec(again.read_text()) == body
+
+
+def test_the_committed_stability_sections_regenerate_from_their_json(tmp_path):
+    """docs/results/stability.md: the sections of issue 34 item 3 (prop2-tests, gap-sweep, the truncated-training
+    sections, the verdict) come out byte-identical from the committed JSON through the scripts' --from-json modes."""
+    import shutil
+
+    repo = ROOT.parents[1]
+    page = tmp_path / "docs" / "results" / "stability.md"
+    shutil.copytree(repo / "docs" / "results" / "stability", page.parent / "stability")
+    shutil.copy(repo / "docs" / "results" / "stability.md", page)
+    before = page.read_text()
+    assets = page.parent / "stability"
+    out = str(tmp_path / "o")
+    assert _load("gap_sweep").main(["--from-json", str(assets / "gap_sweep.json"), "--out", out, "--doc", str(page)]) == 0
+    assert _load("prop2_tests").main(["--from-json", str(assets / "prop2_tests.json"), "--gap-sweep",
+                                      str(assets / "gap_sweep.json"), "--out", out, "--doc", str(page)]) == 0
+    tt = _load("truncated_training")
+    for name in ("truncated_training", "truncated_training_decay", "truncated_training_seeds"):
+        tt.main(["--from-json", str(assets / f"{name}.json"), "--out", str(tmp_path / name), "--doc", str(page)])
+    assert page.read_text() == before, "rerun the --from-json commands of docs/results/stability.md and commit the page"

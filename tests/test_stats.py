@@ -241,3 +241,42 @@ def test_paired_bootstrap_interval_and_determinism():
     assert same.diff == 0 and same.low == same.high == 0 and same.p == 1.0
     with pytest.raises(ValueError, match="one shape"):
         paired_bootstrap(a, b[:2])
+
+
+# ---------------------------------------------------------------------- one sample, one line (issue 34)
+def test_mean_interval_against_a_hand_computation():
+    from seq2d.stats import mean_interval
+
+    iv = mean_interval([1.0, 2.0, 3.0, 4.0, 5.0])
+    half = 2.77644511 * math.sqrt(2.5) / math.sqrt(5)  # t(0.975, 4) * sd / sqrt(n)
+    assert iv.estimate == 3.0 and iv.df == 4 and iv.n == 5
+    assert (iv.low, iv.high) == pytest.approx((3.0 - half, 3.0 + half), abs=1e-7)
+    assert iv.contains(1.1) and not iv.contains(0.9)
+    same = mean_interval([2.0, 2.0, 2.0])
+    assert (same.low, same.high, same.df) == (2.0, 2.0, math.inf)
+    with pytest.raises(InvalidValue, match="at least 2"):
+        mean_interval([1.0])
+
+
+def test_slope_interval_against_the_normal_equations():
+    """The slope and its standard error from the textbook formulas (a second path), the interval t(0.975, n - 2) wide."""
+    from seq2d.stats import slope_interval
+
+    x, y = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0], [0.1, 0.9, 2.2, 2.8, 4.3, 4.9]
+    n = len(x)
+    mx, my = sum(x) / n, sum(y) / n
+    sxx = sum((a - mx) ** 2 for a in x)
+    b = sum((a - mx) * (c - my) for a, c in zip(x, y)) / sxx
+    a0 = my - b * mx
+    s2 = sum((c - a0 - b * a) ** 2 for a, c in zip(x, y)) / (n - 2)
+    se = math.sqrt(s2 / sxx)
+    iv = slope_interval(x, y)
+    assert iv.estimate == pytest.approx(b, rel=1e-12) and iv.intercept == pytest.approx(a0, rel=1e-12)
+    assert iv.se == pytest.approx(se, rel=1e-10) and iv.df == n - 2
+    assert (iv.low, iv.high) == pytest.approx((b - t_quantile(0.975, n - 2) * se, b + t_quantile(0.975, n - 2) * se))
+    exact = slope_interval([1, 2, 3], [2, 4, 6])
+    assert (exact.estimate, exact.low, exact.high) == pytest.approx((2.0, 2.0, 2.0))
+    with pytest.raises(InvalidValue, match="same length"):
+        slope_interval([1, 2, 3], [1, 2, 3, 4])
+    with pytest.raises(InvalidValue, match="two different values"):
+        slope_interval([1, 1, 1], [1, 2, 3])

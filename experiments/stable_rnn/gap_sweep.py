@@ -1,5 +1,5 @@
 """Proposition 2 / Fig. 1 over seeds, lambdas, both step rules and a step-size grid: the weight gap
-between a stable RNN and its k-truncation against the number of steps N, up to N = 10^4.
+between a stable RNN and its k-truncation against the number of steps N, up to the largest N of the steps list.
 
     python experiments/stable_rnn/gap_sweep.py --out runs/stable_rnn              # full (minutes)
     python experiments/stable_rnn/gap_sweep.py --quick --out /tmp/sweep           # CI (seconds)
@@ -45,14 +45,26 @@ from pathlib import Path
 
 import torch
 
+#: The rule that picks alpha, fixed in this file before the run whose numbers it picks from (issue 34, item 3: the
+#: run before it chose alpha = 2, the top of its alpha/t grid). The page quotes it above the grid's numbers.
+CHOICE_RULE = (
+    "For each lambda, the recurrent model alone is trained to the largest N on the tuning seed(s) for every alpha of "
+    "the grid. alpha/t takes the alpha with the lowest mean final training loss (alphas that diverge on a tuning seed "
+    "excluded); the constant step takes the alpha whose final loss is closest, in log, to that one. If the alpha/t "
+    "choice is the grid's largest (smallest) alpha, the grid is extended by doubling (halving) it and the rule is "
+    "applied again; likewise for the constant step when its choice is at an edge of the grid and the loss it must "
+    "match lies beyond that edge; at most `max_extensions` times per (lambda, rule); a choice still at an edge after "
+    "that is reported as such. A seed of the sweep that then diverges at the chosen alpha sends that (lambda, rule) to "
+    "the next smaller alpha of the grid, on every seed.")
 FULL = dict(input=4, hidden=16, teacher_hidden=16, teacher_lambda=0.8, noise=0.1, T=16, n_out=8, n=16,
             lams=[0.5, 0.8, 0.95], k=5, seeds=[0, 1, 2, 3, 4], tune_seeds=[0],
-            alphas={"alpha/t": [0.25, 0.5, 1.0, 2.0], "constant": [0.001, 0.002, 0.005, 0.01, 0.02, 0.05]},
-            steps_list=[1, 2, 3, 5, 10, 20, 30, 50, 100, 200, 300, 500, 1000, 2000, 3000, 5000, 10000],
-            fit_from=10, beta_iters=20, diverged_loss=1e3)
+            alphas={"alpha/t": [0.25, 0.5, 1.0, 2.0, 4.0, 8.0], "constant": [0.001, 0.002, 0.005, 0.01, 0.02, 0.05]},
+            steps_list=[1, 2, 3, 5, 10, 20, 30, 50, 100, 200, 300, 500, 1000, 2000, 3000],
+            curve_points=12,  # per decade: the gap, the distance moved and the loss recorded on this log grid of N too
+            fit_from=10, beta_iters=20, diverged_loss=1e3, max_extensions=3)
 QUICK = dict(FULL, hidden=8, teacher_hidden=8, T=12, n_out=4, n=16, lams=[0.5, 0.9], k=3, seeds=[0, 1],
              alphas={"alpha/t": [0.5, 2.0], "constant": [0.01, 0.05]}, steps_list=[1, 3, 10, 30, 60], fit_from=3,
-             beta_iters=3)
+             beta_iters=3, curve_points=6, max_extensions=1)
 RULES = ("alpha/t", "constant")
 
 
@@ -185,10 +197,20 @@ def top_hessian_eig(model: Batch, iters: int, seed: int = 0) -> torch.Tensor:
     return lam.detach().abs()
 
 
+def curve_grid(cfg: dict) -> list[int]:
+    """The N at which every configuration's curve (gap, distance moved, loss) is recorded: ``curve_points`` per decade,
+    log-spaced from 1 to max(steps_list), rounded, plus the steps list itself."""
+    top, per = max(cfg["steps_list"]), cfg.get("curve_points", 0)
+    grid = {round(10 ** (i / per)) for i in range(int(math.log10(top) * per) + 1)} if per else set()
+    return sorted({n for n in grid if 1 <= n <= top} | set(cfg["steps_list"]))
+
+
 def train(cfg: dict, P, X, Y, labels, log=print, truncated: bool = True) -> dict:
     """The recurrent model (and, with ``truncated``, its k-truncation) of every configuration to
-    max(steps_list); the gap and the losses at each N."""
+    max(steps_list); the gap and the losses at each N of the steps list, and on :func:`curve_grid` the gap, the
+    distance each model moved from the common start and the recurrent model's loss (``curve``)."""
     Ns, C = cfg["steps_list"], len(labels)
+    grid = curve_grid(cfg)
     lam = torch.tensor([c["lam"] for c in labels], dtype=torch.float64)
     alpha = torch.tensor([c["alpha"] for c in labels], dtype=torch.float64)
     decay = torch.tensor([c["rule"] == "alpha/t" for c in labels])
@@ -201,6 +223,7 @@ def train(cfg: dict, P, X, Y, labels, log=print, truncated: bool = True) -> dict
     with torch.no_grad():
         loss0 = full.losses()
     gap, lf, lt = [], [], []
+    cv = {"gap": [], "moved": [], "moved_trunc": [], "loss": []}
     want, t0 = set(Ns), time.perf_counter()
     for t in range(1, max(Ns) + 1):
         step = torch.where(decay, alpha / t, alpha) * alive
@@ -216,6 +239,15 @@ def train(cfg: dict, P, X, Y, labels, log=print, truncated: bool = True) -> dict
                     for q in m.p:  # a diverged configuration is frozen at zero (and excluded from every result)
                         q[bad] = 0.0
                 m.p[1].copy_(_project(m.p[1], lam))
+        if t in grid:
+            with torch.no_grad():
+                wf = full.flat()
+                cv["moved"].append((wf - w0).norm(dim=1).tolist())
+                cv["loss"].append(full.losses().tolist())
+                if truncated:
+                    wt = trunc.flat()
+                    cv["gap"].append((wf - wt).norm(dim=1).tolist())
+                    cv["moved_trunc"].append((wt - w0).norm(dim=1).tolist())
         if t in want:
             with torch.no_grad():
                 if truncated:
@@ -233,6 +265,8 @@ def train(cfg: dict, P, X, Y, labels, log=print, truncated: bool = True) -> dict
         ok = bool(alive[c])
         row = dict(lab, diverged=not ok, full_loss=[v[c] for v in lf] if ok else None, initial_loss=float(loss0[c]),
                    moved=float(moved[c]) if ok else None, moved_recurrent=float(moved_rec[c]) if ok else None)
+        if ok:
+            row["curve"] = {"N": grid, **{key: [v[c] for v in vals] for key, vals in cv.items() if vals}}
         if truncated:
             gaps = [g[c] for g in gap]
             fit = [(n, v) for n, v in zip(Ns, gaps) if n >= cfg["fit_from"]]
@@ -256,13 +290,14 @@ def _slope(xs, ys):
 
 def select(cfg: dict, configs: list[dict]) -> dict:
     """Per lambda: alpha/t's alpha by the lowest mean final loss over the tuning seeds; the constant step's alpha by the
-    mean final loss closest (in log) to that one. Diverged (in any seed) alphas are excluded."""
+    mean final loss closest (in log) to that one. Diverged (in any seed) alphas are excluded. The grid of a (lambda,
+    rule) is every alpha tuned for it (the configured grid and its extensions, :func:`extensions`)."""
     sel = {}
     for lam in cfg["lams"]:
         table = {}
         for rule in RULES:
             rows = {}
-            for a in cfg["alphas"][rule]:
+            for a in sorted({c["alpha"] for c in configs if c["lam"] == lam and c["rule"] == rule}):
                 cs = [c for c in configs if c["lam"] == lam and c["rule"] == rule and c["alpha"] == a]
                 div = any(c["diverged"] for c in cs)
                 rows[str(a)] = {"diverged_seeds": sum(c["diverged"] for c in cs),
@@ -278,6 +313,29 @@ def select(cfg: dict, configs: list[dict]) -> dict:
         sel[str(lam)] = {"grid": table, "alpha": {"alpha/t": float(a_t), "constant": float(a_c)},
                          "final_loss": {"alpha/t": ok_t[a_t], "constant": ok_c[a_c]}}
     return sel
+
+
+def extensions(sel: dict) -> list[tuple]:
+    """The (lambda, rule, alpha) that :data:`CHOICE_RULE` adds to the grid: the alpha beyond an edge at which a choice
+    sits (alpha/t: the lowest loss at the largest or smallest alpha tried; constant: the closest loss at an edge while
+    the loss to match lies beyond it). An edge whose next alpha diverged is not extended (the divergence bounds it)."""
+    out = []
+    for lam, s in sel.items():
+        ch = s.get("alpha")
+        if not ch:
+            continue
+        for rule in RULES:
+            grid = s["grid"][rule]
+            tried = sorted(float(a) for a in grid)
+            a, loss = ch[rule], grid[str(ch[rule])]["mean_final_loss"]
+            target = s["final_loss"]["alpha/t"]
+            up = a == tried[-1] and (rule == "alpha/t" or loss > target)
+            down = a == tried[0] and (rule == "alpha/t" or loss < target)
+            if up:
+                out.append((float(lam), rule, a * 2))
+            elif down:
+                out.append((float(lam), rule, a / 2))
+    return out
 
 
 def summarise(cfg: dict, configs: list[dict], sel: dict) -> list[dict]:
@@ -406,9 +464,29 @@ def run(args, argv) -> dict:
     P, X, Y, labels, _ = init_params(cfg, gg, cfg["tune_seeds"], grid)
     log(f"tuning: {len(labels)} configurations (seeds {cfg['tune_seeds']}), recurrent model only")
     tune = train(cfg, P, X, Y, labels, log=log, truncated=False)
-    sel = select(cfg, tune["configs"])
-    # 2. the chosen alphas, every seed, both models
-    chosen = [(lam, rule, sel[str(lam)]["alpha"][rule]) for lam in cfg["lams"] if sel[str(lam)]["alpha"] for rule in RULES]
+    tuned, tune_seconds, extended = tune["configs"], tune["train_seconds"], []
+    sel = select(cfg, tuned)
+    for _ in range(cfg.get("max_extensions", 0)):  # CHOICE_RULE: a choice at an edge of its grid extends the grid
+        more = extensions(sel)
+        if not more:
+            break
+        log(f"a choice at the edge of its grid: tuning {more}")
+        extended += [list(m) for m in more]
+        P, X, Y, labels, _ = init_params(cfg, gg, cfg["tune_seeds"], more)
+        part = train(cfg, P, X, Y, labels, log=log, truncated=False)
+        tuned += part["configs"]
+        tune_seconds += part["train_seconds"]
+        sel = select(cfg, tuned)
+    for lam, rule, a in extensions(sel):
+        sel[str(lam)].setdefault("at_edge", []).append(rule)
+    # 2. the chosen alphas, every seed, both models; with each, the next smaller alpha of its grid (the rule's
+    # fallback when a seed diverges at the chosen one: batched with it, so no second pass is needed)
+    chosen = []
+    for lam in cfg["lams"]:
+        for rule in RULES if sel[str(lam)]["alpha"] else ():
+            a = sel[str(lam)]["alpha"][rule]
+            smaller = [float(x) for x in sel[str(lam)]["grid"][rule] if float(x) < a]
+            chosen += [(lam, rule, a)] + ([(lam, rule, max(smaller))] if smaller else [])
     P, X, Y, labels, per_seed = init_params(cfg, gg, cfg["seeds"], chosen)
     err = check(cfg, gg, P, X, Y, labels, per_seed)
     if not err < 1e-9:
@@ -424,8 +502,14 @@ def run(args, argv) -> dict:
             "date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpu": gg._cpu_name(),
             "nproc": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
             "python": sys.version.split()[0], "machine": platform.machine(), "loadavg_start": load0,
-            "loadavg_end": _loadavg(), "tune_seconds": tune["train_seconds"], "train_seconds": res["train_seconds"],
+            "loadavg_end": _loadavg(), "tune_seconds": tune_seconds, "train_seconds": res["train_seconds"],
+            "choice_rule": CHOICE_RULE, "extended": extended, "tune_configs": [_small(c) for c in tuned],
             "retry_seconds": retry, "seconds": time.perf_counter() - t0}
+
+
+def _small(c: dict) -> dict:
+    """A tuning configuration for the JSON: its label, its loss curve and the distance it moved (no gap)."""
+    return {key: c.get(key) for key in ("seed", "lam", "rule", "alpha", "diverged", "initial_loss", "moved", "curve")}
 
 
 def retry_diverged(cfg: dict, gg, configs: list[dict], sel: dict, log) -> float:
@@ -434,20 +518,25 @@ def retry_diverged(cfg: dict, gg, configs: list[dict], sel: dict, log) -> float:
     ones stay, marked), ``sel`` records the alphas given up (``diverged_in_sweep``). Returns the seconds spent."""
     t0 = time.perf_counter()
     while True:
-        redo = []
+        redo, changed = [], False
         for lam in cfg["lams"]:
             s = sel[str(lam)]
             ch = s.get("alpha")
             for rule in RULES if ch else ():
                 cs = [c for c in configs if c["lam"] == lam and c["rule"] == rule and c["alpha"] == ch[rule]]
-                smaller = [a for a in cfg["alphas"][rule] if a < ch[rule]]
+                smaller = [float(a) for a in s["grid"][rule] if float(a) < ch[rule]]
                 if any(c["diverged"] for c in cs) and smaller:
                     s.setdefault("diverged_in_sweep", {}).setdefault(rule, []).append(ch[rule])
                     ch[rule] = max(smaller)
                     s["final_loss"][rule] = s["grid"][rule][str(ch[rule])]["mean_final_loss"]
-                    redo.append((lam, rule, ch[rule]))
-        if not redo:
+                    if not any(c["lam"] == lam and c["rule"] == rule and c["alpha"] == ch[rule] for c in configs):
+                        redo.append((lam, rule, ch[rule]))
+                    else:
+                        changed = True
+        if not redo and not changed:
             return time.perf_counter() - t0
+        if not redo:
+            continue
         log(f"retry with the next smaller alpha on every seed: {redo}")
         P, X, Y, labels, _ = init_params(cfg, gg, cfg["seeds"], redo)
         configs += train(cfg, P, X, Y, labels, log=log)["configs"]

@@ -252,10 +252,10 @@ def verdict_section(assets: Path) -> str | None:
         f = assets / f"{name}.json"
         return json.loads(f.read_text()) if f.is_file() else None
 
-    tr, gg, tt, ttd, wq, gs, tts = (load(n) for n in ("truncation", "gradient_gaps", "truncated_training",
-                                                      "truncated_training_decay", "wikitext_quick", "gap_sweep",
-                                                      "truncated_training_seeds"))
-    if not any((tr, gg, tt, ttd, wq, gs, tts)):
+    tr, gg, tt, ttd, wq, gs, tts, p2 = (load(n) for n in ("truncation", "gradient_gaps", "truncated_training",
+                                                          "truncated_training_decay", "wikitext_quick", "gap_sweep",
+                                                          "truncated_training_seeds", "prop2_tests"))
+    if not any((tr, gg, tt, ttd, wq, gs, tts, p2)):
         return None
     holds, fails = [], []
     seeds = _seeds_module()
@@ -285,6 +285,12 @@ def verdict_section(assets: Path) -> str | None:
                          "differentiates with respect to views of seq2d's packed parameter store); its k-table and "
                          "N table say nothing about the recurrent weights"
                          + (" (the N sweep below over seeds trains every weight)." if gs else "."))
+        if p2:
+            tests = _module("prop2_tests")
+            p2["analysis"] = tests.analyse(p2, gs)
+            h, f = tests.verdict_lines(p2)
+            holds += h
+            fails += f
         if gs:
             h, f = seeds.sweep_verdict(gs)
             holds += h
@@ -301,7 +307,7 @@ def verdict_section(assets: Path) -> str | None:
                          f"{sw['steps_list'][-1]}, constant step {sw['rules']['constant']['full_loss'][-1]:.3f}), one "
                          "instance, one seed, one alpha, one lambda (issue 20, item 2).")
     if tts:
-        h, f = seeds.noise_verdict(tts)
+        h, f = seeds.noise_verdict(tts, [x for x in (tt, ttd) if x])
         holds += h
         fails += f
     for name, run in (("constant step", tt), ("step lr / (1 + t / T)", ttd),
@@ -368,9 +374,13 @@ def verdict_section(assets: Path) -> str | None:
 
 
 def _seeds_module():
+    return _module("report_seeds")
+
+
+def _module(name: str):
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("stable_rnn_report_seeds", Path(__file__).with_name("report_seeds.py"))
+    spec = importlib.util.spec_from_file_location(f"stable_rnn_{name}", Path(__file__).with_name(f"{name}.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

@@ -17,8 +17,8 @@ other one (a truncated model run recurrently, the recurrent model truncated at i
 distance of its weights to the recurrent model's (recurrent part and all parameters, absolute and
 relative, next to how far the recurrent model moved from the common initialisation), the
 certified and data contraction constants (seq2d.stability), and for the two recurrent models
-||d loss_{t+i} / d x_t|| over the whole test stream with the hidden state carried
-(seq2d.lm.grad_norm_carried; the paper's Fig. 2).
+||d loss_{t+i} / d x_t|| with the hidden state carried, t every (grad_distance + 1)-th position of each column of
+the batchified test stream (seq2d.lm.grad_norm_carried; the paper's Fig. 2; ``carried_sampling`` states it exactly).
 
 Our variant (CPU scale), not the paper's protocol: a one-layer tanh RNN (the contraction is then
 certified in the plain 2-norm), embedding/hidden 64, dropout 0 (so the distance reflects the
@@ -279,7 +279,9 @@ def plots(res: dict, out: Path) -> dict[str, str]:
         ax.semilogy(range(len(c)), [v if v > 0 else math.nan for v in c], color=f"C{i}", label=f"{tag} recurrent")
     ax.set_xlabel("distance i (tokens)")
     ax.set_ylabel(r"$\|\partial\, \mathrm{loss}_{t+i} / \partial x_t\|_2$")
-    ax.set_title("whole test stream, hidden state carried", fontsize=10)
+    g0 = next(iter(res["runs"].values()))["models"]["recurrent"]["grad_carried"]
+    ax.set_title(f"t = 1 test position in {res['config']['grad_distance'] + 1} per column ({g0['count'][0]:,} "
+                 f"of {res['corpus']['test_tokens']:,}), hidden state carried", fontsize=9)
     ax.grid(alpha=0.3, which="both")
     ax.legend()
     fig.tight_layout()
@@ -376,12 +378,30 @@ def summary(res: dict) -> str:
     return "\n".join(lines)
 
 
+def carried_sampling(res: dict) -> str:
+    """Which test positions the carried-state gradient curve averages over, exactly, from the JSON."""
+    a, c = res["config"], res["corpus"]
+    g = next(iter(res["runs"].values()))["models"]["recurrent"].get("grad_carried") or {}
+    if not g.get("count"):
+        return ""
+    D, B = a["grad_distance"] + 1, g["columns"]
+    rows = c["test_tokens"] // B
+    return (f"The carried-state gradient curve (`seq2d.lm.grad_norm_carried`) is not taken at every test position: the "
+            f"batchified test stream ({B} columns of {rows:,} positions) is cut into consecutive segments of {D} "
+            f"positions and t is the first position of each segment, i.e. one position in every {D} of a column; "
+            f"{g['segments']} segments x {B} columns = {g['count'][0]:,} positions t of the {c['test_tokens']:,} test "
+            "tokens" + (f" (`--carried-segments {a['carried_segments']}`: the first {g['segments'] * D:,} positions of "
+                        "each column only)" if a.get("carried_segments") else " (the whole stream, every segment)")
+            + ". The hidden state entering each segment is carried from the column's start; the value at distance i "
+            "averages over the t whose segment reaches t + i.")
+
+
 def _model_minutes(res: dict) -> float:
     return sum((m.get("train_time_s") or 0) + (m.get("eval_time_s") or 0)
                for r in res["runs"].values() for m in r["models"].values()) / 60
 
 
-def doc_section(res: dict, table: str, images: dict[str, str]) -> str:
+def doc_section(res: dict, table: str, images: dict[str, str], longer: list[dict] = ()) -> str:
     a, env, c = res["config"], res["env"], res["corpus"]
     decay = a.get("lr_decay")
     rule = f", step lr / (1 + t / {decay:g})" if decay else ""
@@ -419,7 +439,7 @@ def doc_section(res: dict, table: str, images: dict[str, str]) -> str:
               f"`SpectralClip(lam={a['rnn_lambda']})` after every step, for every model of that run.", "",
               table,
               "Measured (computed from the JSON by the script):", "", summary(res), "",
-              _report_seeds().noise_floor_text(res), "",
+              _report_seeds().noise_floor_text(res, longer), "", carried_sampling(res), "",
               "Columns: \"own mode\" is how the model was trained (truncated at its k, or recurrent); \"run "
               "recurrently\" runs the same weights with the hidden state carried through the test stream; \"recurrent "
               "model truncated at k\" is the recurrent model's weights evaluated as a k-truncation. Distances are "
@@ -554,7 +574,13 @@ def write_outputs(res: dict, out: Path, doc: str | None) -> dict:
             images[title] = f"stability/{prefix}_{f}"
         (img / f"{res['config'].get('section', 'truncated-training').replace('-', '_')}.json").write_text(
             json.dumps(res, indent=2) + "\n")
-        _report().write_section(doc, res["config"].get("section", "truncated-training"), doc_section(res, table, images))
+        prefix = res["config"].get("section", "truncated-training").replace("-", "_")
+        n_seeds = len(res["config"].get("seeds") or [res["config"]["seed"]])
+        # several seeds on a slice of the corpus: read against the page's longer runs (the full training stream)
+        longer = [json.loads(f.read_text()) for f in (img / "truncated_training.json", img / "truncated_training_decay.json")
+                  if n_seeds > 1 and f.is_file() and f.stem != prefix]
+        _report().write_section(doc, res["config"].get("section", "truncated-training"),
+                                doc_section(res, table, images, longer))
         print(f"wrote {doc}")
     return res
 
