@@ -229,8 +229,14 @@ def run_plan(plan: Sequence[tuple], *, folder: str | Path, resume: bool = True, 
     rows: list = [None] * len(plan)
     todo = []
     for k, (name, seed, cfg) in enumerate(plan):
-        old = _read_json(Path(cfg.out_dir) / "summary.json") if resume else None
-        if old is not None and old.get("complete") is True and old.get("config_hash") == config_hash(cfg):
+        summary_path = Path(cfg.out_dir) / "summary.json"
+        old = _read_json(summary_path) if resume else None
+        torn = _unreadable(summary_path) if resume else None
+        if torn:  # named here, as every run passes here (the batched seeds never reach train_one)
+            log(f"{tags[k]} not reusing the result in {cfg.out_dir}: its summary.json is unreadable ({torn}); the run "
+                "is continued from its checkpoint or trained again")
+        if old is not None and old.get("complete") is True and old.get("config_hash") == config_hash(cfg) \
+                and not _unreadable(Path(cfg.out_dir) / "run.json") and not _model_differs(cfg):
             log(f"{tags[k]} reusing finished run in {cfg.out_dir}")
             rows[k] = {**old, "run_dir": str(cfg.out_dir)}  # where it was read: a copied run's files are here
         else:
@@ -301,27 +307,36 @@ def train_one(name: str, seed: int, cfg: TrainConfig, *, resume: bool = True, lo
     from .train.rundir import read_record
     from .train.trainer import run
 
+    from .train.fingerprint import format_model_diff
+
     run_dir = Path(cfg.out_dir)
     tag = _tag(name, seed)
     summary_path = run_dir / "summary.json"
     old = _read_json(summary_path) if resume else None
+    model_diff = _model_differs(cfg) if resume else []  # the model the folder's run trained vs cfg's
     if old is not None:
         diff = config_diff(old["config"], cfg) if isinstance(old.get("config"), dict) else None
         why = ("it is partial (stopped by max_steps at step " + str(old.get("steps", "?")) + ")"
                if old.get("complete") is False and not diff else
-               f"its config differs: {format_diff(diff)}" if diff else "it was written by an older seq2d")
+               f"its config differs: {format_diff(diff)}" if diff else
+               f"its model differs: {format_model_diff(model_diff)}" if model_diff else
+               f"its run record run.json is unreadable ({_unreadable(run_dir / 'run.json')})"
+               if _unreadable(run_dir / "run.json") else "it was written by an older seq2d")
         log(f"{tag} not reusing the result in {run_dir}: {why}")
     can_resume = False
     if resume and (run_dir / "checkpoint.pt").is_file():
         record = read_record(run_dir) or {}
         saved = record.get("config")
         diff = config_diff(saved, cfg, ignore=OUTPUT_FIELDS + ("epochs", "max_steps")) if isinstance(saved, dict) else None
-        can_resume = diff == {}
+        can_resume = diff == {} and not model_diff
+        torn = _unreadable(run_dir / "run.json")
         if can_resume:
             log(f"{tag} continuing the checkpoint in {run_dir} (step {record.get('step', '?')})")
         else:
             log(f"{tag} training afresh in {run_dir}: its checkpoint " + (
-                f"has another config ({format_diff(diff)})" if diff else "has no run record (run.json)"))
+                f"has another config ({format_diff(diff)})" if diff else
+                f"trained another model ({format_model_diff(model_diff)})" if model_diff else
+                f"has an unreadable run record (run.json: {torn})" if torn else "has no run record (run.json)"))
     summary_path.unlink(missing_ok=True)  # never left claiming a result while the run is redone
     log(f"{tag} training ({cfg.epochs} epochs, data={cfg.data}"
         + (f", max_steps={cfg.max_steps}" if cfg.max_steps is not None else "") + f") -> {run_dir}")
@@ -378,6 +393,33 @@ def _train_vectorized(plan: Sequence, todo: list[int], rows: list, *, resume: bo
         for k, s in zip(ks, summaries):
             rows[k] = _finish_row(*plan[k], s, log, copies=len(ks))  # time_per_epoch_s: the batch's
     return sorted(left)
+
+
+def _unreadable(path: Path) -> str | None:
+    """Why a run file that exists cannot be read (torn by a crash or damaged), None when it is
+    absent or holds a JSON object."""
+    try:
+        d = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        return f"torn or damaged: {type(e).__name__}: {e}"
+    return None if isinstance(d, dict) else f"it holds a JSON {type(d).__name__}, not an object"
+
+
+def _model_differs(cfg: TrainConfig) -> list[str]:
+    """What differs between the model the run in ``cfg.out_dir`` trained (its ``run.json``
+    fingerprint) and the one ``cfg`` builds now (:func:`seq2d.train.fingerprint.fingerprint_diff`,
+    initial values included); empty when they agree or the run recorded no fingerprint (a run of
+    an older seq2d: the config rule alone). Builds the model only when there is one to compare."""
+    from .train.builder import build_model
+    from .train.fingerprint import FINGERPRINT_KEY, fingerprint_diff, model_fingerprint
+    from .train.rundir import read_record
+
+    recorded = (read_record(cfg.out_dir) or {}).get(FINGERPRINT_KEY)
+    if not isinstance(recorded, dict):
+        return []
+    return fingerprint_diff(recorded, model_fingerprint(build_model(cfg)), init=True)
 
 
 def _read_json(path: Path) -> dict | None:

@@ -14,7 +14,7 @@ Submodules: :mod:`~seq2d.train.config` (TrainConfig, TOML, flags),
 determinism), :mod:`~seq2d.train.progress` (progress bar, epoch lines),
 :mod:`~seq2d.train.errors`, :mod:`~seq2d.train.checkpoint` (atomic save, checked load),
 :mod:`~seq2d.train.rundir` (the run folder's lock, ``run.json``), :mod:`~seq2d.train.identity`
-(the config hash, config differences), :mod:`~seq2d.train.divergence`
+(the config hash, config differences), :mod:`~seq2d.train.fingerprint` (the model a run trained), :mod:`~seq2d.train.divergence`
 (the loss-explosion rule), :mod:`~seq2d.train.builder` (the model a config names),
 :mod:`~seq2d.train.distributed` (torchrun/DDP), :mod:`~seq2d.train.vectorized` (several seeds as one
 batched computation), :mod:`~seq2d.train.tensorboard` (TensorBoard logging, the optional extra). The command line is ``python -m seq2d.train``
@@ -32,6 +32,7 @@ _EXPORTS = {
                "apply_overrides", "add_config_args", "config_from_args", "MODEL_FIELDS", "RESUME_FREE_FIELDS",
                "ALLOW_CHANGED_FIELDS", "OUTPUT_FIELDS"),
     "identity": ("config_hash", "config_diff", "parse_allow_changed"),
+    "fingerprint": ("model_fingerprint", "ModelChangedError"),
     "checkpoint": ("CheckpointError", "save_checkpoint", "load_checkpoint", "check_resume_config",
                    "capture_rng_state", "restore_rng_state", "check_rng_state", "FORMAT", "FORMAT_VERSION"),
     "trainer": ("Trainer", "train", "run"),

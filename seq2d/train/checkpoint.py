@@ -392,13 +392,22 @@ def check_resume_config(saved: Mapping, current: TrainConfig, path: str | os.Pat
 
 def check_model_state(state: Mapping, model: torch.nn.Module, where: str) -> None:
     """CheckpointError unless ``state`` has exactly the entries of ``model.state_dict()``,
-    each of its shape (checked before anything is loaded, so a refused resume changes nothing)."""
+    each of its shape, and its bool entries (masks) the model's values (checked before anything
+    is loaded, so a refused resume changes nothing)."""
     own = _unwrap(model).state_dict()
     missing = [k for k in own if k not in state]
     unexpected = [k for k in state if k not in own]
     shapes = [f"{k!r} has shape {tuple(state[k].shape)}, this model's {tuple(own[k].shape)}" for k in own
               if k in state and isinstance(state[k], torch.Tensor) and state[k].shape != own[k].shape]
     kinds = [f"{k!r} is a {type(state[k]).__name__}, not a tensor" for k in own if k in state and not isinstance(state[k], torch.Tensor)]
+    # a bool entry is a mask (structure, never trained): loading another one would change the model
+    masks = [k for k in own if own[k].dtype == torch.bool and k in state and isinstance(state[k], torch.Tensor)
+             and state[k].shape == own[k].shape and not torch.equal(state[k].cpu(), own[k].cpu())]
+    if masks and not (missing or unexpected or shapes or kinds):
+        from .fingerprint import ModelChangedError
+
+        raise ModelChangedError(f"the model in {where} was trained with another mask than this model's: entries "
+                                f"{masks[:5]} differ; a checkpoint's mask is never loaded into a model built with another")
     if missing or unexpected or shapes or kinds:
         parts = ([f"missing entries {missing[:5]}"] if missing else []) + ([f"unexpected entries {unexpected[:5]}"] if unexpected else []) \
             + shapes[:5] + kinds[:5]

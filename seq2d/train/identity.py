@@ -1,6 +1,7 @@
 """A run's identity: the hash of its effective config (:func:`config_hash`), the fields in
 which two configs differ (:func:`config_diff`), and the fields a resume may change when asked
-(:func:`parse_allow_changed`, ``--allow-changed``)."""
+(:func:`parse_allow_changed`, ``--allow-changed``). The model it trained is the other half,
+recorded beside the hash and never inside it: :mod:`seq2d.train.fingerprint`."""
 
 from __future__ import annotations
 

@@ -10,7 +10,8 @@ whose holder is gone (the pid is dead, or now belongs to a younger process: the 
 reused) is *stale*: the next run takes it over and says so on one warning line.
 
 **Record.** ``run.json`` holds the effective config, its hash
-(:func:`~seq2d.train.config.config_hash`), the status (``running``, ``complete``,
+(:func:`~seq2d.train.config.config_hash`), the fingerprint of the model it trains
+(``model_fingerprint``, :mod:`seq2d.train.fingerprint`), the status (``running``, ``complete``,
 ``partial`` (stopped by max_steps), ``diverged``, ``failed``, ``interrupted``), the epoch and
 step reached, and any settings changed on resume. A run killed outright stays ``running``
 with a dead pid in the lock.
@@ -228,9 +229,11 @@ class RunDir:
 
 
 def is_finished_run(record: Mapping | None, cfg: TrainConfig) -> bool:
-    """The reuse rule of ``seq2d train`` (:meth:`Trainer.fit` without resume/overwrite) and
-    ``seq2d mnist``: ``record`` (a run.json) is a complete run of ``cfg``'s effective config
-    (status ``complete``, equal :func:`~seq2d.train.identity.config_hash`)."""
+    """The config half of the reuse rule of ``seq2d train`` (:meth:`Trainer.fit` without
+    resume/overwrite) and ``seq2d mnist``: ``record`` (a run.json) is a complete run of ``cfg``'s
+    effective config (status ``complete``, equal :func:`~seq2d.train.identity.config_hash`). The
+    model half (the same model, when the record has a fingerprint) is
+    :func:`~seq2d.train.fingerprint.check_same_model`."""
     return bool(record) and record.get("status") == "complete" and record.get("config_hash") == config_hash(cfg)
 
 

@@ -82,6 +82,7 @@ from .datasets import load_data, make_augment, split_data, synthetic_data
 from .distributed import DistContext, all_reduce_sum, barrier, cleanup, init_distributed, wrap_model
 from .divergence import DivergenceMonitor
 from .errors import DivergenceError, NonFiniteLossError, RunLockedError, spell
+from .fingerprint import FINGERPRINT_KEY, check_same_model, model_fingerprint
 from .identity import config_hash, parse_allow_changed
 from .metrics import METRIC_COLUMNS, classification_loss, predict, read_metrics, write_metrics, write_predictions
 from .optim import make_optimizer
@@ -189,6 +190,7 @@ class Trainer:
         self._monitor = DivergenceMonitor(cfg.divergence_factor)
         self._changes: list[dict] = []  # settings changed on resume (allow_changed), oldest first
         self.rundir: RunDir | None = None
+        self._fingerprint: dict | None = None  # what this run trains (model_fingerprint), taken before its first step
         self.num_threads: int = torch.get_num_threads()  # set for the run by fit()
 
     # ------------------------------------------------------------------ setup
@@ -207,7 +209,8 @@ class Trainer:
     def load(self, path: str | os.PathLike | None = None, *, allow_changed=()) -> dict:
         """Restore model, optimizer, counters, metrics and RNG states from a checkpoint
         (default ``<out_dir>/checkpoint.pt``), after checking its config against ours (the
-        fields in ``allow_changed`` may differ: the change is recorded)."""
+        fields in ``allow_changed`` may differ: the change is recorded) and the model's structure
+        against the one the run trained (:class:`~seq2d.train.fingerprint.ModelChangedError`)."""
         cfg = self.config
         path = Path(path) if path is not None else self.checkpoint_path
         where = repr(str(path))
@@ -221,6 +224,7 @@ class Trainer:
         changes = [{"field": k, "old": getattr(old, k), "new": getattr(cfg, k), "step": ckpt["step"]}
                    for k in allow if getattr(old, k) != getattr(cfg, k)]
         check_resume_extra(ckpt["extra"], self._batches(), where)
+        check_same_model(ckpt["extra"].get(FINGERPRINT_KEY), self._model_fingerprint(), reuse=False, where=where)
         check_model_state(ckpt["model"], self.model, where)
         new_optimizer = any(c["field"] == "optimizer" for c in changes)  # a new kind of optimizer starts from scratch
         if not new_optimizer:
@@ -249,6 +253,11 @@ class Trainer:
         # the CPU; kept so that a state loaded onto a GPU never reaches set_state)
         self._aug_state = aug_state.cpu() if aug_state is not None else None
         self._monitor.load_state_dict(extra.get("divergence"))
+        recorded = extra.get(FINGERPRINT_KEY)
+        if isinstance(recorded, dict) and recorded.get("version") == self._fingerprint.get("version"):
+            self._fingerprint = dict(recorded)  # the run's own record (its initial values, not this object's)
+        else:  # a run recorded without one: where it started is unknown
+            self._fingerprint = {**self._fingerprint, "init": None}
         earlier = extra.get("changes")
         self._changes = (list(earlier) if isinstance(earlier, list) else []) + changes
         self._last_good, self._last_good_at = path, (self.epoch, self.step, self._resume_batch)
@@ -257,6 +266,13 @@ class Trainer:
                   + ("; the new optimizer starts without state" if any(c["field"] == "optimizer" for c in changes) else ""),
                   flush=True)
         return ckpt
+
+    def _model_fingerprint(self) -> dict:
+        """What this run trains (:func:`~seq2d.train.fingerprint.model_fingerprint`): taken once, at
+        the first :meth:`fit` or :meth:`load`, before any step; a resume adopts the checkpoint's."""
+        if self._fingerprint is None:
+            self._fingerprint = model_fingerprint(self.model)
+        return self._fingerprint
 
     # ------------------------------------------------------------------ the loop
     def fit(self, resume: bool = False, overwrite: bool = False, allow_changed=()) -> dict:
@@ -307,6 +323,7 @@ class Trainer:
 
     def _fit_locked(self, resume: bool, overwrite: bool, allow: tuple) -> dict:
         cfg = self.config
+        self._model_fingerprint()  # of the model as given, before a checkpoint or a step changes its values
         if resume:
             self.load(allow_changed=allow)
         else:
@@ -345,7 +362,10 @@ class Trainer:
         return summary
 
     def _reuse(self) -> dict:
-        """Load the complete run of this config in ``out_dir``; its summary, nothing trained or written."""
+        """Load the complete run of this config in ``out_dir``; its summary, nothing trained or written.
+        ModelChangedError when the run trained another model (structure or initial values)."""
+        record = read_record(self.out_dir) or {}
+        check_same_model(record.get(FINGERPRINT_KEY), self._model_fingerprint(), reuse=True, where=str(self.out_dir))
         self.load()
         summary = {**self.summary(), "reused": True}
         if self.is_main and not self.config.quiet:
@@ -354,10 +374,12 @@ class Trainer:
 
     def _record(self, status: str) -> None:
         if self.is_main and self.rundir is not None:
-            self.rundir.write_record(self.config, status, epoch=self.epoch, step=self.step, changes=self._changes)
+            self.rundir.write_record(self.config, status, epoch=self.epoch, step=self.step, changes=self._changes,
+                                     **{FINGERPRINT_KEY: self._model_fingerprint()})
 
     def _extra(self, batch: int, partial: dict | None = None) -> dict:
-        extra = {"batch": batch, "divergence": self._monitor.state_dict(), "changes": self._changes}
+        extra = {"batch": batch, "divergence": self._monitor.state_dict(), "changes": self._changes,
+                 FINGERPRINT_KEY: self._model_fingerprint()}
         if batch:
             extra["partial"] = partial
         return extra
