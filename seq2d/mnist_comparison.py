@@ -175,8 +175,10 @@ def compare(configs: Mapping[str, TrainConfig], seeds: Sequence[int], out_dir: s
     With ``resume`` (the default), a run folder is used again only when its config matches:
 
     - its ``summary.json`` is reused when it records a **complete** run of the same effective
-      config (equal :func:`~seq2d.train.config.config_hash`); a partial run (stopped by
-      ``max_steps``) or a different config is never reused as finished;
+      config (equal :func:`~seq2d.train.config.config_hash`) and, where its ``run.json`` records
+      a fingerprint, of the model the config builds now (:mod:`seq2d.train.fingerprint`); a
+      partial run (stopped by ``max_steps``), a different config or model is never reused as
+      finished, and an unreadable ``summary.json`` is named on one line;
     - else its checkpoint is continued when the config differs at most in ``epochs`` /
       ``max_steps`` (a longer or shorter run of the same thing);
     - else the folder is trained afresh, and the log line names the fields that differ.

@@ -13,7 +13,8 @@ safe ``weights_only`` loader reads it)::
     rng        capture_rng_state(): torch CPU, CUDA (when initialised), python random,
                numpy, and named torch.Generators, all as tensors/lists
     metrics    {"history": [per-epoch rows], "best": row, "last": row}
-    extra      trainer-specific values (a dict; may be empty)
+    extra      trainer-specific values (a dict; may be empty): the Trainer's batch, divergence
+               monitor, changes and the model's fingerprint (seq2d.train.fingerprint)
     torch_version
 
 ``save_checkpoint`` writes a temporary file in the same folder, fsyncs it and renames it
@@ -45,13 +46,14 @@ from .config import (
     config_from_dict,
     config_to_dict,
 )
-from .errors import spell
+from .errors import RunExistsError, spell
 from .identity import parse_allow_changed
 
 __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
     "CheckpointError",
+    "ModelChangedError",
     "save_checkpoint",
     "load_checkpoint",
     "check_resume_config",
@@ -72,6 +74,13 @@ _REQUIRED = {"model": dict, "optimizer": dict, "epoch": int, "step": int, "confi
 class CheckpointError(Seq2DError, RuntimeError):
     """A checkpoint that cannot be used: missing, truncated, corrupt, foreign, another
     format version, or written by a run whose config does not match."""
+
+
+class ModelChangedError(RunExistsError, CheckpointError):
+    """The model differs from the one the run in the folder trained (its structure, or on reuse
+    its initial values; :mod:`seq2d.train.fingerprint`): reusing or resuming that run would hand
+    back, or continue, another model's weights. Also a :class:`~seq2d.train.errors.RunExistsError`
+    (a ``FileExistsError``) and a :class:`CheckpointError`."""
 
 
 # ---------------------------------------------------------------------- RNG states
@@ -404,8 +413,6 @@ def check_model_state(state: Mapping, model: torch.nn.Module, where: str) -> Non
     masks = [k for k in own if own[k].dtype == torch.bool and k in state and isinstance(state[k], torch.Tensor)
              and state[k].shape == own[k].shape and not torch.equal(state[k].cpu(), own[k].cpu())]
     if masks and not (missing or unexpected or shapes or kinds):
-        from .fingerprint import ModelChangedError
-
         raise ModelChangedError(f"the model in {where} was trained with another mask than this model's: entries "
                                 f"{masks[:5]} differ; a checkpoint's mask is never loaded into a model built with another")
     if missing or unexpected or shapes or kinds:

@@ -47,24 +47,16 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor, nn
 
-from .checkpoint import CheckpointError
-from .errors import RunExistsError
+from .checkpoint import ModelChangedError
 
 __all__ = ["FINGERPRINT_KEY", "ModelChangedError", "model_fingerprint", "describe_model", "fingerprint_diff",
-           "format_model_diff", "check_same_model"]
+           "format_model_diff", "check_same_model", "adopt_fingerprint"]
 
 #: The key of the fingerprint in ``run.json`` and in a checkpoint's ``extra``.
 FINGERPRINT_KEY = "model_fingerprint"
 _VERSION = 1
 _TOTAL = "trainable parameters"
 _HASH = "sha256:"  # prefix of a hash inside a description (a diff says "differs", not the digits)
-
-
-class ModelChangedError(RunExistsError, CheckpointError):
-    """The model differs from the one the run in the folder trained (its structure, or on reuse
-    its initial values): reusing or resuming that run would hand back, or continue, another
-    model's weights. Also a :class:`RunExistsError` (a ``FileExistsError``) and a
-    :class:`~seq2d.train.checkpoint.CheckpointError`."""
 
 
 def _digest(data: bytes) -> str:
@@ -263,3 +255,12 @@ def check_same_model(recorded: Mapping | None, current: Mapping, *, reuse: bool,
         "with the model that run was built with, or train this one "
         + spell("in another out_dir (or name), or with overwrite=True", "in another --out-dir/--name, or with --overwrite"))
 
+
+
+def adopt_fingerprint(recorded: Mapping | None, current: Mapping) -> dict:
+    """The fingerprint a resumed run goes on recording: the checkpoint's ``recorded`` one (its
+    initial values, not those of the model object that was loaded into), else ``current`` with
+    its initial values unknown (a run recorded before fingerprints: where it started is lost)."""
+    if isinstance(recorded, Mapping) and recorded.get("version") == current.get("version"):
+        return dict(recorded)
+    return {**current, "init": None}

@@ -46,7 +46,9 @@ the same way, before that epoch's checkpoint is written.
 
 **The run folder** is locked for the length of the run (:mod:`seq2d.train.rundir`: a second
 run there is refused, a stale lock taken over), temporary files of interrupted writes are
-removed at the start, and ``run.json`` records the config, its hash and the status. A resume
+removed at the start, and ``run.json`` records the config, its hash, the model's fingerprint
+(:mod:`seq2d.train.fingerprint`: reuse needs the same structure and initial values, a resume the
+same structure) and the status. A resume
 that changes lr/optimizer/weight_decay needs ``allow_changed`` (``--allow-changed``); the
 change is printed, recorded in ``run.json`` and the checkpoint, and shown in the ``changes``
 column of the next metrics row.
@@ -82,7 +84,7 @@ from .datasets import load_data, make_augment, split_data, synthetic_data
 from .distributed import DistContext, all_reduce_sum, barrier, cleanup, init_distributed, wrap_model
 from .divergence import DivergenceMonitor
 from .errors import DivergenceError, NonFiniteLossError, RunLockedError, spell
-from .fingerprint import FINGERPRINT_KEY, check_same_model, model_fingerprint
+from .fingerprint import FINGERPRINT_KEY, adopt_fingerprint, check_same_model, model_fingerprint
 from .identity import config_hash, parse_allow_changed
 from .metrics import METRIC_COLUMNS, classification_loss, predict, read_metrics, write_metrics, write_predictions
 from .optim import make_optimizer
@@ -253,11 +255,7 @@ class Trainer:
         # the CPU; kept so that a state loaded onto a GPU never reaches set_state)
         self._aug_state = aug_state.cpu() if aug_state is not None else None
         self._monitor.load_state_dict(extra.get("divergence"))
-        recorded = extra.get(FINGERPRINT_KEY)
-        if isinstance(recorded, dict) and recorded.get("version") == self._fingerprint.get("version"):
-            self._fingerprint = dict(recorded)  # the run's own record (its initial values, not this object's)
-        else:  # a run recorded without one: where it started is unknown
-            self._fingerprint = {**self._fingerprint, "init": None}
+        self._fingerprint = adopt_fingerprint(extra.get(FINGERPRINT_KEY), self._fingerprint)
         earlier = extra.get("changes")
         self._changes = (list(earlier) if isinstance(earlier, list) else []) + changes
         self._last_good, self._last_good_at = path, (self.epoch, self.step, self._resume_batch)
@@ -279,10 +277,12 @@ class Trainer:
         """Train to ``config.epochs`` (or ``max_steps``) and return a summary dict.
 
         ``resume=True`` continues from ``<out_dir>/checkpoint.pt`` (CheckpointError when it
-        is missing or does not fit; ``allow_changed`` names the fields among lr, optimizer,
-        weight_decay that may differ from its config). Without it, a complete run of the same
-        config there is reused (loaded, its summary returned with ``reused`` True, nothing
-        trained: :func:`~seq2d.train.rundir.is_finished_run`), any other checkpoint raises
+        is missing or does not fit, ModelChangedError when it trained a model of another
+        structure; ``allow_changed`` names the fields among lr, optimizer, weight_decay that may
+        differ from its config). Without it, a complete run of the same config and model there
+        is reused (loaded, its summary returned with ``reused`` True, nothing trained:
+        :func:`~seq2d.train.rundir.is_finished_run`; ModelChangedError when the run trained
+        another structure or started from other values), any other checkpoint raises
         RunExistsError (a FileExistsError) unless ``overwrite=True`` (then it is deleted first).
         The run folder is locked meanwhile (RunLockedError when another live run holds it)."""
         cfg = self.config
