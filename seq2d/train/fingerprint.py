@@ -23,7 +23,7 @@ which are masks), and its children the same way (a Sequential2D inside as above)
 description is only as good as the module's ``extra_repr()``: two modules of one class whose
 difference shows in neither it nor their tensors' shapes are not told apart.
 
-**Initial values**: the hash of every parameter and buffer (in float64) before the first step; a
+**Initial values**: the hash of every parameter and buffer (its bytes) before the first step; a
 Sequential2D's linear blocks count through their effective weights (frozen + weight * mask), so
 the hash does not depend on the store either. A model built from a config
 (:func:`~seq2d.train.build_model`) gets its values from the config's model seed and, for a spec
@@ -54,6 +54,10 @@ __all__ = ["FINGERPRINT_KEY", "ModelChangedError", "model_fingerprint", "describ
 
 #: The key of the fingerprint in ``run.json`` and in a checkpoint's ``extra``.
 FINGERPRINT_KEY = "model_fingerprint"
+# Bump whenever what describe_model or _init_hash writes changes (a new key, another hash of a
+# tensor): a fingerprint of another version is not compared (the config rule alone), whereas an
+# unbumped change would refuse to reuse or resume every run recorded before it.
+# tests/test_model_fingerprint.py pins the hashes of two small models to catch that.
 _VERSION = 1
 _TOTAL = "trainable parameters"
 _HASH = "sha256:"  # prefix of a hash inside a description (a diff says "differs", not the digits)
@@ -64,9 +68,10 @@ def _digest(data: bytes) -> str:
 
 
 def _tensor_hash(t: Tensor) -> str:
-    t = t.detach().cpu()
-    t = t.to(torch.uint8) if t.dtype == torch.bool else t.to(torch.float64)
-    return _HASH + _digest(repr(tuple(t.shape)).encode() + t.contiguous().numpy().tobytes())
+    """Shape, dtype and bytes (a dtype's own bytes: the dtype is part of the structure anyway)."""
+    t = t.detach().cpu().contiguous()
+    raw = t.reshape(-1).view(torch.uint8).numpy().tobytes()
+    return _HASH + _digest(f"{tuple(t.shape)}{t.dtype}".encode() + raw)
 
 
 def _generic(module: nn.Module) -> dict:
@@ -92,7 +97,7 @@ def _linear(blk: nn.Module) -> dict:
     """A linear block (dense LinearBlock or tiled view): the same entry whichever store holds it."""
     mask = blk.trainable_mask()
     d = {"kind": "linear", "shape": [blk.out_features, blk.in_features],
-         "trainable entries": int(mask.sum()), "mask": _tensor_hash(mask)}
+         "trainable entries": int(mask.count_nonzero()), "mask": _tensor_hash(mask)}
     frozen = blk.frozen
     if frozen is not None:
         d["frozen"] = _tensor_hash(frozen)
@@ -146,7 +151,7 @@ def describe_model(model: nn.Module) -> dict:
 
 @torch.no_grad()
 def _init_hash(model: nn.Module) -> str:
-    """sha256 of every parameter and buffer in float64, a Sequential2D's stored blocks as their
+    """sha256 of every parameter and buffer, a Sequential2D's stored blocks as their
     effective weights (store-independent)."""
     from ..core import Sequential2D
 

@@ -212,7 +212,7 @@ class Trainer:
         """Restore model, optimizer, counters, metrics and RNG states from a checkpoint
         (default ``<out_dir>/checkpoint.pt``), after checking its config against ours (the
         fields in ``allow_changed`` may differ: the change is recorded) and the model's structure
-        against the one the run trained (:class:`~seq2d.train.fingerprint.ModelChangedError`)."""
+        against the one the run trained (:class:`~seq2d.train.checkpoint.ModelChangedError`)."""
         cfg = self.config
         path = Path(path) if path is not None else self.checkpoint_path
         where = repr(str(path))
