@@ -302,14 +302,14 @@ def _train_in_worker(name: str, seed: int, cfg: TrainConfig, resume: bool) -> di
 
 def train_one(name: str, seed: int, cfg: TrainConfig, *, resume: bool = True, log=print) -> dict:
     """One run of :func:`compare` (``cfg`` has its seed and ``out_dir`` set), not reused as
-    finished: continue its checkpoint when the config allows, else train afresh; write
+    finished: continue its checkpoint when the config allows (and the model it trained is the one
+    the config builds now), else train afresh; write
     ``summary.json`` (the row) and return the row. The same function in-process and in a worker."""
     from .train.config import OUTPUT_FIELDS
     from .train.identity import config_diff, format_diff
+    from .train.fingerprint import format_model_diff
     from .train.rundir import read_record
     from .train.trainer import run
-
-    from .train.fingerprint import format_model_diff
 
     run_dir = Path(cfg.out_dir)
     tag = _tag(name, seed)
