@@ -222,7 +222,9 @@ def run_plan(plan: Sequence[tuple], *, folder: str | Path, resume: bool = True, 
     joined, e.g. every budget of experiments/param_budget/run.py in one job array): the rows in
     the order of ``plan``. ``folder``: where submitit keeps its files (``folder/submitit``);
     ``tags``: each run's log prefix (default ``[name seed k]``)."""
+    from .train.fingerprint import config_model_diff
     from .train.identity import config_hash
+    from .train.rundir import unreadable
 
     if vectorize_seeds and launcher is not None and launcher.submitit:
         raise InvalidValue(f"--vectorize-seeds trains the batched seeds in this process, --launcher {launcher.kind} "
@@ -233,12 +235,12 @@ def run_plan(plan: Sequence[tuple], *, folder: str | Path, resume: bool = True, 
     for k, (name, seed, cfg) in enumerate(plan):
         summary_path = Path(cfg.out_dir) / "summary.json"
         old = _read_json(summary_path) if resume else None
-        torn = _unreadable(summary_path) if resume else None
+        torn = unreadable(summary_path) if resume else None
         if torn:  # named here, as every run passes here (the batched seeds never reach train_one)
             log(f"{tags[k]} not reusing the result in {cfg.out_dir}: its summary.json is unreadable ({torn}); the run "
                 "is continued from its checkpoint or trained again")
         if old is not None and old.get("complete") is True and old.get("config_hash") == config_hash(cfg) \
-                and not _unreadable(Path(cfg.out_dir) / "run.json") and not _model_differs(cfg):
+                and not unreadable(Path(cfg.out_dir) / "run.json") and not config_model_diff(cfg):
             log(f"{tags[k]} reusing finished run in {cfg.out_dir}")
             rows[k] = {**old, "run_dir": str(cfg.out_dir)}  # where it was read: a copied run's files are here
         else:
@@ -307,23 +309,23 @@ def train_one(name: str, seed: int, cfg: TrainConfig, *, resume: bool = True, lo
     ``summary.json`` (the row) and return the row. The same function in-process and in a worker."""
     from .train.config import OUTPUT_FIELDS
     from .train.identity import config_diff, format_diff
-    from .train.fingerprint import format_model_diff
-    from .train.rundir import read_record
+    from .train.fingerprint import config_model_diff, format_model_diff
+    from .train.rundir import read_record, unreadable
     from .train.trainer import run
 
     run_dir = Path(cfg.out_dir)
     tag = _tag(name, seed)
     summary_path = run_dir / "summary.json"
     old = _read_json(summary_path) if resume else None
-    model_diff = _model_differs(cfg) if resume else []  # the model the folder's run trained vs cfg's
+    model_diff = config_model_diff(cfg) if resume else []  # the model the folder's run trained vs cfg's
+    torn = unreadable(run_dir / "run.json")
     if old is not None:
         diff = config_diff(old["config"], cfg) if isinstance(old.get("config"), dict) else None
         why = ("it is partial (stopped by max_steps at step " + str(old.get("steps", "?")) + ")"
                if old.get("complete") is False and not diff else
                f"its config differs: {format_diff(diff)}" if diff else
                f"its model differs: {format_model_diff(model_diff)}" if model_diff else
-               f"its run record run.json is unreadable ({_unreadable(run_dir / 'run.json')})"
-               if _unreadable(run_dir / "run.json") else "it was written by an older seq2d")
+               f"its run.json is unreadable ({torn})" if torn else "it was written by an older seq2d")
         log(f"{tag} not reusing the result in {run_dir}: {why}")
     can_resume = False
     if resume and (run_dir / "checkpoint.pt").is_file():
@@ -331,7 +333,6 @@ def train_one(name: str, seed: int, cfg: TrainConfig, *, resume: bool = True, lo
         saved = record.get("config")
         diff = config_diff(saved, cfg, ignore=OUTPUT_FIELDS + ("epochs", "max_steps")) if isinstance(saved, dict) else None
         can_resume = diff == {} and not model_diff
-        torn = _unreadable(run_dir / "run.json")
         if can_resume:
             log(f"{tag} continuing the checkpoint in {run_dir} (step {record.get('step', '?')})")
         else:
@@ -395,33 +396,6 @@ def _train_vectorized(plan: Sequence, todo: list[int], rows: list, *, resume: bo
         for k, s in zip(ks, summaries):
             rows[k] = _finish_row(*plan[k], s, log, copies=len(ks))  # time_per_epoch_s: the batch's
     return sorted(left)
-
-
-def _unreadable(path: Path) -> str | None:
-    """Why a run file that exists cannot be read (torn by a crash or damaged), None when it is
-    absent or holds a JSON object."""
-    try:
-        d = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as e:
-        return f"torn or damaged: {type(e).__name__}: {e}"
-    return None if isinstance(d, dict) else f"it holds a JSON {type(d).__name__}, not an object"
-
-
-def _model_differs(cfg: TrainConfig) -> list[str]:
-    """What differs between the model the run in ``cfg.out_dir`` trained (its ``run.json``
-    fingerprint) and the one ``cfg`` builds now (:func:`seq2d.train.fingerprint.fingerprint_diff`,
-    initial values included); empty when they agree or the run recorded no fingerprint (a run of
-    an older seq2d: the config rule alone). Builds the model only when there is one to compare."""
-    from .train.builder import build_model
-    from .train.fingerprint import FINGERPRINT_KEY, fingerprint_diff, model_fingerprint
-    from .train.rundir import read_record
-
-    recorded = (read_record(cfg.out_dir) or {}).get(FINGERPRINT_KEY)
-    if not isinstance(recorded, dict):
-        return []
-    return fingerprint_diff(recorded, model_fingerprint(build_model(cfg)), init=True)
 
 
 def _read_json(path: Path) -> dict | None:

@@ -50,7 +50,7 @@ from torch import Tensor, nn
 from .checkpoint import ModelChangedError
 
 __all__ = ["FINGERPRINT_KEY", "ModelChangedError", "model_fingerprint", "describe_model", "fingerprint_diff",
-           "format_model_diff", "check_same_model", "adopt_fingerprint"]
+           "format_model_diff", "check_same_model", "adopt_fingerprint", "config_model_diff"]
 
 #: The key of the fingerprint in ``run.json`` and in a checkpoint's ``extra``.
 FINGERPRINT_KEY = "model_fingerprint"
@@ -174,8 +174,8 @@ def _init_hash(model: nn.Module) -> str:
 
 def model_fingerprint(model: nn.Module, *, init: bool = True) -> dict:
     """What ``model`` computes and where it starts (see the module docstring): ``structure``,
-    ``structure_hash`` and ``init`` (the hash of its current values, which a Trainer takes
-    before the first step; None when ``init`` is False)."""
+    ``structure_hash`` and ``init`` (the hash of its current values, which a Trainer takes when
+    it is constructed, before any step; None when ``init`` is False)."""
     structure = describe_model(model)
     text = json.dumps(structure, sort_keys=True, separators=(",", ":"), default=repr)
     return {"version": _VERSION, "structure": structure, "structure_hash": _digest(text.encode()),
@@ -269,3 +269,17 @@ def adopt_fingerprint(recorded: Mapping | None, current: Mapping) -> dict:
     if isinstance(recorded, Mapping) and recorded.get("version") == current.get("version"):
         return dict(recorded)
     return {**current, "init": None}
+
+
+def config_model_diff(cfg) -> list[str]:
+    """What differs between the model the run in ``cfg.out_dir`` trained (its ``run.json``
+    fingerprint) and the one ``cfg`` builds now (:func:`~seq2d.train.build_model`), initial values
+    included; empty when they agree or the run recorded no fingerprint (the config rule alone).
+    Builds the model only when there is a fingerprint to compare (``seq2d mnist``'s reuse)."""
+    from .builder import build_model
+    from .rundir import read_record
+
+    recorded = (read_record(cfg.out_dir) or {}).get(FINGERPRINT_KEY)
+    if not isinstance(recorded, Mapping):
+        return []
+    return fingerprint_diff(recorded, model_fingerprint(build_model(cfg)), init=True)

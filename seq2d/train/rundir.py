@@ -37,8 +37,8 @@ from .config import TrainConfig, config_to_dict
 from .identity import config_diff, config_hash, format_diff
 from .errors import RunExistsError, RunLockedError, spell
 
-__all__ = ["RunDir", "LOCK_NAME", "RECORD_NAME", "read_record", "is_finished_run", "run_exists_error", "reuse_line",
-           "pid_alive", "process_start_time"]
+__all__ = ["RunDir", "LOCK_NAME", "RECORD_NAME", "read_record", "unreadable", "is_finished_run", "run_exists_error",
+           "reuse_line", "pid_alive", "process_start_time"]
 
 LOCK_NAME = "run.lock"
 RECORD_NAME = "run.json"
@@ -85,6 +85,18 @@ def read_record(run_dir: str | os.PathLike) -> dict | None:
     except (OSError, ValueError):
         return None
     return d if isinstance(d, dict) else None
+
+
+def unreadable(path: str | os.PathLike) -> str | None:
+    """Why a run file (``run.json``, ``summary.json``) that exists cannot be used: torn by a crash
+    or damaged, or not a JSON object; None when it is absent or fine."""
+    try:
+        d = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        return f"torn or damaged: {type(e).__name__}: {e}"
+    return None if isinstance(d, dict) else f"it holds a JSON {type(d).__name__}, not an object"
 
 
 class RunDir:

@@ -46,9 +46,7 @@ the same way, before that epoch's checkpoint is written.
 
 **The run folder** is locked for the length of the run (:mod:`seq2d.train.rundir`: a second
 run there is refused, a stale lock taken over), temporary files of interrupted writes are
-removed at the start, and ``run.json`` records the config, its hash, the model's fingerprint
-(:mod:`seq2d.train.fingerprint`: reuse needs the same structure and initial values, a resume the
-same structure) and the status. A resume
+removed at the start, and ``run.json`` records the config, its hash and the status. A resume
 that changes lr/optimizer/weight_decay needs ``allow_changed`` (``--allow-changed``); the
 change is printed, recorded in ``run.json`` and the checkpoint, and shown in the ``changes``
 column of the next metrics row.
@@ -84,7 +82,7 @@ from .datasets import load_data, make_augment, split_data, synthetic_data
 from .distributed import DistContext, all_reduce_sum, barrier, cleanup, init_distributed, wrap_model
 from .divergence import DivergenceMonitor
 from .errors import DivergenceError, NonFiniteLossError, RunLockedError, spell
-from .fingerprint import FINGERPRINT_KEY, adopt_fingerprint, check_same_model, model_fingerprint
+from .fingerprint import FINGERPRINT_KEY as FP, adopt_fingerprint, check_same_model, model_fingerprint
 from .identity import config_hash, parse_allow_changed
 from .metrics import METRIC_COLUMNS, classification_loss, predict, read_metrics, write_metrics, write_predictions
 from .optim import make_optimizer
@@ -178,6 +176,7 @@ class Trainer:
         self.criterion = criterion or classification_loss
         self.optimizer = make_optimizer(cfg, self.model)
         self.train_model = wrap_model(self.model, self.dist, self.train_data[0][:2]) if self.dist.distributed else self.model
+        self._fingerprint = model_fingerprint(self.model)  # what the run trains, before any step (recorded, compared)
         self.out_dir = cfg.run_dir()
         self.checkpoint_path = self.out_dir / "checkpoint.pt"
         self.epoch = 0  # completed epochs
@@ -192,7 +191,6 @@ class Trainer:
         self._monitor = DivergenceMonitor(cfg.divergence_factor)
         self._changes: list[dict] = []  # settings changed on resume (allow_changed), oldest first
         self.rundir: RunDir | None = None
-        self._fingerprint: dict | None = None  # what this run trains (model_fingerprint), taken before its first step
         self.num_threads: int = torch.get_num_threads()  # set for the run by fit()
 
     # ------------------------------------------------------------------ setup
@@ -209,10 +207,9 @@ class Trainer:
         return -(-self.train_data[0].shape[0] // self.config.batch_size)
 
     def load(self, path: str | os.PathLike | None = None, *, allow_changed=()) -> dict:
-        """Restore model, optimizer, counters, metrics and RNG states from a checkpoint
-        (default ``<out_dir>/checkpoint.pt``), after checking its config against ours (the
-        fields in ``allow_changed`` may differ: the change is recorded) and the model's structure
-        against the one the run trained (:class:`~seq2d.train.checkpoint.ModelChangedError`)."""
+        """Restore model, optimizer, counters, metrics and RNG states from a checkpoint (default
+        ``<out_dir>/checkpoint.pt``), after checking its config (fields in ``allow_changed`` may
+        differ: recorded) and its model's structure (else ModelChangedError) against ours."""
         cfg = self.config
         path = Path(path) if path is not None else self.checkpoint_path
         where = repr(str(path))
@@ -226,7 +223,7 @@ class Trainer:
         changes = [{"field": k, "old": getattr(old, k), "new": getattr(cfg, k), "step": ckpt["step"]}
                    for k in allow if getattr(old, k) != getattr(cfg, k)]
         check_resume_extra(ckpt["extra"], self._batches(), where)
-        check_same_model(ckpt["extra"].get(FINGERPRINT_KEY), self._model_fingerprint(), reuse=False, where=where)
+        check_same_model(ckpt["extra"].get(FP), self._fingerprint, reuse=False, where=where)
         check_model_state(ckpt["model"], self.model, where)
         new_optimizer = any(c["field"] == "optimizer" for c in changes)  # a new kind of optimizer starts from scratch
         if not new_optimizer:
@@ -255,7 +252,7 @@ class Trainer:
         # the CPU; kept so that a state loaded onto a GPU never reaches set_state)
         self._aug_state = aug_state.cpu() if aug_state is not None else None
         self._monitor.load_state_dict(extra.get("divergence"))
-        self._fingerprint = adopt_fingerprint(extra.get(FINGERPRINT_KEY), self._fingerprint)
+        self._fingerprint = adopt_fingerprint(extra.get(FP), self._fingerprint)
         earlier = extra.get("changes")
         self._changes = (list(earlier) if isinstance(earlier, list) else []) + changes
         self._last_good, self._last_good_at = path, (self.epoch, self.step, self._resume_batch)
@@ -265,24 +262,15 @@ class Trainer:
                   flush=True)
         return ckpt
 
-    def _model_fingerprint(self) -> dict:
-        """What this run trains (:func:`~seq2d.train.fingerprint.model_fingerprint`): taken once, at
-        the first :meth:`fit` or :meth:`load`, before any step; a resume adopts the checkpoint's."""
-        if self._fingerprint is None:
-            self._fingerprint = model_fingerprint(self.model)
-        return self._fingerprint
-
     # ------------------------------------------------------------------ the loop
     def fit(self, resume: bool = False, overwrite: bool = False, allow_changed=()) -> dict:
         """Train to ``config.epochs`` (or ``max_steps``) and return a summary dict.
 
         ``resume=True`` continues from ``<out_dir>/checkpoint.pt`` (CheckpointError when it
-        is missing or does not fit, ModelChangedError when it trained a model of another
-        structure; ``allow_changed`` names the fields among lr, optimizer, weight_decay that may
-        differ from its config). Without it, a complete run of the same config and model there
-        is reused (loaded, its summary returned with ``reused`` True, nothing trained:
-        :func:`~seq2d.train.rundir.is_finished_run`; ModelChangedError when the run trained
-        another structure or started from other values), any other checkpoint raises
+        is missing or does not fit; ``allow_changed``: fields among lr, optimizer, weight_decay
+        that may differ). Without it, a complete run of the same config and model there is reused
+        (loaded, ``reused`` True, nothing trained: :mod:`seq2d.train.fingerprint`; another model:
+        ModelChangedError), any other checkpoint raises
         RunExistsError (a FileExistsError) unless ``overwrite=True`` (then it is deleted first).
         The run folder is locked meanwhile (RunLockedError when another live run holds it)."""
         cfg = self.config
@@ -323,7 +311,6 @@ class Trainer:
 
     def _fit_locked(self, resume: bool, overwrite: bool, allow: tuple) -> dict:
         cfg = self.config
-        self._model_fingerprint()  # of the model as given, before a checkpoint or a step changes its values
         if resume:
             self.load(allow_changed=allow)
         else:
@@ -362,10 +349,9 @@ class Trainer:
         return summary
 
     def _reuse(self) -> dict:
-        """Load the complete run of this config in ``out_dir``; its summary, nothing trained or written.
-        ModelChangedError when the run trained another model (structure or initial values)."""
-        record = read_record(self.out_dir) or {}
-        check_same_model(record.get(FINGERPRINT_KEY), self._model_fingerprint(), reuse=True, where=str(self.out_dir))
+        """Load the complete run of this config and model in ``out_dir``; its summary, nothing trained or written."""
+        recorded = (read_record(self.out_dir) or {}).get(FP)
+        check_same_model(recorded, self._fingerprint, reuse=True, where=str(self.out_dir))  # ModelChangedError
         self.load()
         summary = {**self.summary(), "reused": True}
         if self.is_main and not self.config.quiet:
@@ -375,11 +361,11 @@ class Trainer:
     def _record(self, status: str) -> None:
         if self.is_main and self.rundir is not None:
             self.rundir.write_record(self.config, status, epoch=self.epoch, step=self.step, changes=self._changes,
-                                     **{FINGERPRINT_KEY: self._model_fingerprint()})
+                                     **{FP: self._fingerprint})
 
     def _extra(self, batch: int, partial: dict | None = None) -> dict:
         extra = {"batch": batch, "divergence": self._monitor.state_dict(), "changes": self._changes,
-                 FINGERPRINT_KEY: self._model_fingerprint()}
+                 FP: self._fingerprint}
         if batch:
             extra["partial"] = partial
         return extra

@@ -196,7 +196,6 @@ def _fit(trainers: list[Trainer], overwrite: bool) -> list[dict]:
     summaries: list = [None] * len(trainers)
     todo = []
     for c, t in enumerate(trainers):
-        t._model_fingerprint()  # what each copy trains, before any step (reuse compares it)
         if t.checkpoint_path.exists() and not overwrite:
             record = read_record(t.out_dir)
             if is_finished_run(record, t.config):
