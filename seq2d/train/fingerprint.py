@@ -23,7 +23,8 @@ which are masks), and its children the same way (a Sequential2D inside as above)
 description is only as good as the module's ``extra_repr()``: two modules of one class whose
 difference shows in neither it nor their tensors' shapes are not told apart.
 
-**Initial values**: the hash of every parameter and buffer (its bytes) before the first step; a
+**Initial values**: the hash of every parameter and buffer (its bytes), taken when the Trainer is
+constructed, before any step; a
 Sequential2D's linear blocks count through their effective weights (frozen + weight * mask), so
 the hash does not depend on the store either. A model built from a config
 (:func:`~seq2d.train.build_model`) gets its values from the config's model seed and, for a spec
@@ -35,7 +36,9 @@ file, from the file: an edit of a spec that changes the model changes this hash 
 the same initial values; resuming needs the same structure (the values come from the checkpoint).
 A difference raises :class:`ModelChangedError`, naming what differs
 (:func:`fingerprint_diff`). A run recorded before fingerprints existed (no ``model_fingerprint``
-in ``run.json`` or the checkpoint) follows the config-hash rule alone, as it did.
+in ``run.json`` or the checkpoint) follows the config-hash rule alone, as it did; even then a
+checkpoint's mask (a bool entry of its state) is never loaded into a model built with another
+(:func:`~seq2d.train.checkpoint.check_model_state`).
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ __all__ = ["FINGERPRINT_KEY", "ModelChangedError", "model_fingerprint", "describ
 #: The key of the fingerprint in ``run.json`` and in a checkpoint's ``extra``.
 FINGERPRINT_KEY = "model_fingerprint"
 # Bump whenever what describe_model or _init_hash writes changes (a new key, another hash of a
-# tensor): a fingerprint of another version is not compared (the config rule alone), whereas an
+# tensor, a described class moved to another module): a fingerprint of another version is not compared (the config rule alone), whereas an
 # unbumped change would refuse to reuse or resume every run recorded before it.
 # tests/test_model_fingerprint.py pins the hashes of two small models to catch that.
 _VERSION = 1
