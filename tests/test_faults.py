@@ -223,7 +223,8 @@ def test_killed_run_resumes_bitwise_exact(phase, n, delay, reference, tmp_path, 
     a, b = ckpt["optimizer"]["state"], ref_ckpt["optimizer"]["state"]
     assert all(torch.equal(a[i][k], b[i][k]) for i in b for k in b[i])
     assert strip_time(read_metrics(out)) == strip_time(ref_rows)
-    assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "config.toml", "metrics.csv", "metrics.jsonl", "run.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "config.toml", "metrics.csv", "metrics.jsonl", "run.json",
+                                                 "test_predictions.npz"]
     assert json.loads((out / "run.json").read_text())["status"] == "complete"
 
 
