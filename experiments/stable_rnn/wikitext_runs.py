@@ -86,6 +86,7 @@ RESULT, RECORD, CHECKPOINT, LOG = "result.json", "run.json", "checkpoint.pt", "l
 # The example's small configuration (the issue's item 1); --quick shrinks it for CI.
 FULL = dict(emb=200, hidden=200, layers=2, dropout=0.2, tokens=None, eval_tokens=None, epochs=15, patience=2,
             max_batches=None, checkpoint_every=500)
+SEARCH_EPOCHS = 2  # the learning-rate search's short schedule (its --epochs default)
 QUICK = dict(emb=16, hidden=16, layers=2, dropout=0.2, tokens=20_000, eval_tokens=3_000, epochs=2, patience=2,
              max_batches=8, checkpoint_every=3)
 
@@ -410,7 +411,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--data-root", default=None, help="folder holding wikitext-2/ (default: $SEQ2D_DATA)")
     common.add_argument("--conditions", default=",".join(wx.CONDITIONS), help=f"comma-separated, of {', '.join(CONDITIONS)}")
     common.add_argument("--seeds", default="0", help="comma-separated seeds: one run folder per (condition, seed)")
-    common.add_argument("--epochs", type=int, default=None, help="the epoch cap (full: 15; quick: 2)")
+    common.add_argument("--epochs", type=int, default=None, help="the epoch cap (train: 15, quick 2; search: 2)")
     common.add_argument("--patience", type=int, default=None,
                         help="stop after this many epochs in a row without a better validation loss (full: 2)")
     common.add_argument("--max-batches", type=int, default=None, help="batches per epoch (full: all)")
@@ -452,6 +453,8 @@ def main(argv: list[str] | None = None):
         return status(Path(args.runs))
     if args.cmd == "collect":
         return collect(Path(args.runs), Path(args.dest), force=args.force)
+    if args.cmd == "search" and args.epochs is None:
+        args.epochs = SEARCH_EPOCHS  # the short schedule
     for k, v in (QUICK if args.quick else FULL).items():
         if getattr(args, k) is None:
             setattr(args, k, v)
