@@ -30,6 +30,11 @@ i = 0 .. --grad-distance (the paper's Fig. 2).
     # 2 layers, dropout 0.2, 40 epochs): our variant, not verified as the author's settings
     python experiments/stable_rnn/wikitext.py --out runs/stable_rnn/wikitext_full --doc docs/results/stability.md
 
+``--adaptive-softmax`` replaces the full softmax over the vocabulary by torch's adaptive softmax
+(``--cutoffs``, ``--div-value``; word ids then by frequency). Long runs that must survive a stop (one
+folder per condition and seed, checkpoints, resume, a learning-rate search, results collected into
+the repository) are ``experiments/stable_rnn/wikitext_runs.py``.
+
 Data: ``--data-root`` (else ``$SEQ2D_DATA``) holding ``wikitext-2/{train,valid,test}.txt``.
 Outputs in ``--out``: ``results.json``, ``results.md`` (the tables), ``grad_norm_vs_distance.png``,
 ``truncation.png``, per model ``<model>/metrics.{jsonl,csv}`` (and ``checkpoint.pt`` with
@@ -117,11 +122,23 @@ def condition(name: str) -> tuple[str, bool]:
     return cell, kind == "stable"
 
 
+def adaptive_cutoffs(args, vocab: int) -> list[int] | None:
+    """The adaptive softmax's cutoffs (``--adaptive-softmax``; those below the vocabulary size,
+    which a corpus slice may make small), or None: a full softmax."""
+    if not getattr(args, "adaptive_softmax", False):
+        return None
+    cut = [int(c) for c in str(args.cutoffs).split(",") if c.strip()]
+    return [c for c in cut if c < vocab] or None
+
+
 def build_model(name: str, vocab: int, args) -> tuple[RNNLM, bool]:
-    """``(model, stable)`` for the condition ``name``: ``RNNLM(cell=CELL)`` at the run's sizes
-    (drawn from torch's generator as it stands: the caller seeds it)."""
+    """``(model, stable)`` for the condition ``name``: ``RNNLM(cell=CELL)`` at the run's sizes,
+    with an adaptive softmax under ``--adaptive-softmax`` (drawn from torch's generator as it
+    stands: the caller seeds it)."""
     cell, stable = condition(name)
-    return RNNLM(vocab, args.emb, args.hidden, args.layers, args.dropout, cell=cell), stable
+    cut = adaptive_cutoffs(args, vocab)
+    kw = {} if cut is None else {"adaptive_cutoffs": cut, "div_value": args.div_value}
+    return RNNLM(vocab, args.emb, args.hidden, args.layers, args.dropout, cell=cell, **kw), stable
 
 
 # ---------------------------------------------------------------------- stabilizers
@@ -419,6 +436,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--hidden", type=int, default=None, help="hidden size (quick: 64; full: 200)")
     ap.add_argument("--layers", type=int, default=None, help="recurrent layers (2)")
     ap.add_argument("--dropout", type=float, default=None, help="dropout (0.2)")
+    ap.add_argument("--adaptive-softmax", action="store_true",
+                    help="decoder: torch's adaptive softmax (word ids by frequency) instead of a full softmax over the "
+                         "vocabulary (far cheaper per batch for a 33,278-word vocabulary)")
+    ap.add_argument("--cutoffs", default="2000,10000", help="the adaptive softmax's cluster cutoffs (default 2000,10000)")
+    ap.add_argument("--div-value", type=float, default=4.0, help="the adaptive softmax's size ratio between clusters (4)")
     ap.add_argument("--lr", type=float, default=20.0, help="initial SGD learning rate (divided by 4 on plateau)")
     ap.add_argument("--clip", type=float, default=0.25, help="gradient-norm clip")
     ap.add_argument("--batch-size", type=int, default=20)
@@ -481,7 +503,8 @@ def main(argv: list[str] | None = None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
 
     t0 = time.perf_counter()
-    corpus = Corpus(args.data_root, limit_tokens=args.tokens, limit_eval_tokens=args.eval_tokens)
+    corpus = Corpus(args.data_root, limit_tokens=args.tokens, limit_eval_tokens=args.eval_tokens,
+                    order="frequency" if args.adaptive_softmax else "appearance")  # the adaptive softmax needs ids by frequency
     print(corpus, flush=True)
     data = {"train": batchify(corpus.train, args.batch_size).to(device),
             "valid": batchify(corpus.valid, args.eval_batch_size).to(device),

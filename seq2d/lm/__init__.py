@@ -11,14 +11,15 @@ as its k-truncated feed-forward version with its own parameters
 
 Layout: :mod:`~seq2d.lm.model` (the models), :mod:`~seq2d.lm.evaluate` (perplexity, gradient
 norm vs distance, data lambda, :func:`~seq2d.lm.divergence`), :mod:`~seq2d.lm.train` (the classic training loop, recurrent
-or truncated; weight distances).
+or truncated, with a patience rule and resume from a :class:`~seq2d.lm.LoopCheckpoint`, which
+:class:`seq2d.train.lm_checkpoint.LMCheckpoint` keeps in a file; weight distances).
 """
 
 from .evaluate import (VANISH_FRACTION, divergence, evaluate, evaluate_truncated, grad_norm_carried,
                        grad_norm_vs_distance, lm_data_lambda, perplexity, vanishing_distance)
 from .model import CELLS, RNNLM, TruncatedLM, clip_embedding_, output_nll, output_scores
-from .train import recurrent_weights, train_lm, weight_distance
+from .train import LoopCheckpoint, recurrent_weights, train_lm, weight_distance
 
-__all__ = ["CELLS", "VANISH_FRACTION", "RNNLM", "TruncatedLM", "clip_embedding_", "divergence", "evaluate",
+__all__ = ["CELLS", "VANISH_FRACTION", "LoopCheckpoint", "RNNLM", "TruncatedLM", "clip_embedding_", "divergence", "evaluate",
            "evaluate_truncated", "grad_norm_carried", "grad_norm_vs_distance", "lm_data_lambda", "output_nll",
            "output_scores", "perplexity", "recurrent_weights", "train_lm", "vanishing_distance", "weight_distance"]

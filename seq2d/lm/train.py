@@ -8,7 +8,10 @@ with ``k`` it is trained as its k-truncated feed-forward version (every position
 its last ``k`` tokens, :meth:`RNNLM.window_features`), validation measured the same way. Same
 batches, same order, same steps: only the model's view of the past differs, which is the
 comparison behind Miller & Hardt's training result (arXiv 1805.10369): for a stable model, gradient
-descent on the truncated and on the recurrent model ends at nearby weights.
+descent on the truncated and on the recurrent model ends at nearby weights. ``patience`` stops
+a run whose validation loss has stopped improving; ``checkpoint`` (a :class:`LoopCheckpoint`,
+e.g. :class:`seq2d.train.lm_checkpoint.LMCheckpoint`) makes a run survive a stop: it continues
+from its last save, bitwise on the same machine and thread count.
 """
 
 from __future__ import annotations
@@ -17,31 +20,62 @@ import copy
 import math
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from ..data.wikitext import get_batch
 from ..errors import InvalidValue
 from .evaluate import _repackage, evaluate, perplexity
 from .model import RNNLM
 
-__all__ = ["recurrent_weights", "train_lm", "weight_distance"]
+__all__ = ["LoopCheckpoint", "recurrent_weights", "train_lm", "weight_distance"]
+
+
+class LoopCheckpoint(Protocol):
+    """Where :func:`train_lm` keeps its state so that a stopped run continues (``checkpoint=``);
+    :class:`seq2d.train.lm_checkpoint.LMCheckpoint` is the file-backed one (one atomic file)."""
+
+    def load(self, model: nn.Module, optimizer: torch.optim.Optimizer, settings: dict) -> dict | None:
+        """The saved loop state (``None``: nothing saved yet), after putting the saved weights in
+        ``model``, the optimizer state in ``optimizer`` and the process's random generators back
+        as they were at the save; refuses a state saved under other ``settings``."""
+
+    def save(self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict, settings: dict) -> None:
+        """Keep ``state`` with the weights, the optimizer state, the random generators' states and
+        ``settings``, atomically (a crash leaves the previous save or this one)."""
 
 
 def train_lm(model: RNNLM, train: Tensor, valid: Tensor, *, epochs: int, lr: float = 20.0, clip: float = 0.25,
              bptt: int = 35, k: int | None = None, stabilize: Callable[[], object] | None = None,
-             max_batches: int | None = None, lr_decay: float | None = None, name: str = "model",
+             max_batches: int | None = None, lr_decay: float | None = None, patience: int | None = None,
+             test: Tensor | None = None, checkpoint: LoopCheckpoint | None = None,
+             checkpoint_every: int | None = None, name: str = "model",
              log: Callable[[str], None] | None = print) -> dict:
     """Train ``model`` on the batchified ``train`` stream; returns ``history`` (a row per epoch:
-    ``train_loss``, ``valid_loss``, ``lr``, ``epoch_time_s``, perplexities), ``best_valid_loss``,
-    ``steps``, ``diverged`` (a reason or None) and ``train_time_s``; ``model`` ends with its
+    ``train_loss``, ``valid_loss``, ``lr``, ``epoch_time_s``, perplexities; ``test_loss`` and
+    ``test_ppl`` too when ``test`` is given, measured only, never used for a decision),
+    ``best_valid_loss``, ``steps``, ``diverged`` (a reason or None), ``stopped`` (why training
+    ended: ``"epochs"``, ``"patience"`` or ``"diverged"``), ``resumes`` (where a stopped run was
+    continued: ``{"epoch", "batch", "step"}`` each) and ``train_time_s``; ``model`` ends with its
     best-validation weights. ``stabilize()`` runs after every optimizer step (a projection).
     ``lr_decay = T``: step ``t`` (from 0) uses ``lr / (1 + t / T)``, the alpha/t rule of Miller &
     Hardt's weight-closeness result asymptotically (alpha = lr T), on top of the plateau rule.
+    ``patience = P``: stop once ``P`` epochs in a row have ended without a new best validation
+    loss (each of them has already divided the lr by 4); ``epochs`` is the cap either way.
     A non-finite training loss stops training (the best weights so far are kept); on a GPU the
     loss is checked every 50 steps and at the end of each epoch rather than every step, so the
-    loop does not wait for the device at every step (on the CPU: every step)."""
+    loop does not wait for the device at every step (on the CPU: every step).
+
+    ``checkpoint`` (a :class:`LoopCheckpoint`): the loop's state is saved at the end of every
+    epoch, every ``checkpoint_every`` batches within one (when given) and once more when
+    training ends (then with the best-validation weights), and a run finds there what to continue
+    from: the epoch and batch reached, the hidden state carried to that batch, the epoch's running
+    sums, the lr after plateau annealing, the best validation loss and its weights, the epochs
+    since it, the history, and (the store's part) the weights, the optimizer and every random
+    generator (dropout masks). A run continued this way on the same machine and thread count
+    computes bitwise what the uninterrupted run computes; a finished one returns at once."""
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0:
         raise InvalidValue(f"train_lm: epochs must be an int >= 0, got {epochs!r}")
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k <= 0):
@@ -49,19 +83,51 @@ def train_lm(model: RNNLM, train: Tensor, valid: Tensor, *, epochs: int, lr: flo
     if lr_decay is not None and (isinstance(lr_decay, bool) or not isinstance(lr_decay, (int, float))
                                  or not math.isfinite(lr_decay) or lr_decay <= 0):
         raise InvalidValue(f"train_lm: lr_decay must be a positive number of steps or None, got {lr_decay!r}")
+    for what, v in (("patience", patience), ("checkpoint_every", checkpoint_every)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
+            raise InvalidValue(f"train_lm: {what} must be a positive int or None, got {v!r}")
+    if checkpoint_every is not None and checkpoint is None:
+        raise InvalidValue("train_lm: checkpoint_every needs a checkpoint to save to (checkpoint=LMCheckpoint(path))")
     opt = torch.optim.SGD(model.parameters(), lr=lr)
-    best, best_state, history, step, diverged = math.inf, None, [], 0, None
+    # what the run computes, beyond the model and the data's values: a saved state is continued only under these
+    settings = {"epochs": epochs, "lr": lr, "clip": clip, "bptt": bptt, "k": k, "max_batches": max_batches,
+                "lr_decay": lr_decay, "patience": patience, "train_shape": list(train.shape),
+                "valid_shape": list(valid.shape), "test_shape": None if test is None else list(test.shape)}
+    s, finished_before = _fresh_state(lr), False
+    if checkpoint is not None:
+        saved = checkpoint.load(model, opt, settings)
+        if saved is not None:
+            s, finished_before = saved, saved["stopped"] is not None
+            if not finished_before:
+                s["resumes"].append({"epoch": s["epoch"] + 1, "batch": s["batch"], "step": s["step"]})
+                if log:
+                    log(f"[{name}] resuming at epoch {s['epoch'] + 1}, batch {s['batch']} (step {s['step']})")
+            elif log:
+                log(f"[{name}] finished before ({s['stopped']}, {len(s['history'])} epochs): nothing to train")
     bsz = train.shape[1]
+    starts = range(0, train.shape[0] - 1, bptt)
+    n_batches = len(starts) if max_batches is None else min(len(starts), max_batches)
     check_every = 1 if train.device.type == "cpu" else 50
-    t_start = time.perf_counter()
-    for epoch in range(1, epochs + 1):
+    t_start = time.perf_counter() - s["train_time_s"]
+
+    def save(final: bool = False) -> None:
+        s["train_time_s"] = round(time.perf_counter() - t_start, 3)
+        checkpoint.save(model, opt, {**s, "best_state": None if final else s["best_state"]}, settings)
+
+    while s["stopped"] is None and s["epoch"] < epochs:
+        epoch = s["epoch"] + 1
         model.train()
-        hidden = model.init_hidden(bsz) if k is None else None
-        total, count, t0 = torch.zeros((), dtype=torch.float64, device=train.device), 0, time.perf_counter()
-        nonfinite = torch.zeros((), dtype=torch.bool, device=train.device)
-        for b, i in enumerate(range(0, train.shape[0] - 1, bptt)):
-            if max_batches is not None and b >= max_batches:
-                break
+        if s["batch"]:  # continuing inside an epoch
+            hidden, p = s["hidden"], s["partial"]
+            total, count, nonfinite = p["total"], p["count"], p["nonfinite"]
+            t0 = time.perf_counter() - p["time_s"]
+        else:
+            hidden = model.init_hidden(bsz) if k is None else None
+            total, count, t0 = torch.zeros((), dtype=torch.float64, device=train.device), 0, time.perf_counter()
+            nonfinite = torch.zeros((), dtype=torch.bool, device=train.device)
+        diverged = None
+        for b in range(s["batch"], n_batches):
+            i = starts[b]
             x, y = get_batch(train, i, bptt)
             opt.zero_grad(set_to_none=True)
             if k is None:
@@ -78,39 +144,76 @@ def train_lm(model: RNNLM, train: Tensor, valid: Tensor, *, epochs: int, lr: flo
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
             if lr_decay is not None:
                 for g in opt.param_groups:
-                    g["lr"] = lr / (1 + step / lr_decay)
+                    g["lr"] = s["lr"] / (1 + s["step"] / lr_decay)
             opt.step()
-            step += 1
+            s["step"] += 1
             if stabilize is not None:
                 stabilize()
             total += loss.detach().double() * y.numel()
             count += y.numel()
+            if (checkpoint_every is not None and (b + 1) % checkpoint_every == 0 and b + 1 < n_batches
+                    and not bool(nonfinite) and _finite_weights(model)):  # never save a state that could only diverge
+                s["batch"], s["hidden"] = b + 1, None if hidden is None else _repackage(hidden)
+                s["partial"] = {"total": total, "count": count, "nonfinite": nonfinite,
+                                "time_s": time.perf_counter() - t0}
+                save()
+        s["batch"], s["hidden"], s["partial"] = 0, None, None
         if not diverged and bool(nonfinite):  # (also the device sync that ends the epoch's timing)
             diverged = f"non-finite training loss in epoch {epoch}"
         total = float(total)
         epoch_time = time.perf_counter() - t0
         if diverged:
+            s["stopped"], s["diverged"] = "diverged", diverged
             if log:
                 log(f"[{name}] {diverged}: keeping the best weights so far")
             break
         val = evaluate(model, valid, bptt, k=k)
-        row = {"epoch": epoch, "step": step, "train_loss": total / max(count, 1), "lr": lr,
+        row = {"epoch": epoch, "step": s["step"], "train_loss": total / max(count, 1), "lr": s["lr"],
                "epoch_time_s": round(epoch_time, 3), "device": str(train.device), "valid_loss": val,
                "valid_ppl": perplexity(val), "train_ppl": perplexity(total / max(count, 1))}
-        history.append(row)
+        if test is not None:
+            row["test_loss"] = evaluate(model, test, bptt, k=k)
+            row["test_ppl"] = perplexity(row["test_loss"])
+        s["history"].append(row)
+        s["epoch"] = epoch
         if log:
-            log(f"[{name}] epoch {epoch}/{epochs}  lr {lr:g}  train ppl {row['train_ppl']:.2f}  "
+            log(f"[{name}] epoch {epoch}/{epochs}  lr {s['lr']:g}  train ppl {row['train_ppl']:.2f}  "
                 f"valid ppl {row['valid_ppl']:.2f}  ({epoch_time:.1f}s)")
-        if val < best:
-            best, best_state = val, copy.deepcopy(model.state_dict())
+        if val < s["best"]:
+            s["best"], s["best_state"], s["since_best"] = val, copy.deepcopy(model.state_dict()), 0
         else:  # validation stopped improving: anneal
-            lr /= 4.0
+            s["since_best"] += 1
+            s["lr"] /= 4.0
             for g in opt.param_groups:
-                g["lr"] = lr
-    if best_state is not None:
-        model.load_state_dict(best_state)
-    return {"history": history, "best_valid_loss": best, "steps": step, "diverged": diverged,
-            "train_time_s": round(time.perf_counter() - t_start, 3)}
+                g["lr"] = s["lr"]
+            if patience is not None and s["since_best"] >= patience:
+                s["stopped"] = "patience"
+                if log:
+                    log(f"[{name}] stopping: {patience} epoch(s) without a better validation loss")
+        if checkpoint is not None and s["stopped"] is None and epoch < epochs:
+            save()
+    if not finished_before:
+        if s["stopped"] is None:
+            s["stopped"] = "epochs"
+        if s["best_state"] is not None:
+            model.load_state_dict(s["best_state"])
+        if checkpoint is not None and _finite_weights(model):  # (a run that diverged before its first
+            save(final=True)                                    # validation has no weights worth keeping)
+        else:
+            s["train_time_s"] = round(time.perf_counter() - t_start, 3)
+    return {"history": s["history"], "best_valid_loss": s["best"], "steps": s["step"], "diverged": s["diverged"],
+            "stopped": s["stopped"], "resumes": s["resumes"], "train_time_s": s["train_time_s"]}
+
+
+def _fresh_state(lr: float) -> dict:
+    """The loop's state before its first batch (what :class:`LoopCheckpoint` keeps)."""
+    return {"epoch": 0, "batch": 0, "step": 0, "lr": lr, "best": math.inf, "best_state": None, "since_best": 0,
+            "history": [], "hidden": None, "partial": None, "stopped": None, "diverged": None, "resumes": [],
+            "train_time_s": 0.0}
+
+
+def _finite_weights(model: nn.Module) -> bool:
+    return all(bool(torch.isfinite(p).all()) for p in model.parameters())
 
 
 def recurrent_weights(model: RNNLM) -> dict[str, Tensor]:

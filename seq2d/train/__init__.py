@@ -13,8 +13,10 @@ Submodules: :mod:`~seq2d.train.config` (TrainConfig, TOML, flags),
 :mod:`~seq2d.train.seeds` (seeds, epoch order), :mod:`~seq2d.train.runtime` (threads,
 determinism), :mod:`~seq2d.train.progress` (progress bar, epoch lines),
 :mod:`~seq2d.train.errors`, :mod:`~seq2d.train.checkpoint` (atomic save, checked load),
-:mod:`~seq2d.train.rundir` (the run folder's lock, ``run.json``), :mod:`~seq2d.train.identity`
-(the config hash, config differences), :mod:`~seq2d.train.fingerprint` (the model a run trained), :mod:`~seq2d.train.divergence`
+:mod:`~seq2d.train.rundir` (the run folder's lock, ``run.json``), :mod:`~seq2d.train.lm_checkpoint`
+(the file :func:`seq2d.lm.train_lm` continues from), :mod:`~seq2d.train.identity`
+(the config hash, config differences), :mod:`~seq2d.train.fingerprint` (the model a run trained),
+:mod:`~seq2d.train.divergence`
 (the loss-explosion rule), :mod:`~seq2d.train.builder` (the model a config names),
 :mod:`~seq2d.train.distributed` (torchrun/DDP), :mod:`~seq2d.train.vectorized` (several seeds as one
 batched computation), :mod:`~seq2d.train.tensorboard` (TensorBoard logging, the optional extra). The command line is ``python -m seq2d.train``
@@ -39,6 +41,7 @@ _EXPORTS = {
     "builder": ("build_model",),
     "errors": ("NonFiniteLossError", "DivergenceError", "RunLockedError", "RunExistsError"),
     "rundir": ("RunDir", "read_record"),
+    "lm_checkpoint": ("LMCheckpoint",),
     "divergence": ("DivergenceMonitor",),
     "metrics": ("METRIC_COLUMNS", "write_metrics", "read_metrics"),
     "datasets": ("load_data", "make_augment", "synthetic_data"),
