@@ -383,9 +383,10 @@ def doc_section(results: dict, table: str, images: dict[str, str]) -> str:
               "the LSTM the l-infinity bound of `seq2d.stability.lstm_contraction_bound` (derivation in "
               "[docs/stability.md](../stability.md), \"LSTM stability\"); below 1 the model is provably stable, "
               "above 1 nothing is certified (the model may still behave stably on data). The gradient curve is "
-              "`||d loss_{t+i} / d x_t||_2` (x_t the embedding input), twice: thick lines average it over the "
-              "whole test stream (`seq2d.lm.grad_norm_carried`: the batchified stream cut into segments of "
-              f"{a['grad_distance'] + 1} positions, t the first position of every segment of every column, the hidden "
+              "`||d loss_{t+i} / d x_t||_2` (x_t the embedding input), twice: thick lines average it over a "
+              "uniform subsample of the test stream, one position in every "
+              f"{a['grad_distance'] + 1} of each column (`seq2d.lm.grad_norm_carried`: the batchified stream cut into "
+              f"segments of {a['grad_distance'] + 1} positions, t the first position of every segment of every column, the hidden "
               "state carried from the column's start" + (f", the first {a['carried_segments']} segments only" if
               a.get("carried_segments") else "") + "); dotted lines are the older estimate over "
               f"{a['grad_seqs']} test positions, each from a zero state 10 tokens before t. \"data lambda\" is "
@@ -459,7 +460,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--grad-distance", type=int, default=50, help="largest distance i of the gradient curve")
     ap.add_argument("--grad-seqs", type=int, default=None, help="positions averaged in the gradient curve (quick 8, full 32)")
     ap.add_argument("--carried-segments", type=int, default=None,
-                    help="segments of the carried-state gradient curve (default: the whole test stream)")
+                    help="segments of the carried-state gradient curve (default: every segment of the test stream; one position in every grad-distance + 1 is a segment start)")
     ap.add_argument("--lambda-tokens", type=int, default=None,
                     help="test rows (of the batchified stream) the data lambda runs over (quick 50; full 500)")
     ap.add_argument("--seed", type=int, default=1111, help="the classic example's seed")
