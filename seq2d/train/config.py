@@ -115,8 +115,9 @@ class TrainConfig:
     # ---- system
     device: str = _f("auto", '"auto" (cuda when available), "cpu" or "cuda"')
     dist_backend: str = _f("auto", 'torch.distributed backend under torchrun: "auto" (nccl on cuda, gloo on cpu), "gloo" or "nccl"')
-    num_threads: int | str | None = _f(None, 'torch.set_num_threads for the run: a positive int, "auto" (the cores idle at '
-                                          "the start of the run, see seq2d.threads) or None (leave torch's setting)")
+    num_threads: int | str | None = _f(None, 'torch.set_num_threads for the run: a positive int (used as is) or "auto" (the '
+                                          "cores idle at the start of the run, at most torch's count, see "
+                                          'seq2d.threads); None (the default) is "auto" too, as in seq2d train')
     # ---- output
     name: str = _f("run", "run name; the default out_dir is runs/<name>")
     out_dir: str | None = _f(None, "where config.toml, metrics.jsonl/csv and checkpoint.pt go (None = runs/<name>)")
