@@ -199,13 +199,13 @@ def equivalence_table(seeds: int = 1) -> Iterator[tuple[str, bool]]:
 # ---------------------------------------------------------------------------- seq2d mnist / train
 def threads_line(num_threads) -> str:
     """The torch thread count that the runs of ``seq2d mnist`` will use (``num_threads``: an
-    int, None for torch's current count, or ``"auto"``: chosen from the idle cores). Printed by
-    ``seq2d mnist --quiet`` only: without ``--quiet`` each run prints the count it chose (the
-    trainer's ``torch threads: N (why)`` line), and a second line would only repeat it."""
+    int, or ``"auto"`` or None: chosen from the idle cores). Printed by ``seq2d mnist --quiet``
+    only: without ``--quiet`` each run prints the count it chose (the trainer's
+    ``torch threads: N (why)`` line), and a second line would only repeat it."""
     import torch
 
-    if num_threads != "auto":
-        return f"torch threads: {num_threads if num_threads is not None else torch.get_num_threads()}"
+    if num_threads is not None and num_threads != "auto":  # None: "auto" (seq2d.train.runtime.choose_threads)
+        return f"torch threads: {num_threads}"
     from .threads import auto_threads, available_cores, cpu_limit
 
     avail = available_cores()

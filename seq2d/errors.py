@@ -19,8 +19,8 @@ class                   also a              raised for
 ======================  ==================  ==============================================
 
 plus the domain errors ``seq2d.train.CheckpointError``, ``seq2d.train.DivergenceError`` (and its
-case ``NonFiniteLossError``), ``seq2d.train.RunLockedError``, ``seq2d.train.RunExistsError``
-and the data errors of :mod:`seq2d.data`, all Seq2DErrors. Anything else escaping seq2d is
+case ``NonFiniteLossError``), ``seq2d.train.RunLockedError``, ``seq2d.train.RunExistsError``,
+``seq2d.train.ConstantOutputError`` and the data errors of :mod:`seq2d.data`, all Seq2DErrors. Anything else escaping seq2d is
 a bug: the CLI prints seq2d's errors as one ``seq2d: error: ...`` line (exit 2) and shows
 the traceback of anything else, saying it is a bug.
 """

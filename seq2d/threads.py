@@ -29,15 +29,16 @@ except by the block-sparse CPU kernels, which ask a :class:`LoadFollower` before
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from .errors import InvalidType, InvalidValue
 
 __all__ = ["AUTO", "cpu_limit", "available_cores", "auto_threads", "resolve_threads", "threads_arg", "read_proc_stat",
-           "LoadFollower", "follow_load_threads"]
+           "LoadFollower", "follow_load_threads", "threads_at_most"]
 
 AUTO = "auto"
 # A core counts as available when at least 1 - SLACK of it was idle in the sample window.
@@ -203,6 +204,25 @@ def follow_load_threads(want: int) -> int:
     if os.environ.get("SEQ2D_FOLLOW_LOAD", "1") == "0":
         return want
     return _FOLLOWER.threads(want)
+
+
+@contextlib.contextmanager
+def threads_at_most(n: int) -> Iterator[int]:
+    """torch's thread count lowered to at most ``n`` inside the block (yields the count used);
+    torch's setting is restored on exit. For work too small to gain from threads, which a thread
+    descheduled by another process's load can only slow down (module docstring)."""
+    import torch
+
+    before = torch.get_num_threads()
+    k = max(1, min(n, before))
+    if k == before:
+        yield k
+        return
+    torch.set_num_threads(k)
+    try:
+        yield k
+    finally:
+        torch.set_num_threads(before)
 
 
 def auto_threads(sample_s: float = 0.2, *, limit: int | None = None, share: int = 1,

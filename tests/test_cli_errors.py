@@ -316,18 +316,33 @@ def test_plot_functions_refuse_a_missing_folder_too(tmp_path):
     assert not (tmp_path / "no").exists()
 
 
-def test_train_says_when_the_output_never_sees_the_input(tmp_path, capsys):
-    """Issue 18: a run whose output cannot depend on its input (too few iterations) is a
-    ``seq2d: warning:`` line on stderr, also with --quiet; the API's UserWarning, in CLI form."""
+def test_train_refuses_a_model_whose_output_never_sees_the_input(tmp_path, capsys):
+    """Issue 31: `seq2d train --iterations 1` on a 3-slot MLP trained a constant predictor to the end
+    and exited 0; now it is refused before training, one error line in the command line's terms
+    (the flags that fix it), exit 2, nothing written."""
     argv = ["train", "--data", "synthetic", "--sizes", "16,8,4", "--iterations", "1", "--epochs", "1", "--quiet",
             "--out-dir", str(tmp_path / "run"), "--num-threads", "1"]
+    rc, out, err = _run(argv, capsys)
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("seq2d: error: refusing to train a model whose output cannot see its input (steps=1 is smaller "
+                          "than the distance from the input slots [0] to output slot 2 (2 blocks)"), err
+    assert "--iterations 2" in err and "--allow-constant-output" in err and "allow_constant_output=True" not in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_train_says_when_the_output_never_sees_the_input(tmp_path, capsys):
+    """Issue 18: a run whose output cannot depend on its input (too few iterations), trained on
+    purpose (--allow-constant-output, issue 31), is a ``seq2d: warning:`` line on stderr, also with
+    --quiet; the API's UserWarning, in CLI form."""
+    argv = ["train", "--data", "synthetic", "--sizes", "16,8,4", "--iterations", "1", "--epochs", "1", "--quiet",
+            "--out-dir", str(tmp_path / "run"), "--num-threads", "1", "--allow-constant-output"]
     rc, _, err = _run(argv, capsys)
     assert rc == 0
     lines = [line for line in err.splitlines() if line.startswith("seq2d: warning:")]
     assert lines == ["seq2d: warning: steps=1 is smaller than the distance from the input slots [0] to output slot 2 "
                      "(2 blocks): after 1 step(s) the output cannot depend on the input; it needs steps >= 2"], err
     assert "UserWarning" not in err
-    rc, _, err = _run(argv[:6] + ["2"] + argv[7:-4] + ["--out-dir", str(tmp_path / "ok"), "--num-threads", "1"], capsys)
+    rc, _, err = _run(argv[:6] + ["2"] + argv[7:-5] + ["--out-dir", str(tmp_path / "ok"), "--num-threads", "1"], capsys)
     assert rc == 0 and "warning" not in err
 
 

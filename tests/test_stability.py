@@ -337,6 +337,77 @@ def test_data_lambda_of_an_acyclic_model_and_bad_input():
         data_lambda(seq2d.rnn(3, 4), torch.randn(4, 2, 5))
 
 
+
+def _closed_form_cases():
+    """Models whose cores have a closed-form Jacobian: RNNs (tanh, relu, multi-layer, pipelined),
+    a two-slot core with an identity block and a sigmoid slot, masked and frozen entries, an
+    identity slot, a float32 RNN."""
+    torch.manual_seed(0)
+    lin = lambda i, o, **kw: LinearBlock(i, o, dtype=F64, **kw)  # noqa: E731
+    two = Sequential2D([3, 4, 4], {(1, 0): lin(3, 4), (1, 2): lin(4, 4), (2, 1): "identity", (2, 2): lin(4, 4)},
+                       activations=[None, "sigmoid", "tanh"], steps=3, dtype=F64)
+    masked = lin(5, 5, mask=torch.rand(5, 5) < 0.6)
+    masked.frozen = torch.where(masked.mask, 0.0, 0.3 * torch.randn(5, 5, dtype=F64))
+    frozen = Sequential2D([2, 5, 5], {(1, 0): lin(2, 5), (1, 1): masked, (2, 1): lin(5, 5), (2, 2): lin(5, 5)},
+                          activations=[None, "relu", None], steps=3, dtype=F64)
+    return {"tanh": (_scaled_rnn(3, 6, [0.9], seed=1), 3), "relu-2": (_scaled_rnn(3, 6, [1.1, 0.8], seed=2,
+                                                                                    nonlinearity="relu"), 3),
+            "tanh-3": (seq2d.rnn(3, 6, num_layers=3, dtype=F64), 3), "identity-sigmoid": (two, 3),
+            "masked-frozen-identity": (frozen, 2), "float32": (seq2d.rnn(3, 6, num_layers=2), 3)}
+
+
+@pytest.mark.parametrize("case", ["tanh", "relu-2", "tanh-3", "identity-sigmoid", "masked-frozen-identity", "float32"])
+def test_data_lambda_closed_form_equals_the_autograd_path(case):
+    """The fast path (J = diag(act'(a)) W_rec applied in closed form, every step's power iteration
+    batched) equals the old one (torch.func jvp/vjp through the model's step, step by step): the
+    same start vectors, the same iteration, so the same numbers up to rounding."""
+    model, d = _closed_form_cases()[case]
+    dtype = next(model.parameters()).dtype
+    xs = 1.5 * torch.randn(9, 4, d, generator=torch.Generator().manual_seed(3), dtype=F64).to(dtype)
+    slow = data_lambda(model, xs, iters=15, generator=torch.Generator().manual_seed(1), method="autograd")
+    fast = data_lambda(model, xs, iters=15, generator=torch.Generator().manual_seed(1), method="closed")
+    auto = data_lambda(model, xs, iters=15, generator=torch.Generator().manual_seed(1))
+    tol = dict(rtol=1e-10, atol=1e-12) if dtype == F64 else dict(rtol=1e-5, atol=1e-6)
+    assert len(fast["cores"]) == len(slow["cores"]) >= 1
+    for a, b, c in zip(slow["cores"], fast["cores"], auto["cores"]):
+        assert a["slots"] == b["slots"] and a["steps"] == b["steps"] and a["per_step"].shape == b["per_step"].shape
+        torch.testing.assert_close(b["per_step"], a["per_step"], **tol)
+        assert torch.equal(c["per_step"], b["per_step"])  # auto takes the closed form here
+    assert fast["max"] == pytest.approx(slow["max"], rel=tol["rtol"] * 10)
+
+
+def test_data_lambda_falls_back_to_autograd_for_a_module_core():
+    m = Sequential2D([3, 4], {(1, 0): LinearBlock(3, 4), (1, 1): nn.Linear(4, 4)}, activations=[None, "tanh"], steps=2,
+                     dtype=F64)
+    xs = torch.randn(5, 2, 3, dtype=F64)
+    g = lambda: torch.Generator().manual_seed(0)  # noqa: E731
+    assert torch.equal(data_lambda(m, xs, generator=g())["cores"][0]["per_step"],
+                       data_lambda(m, xs, generator=g(), method="autograd")["cores"][0]["per_step"])
+    with pytest.raises(ValueError, match=r"method='closed': core \[1\] has a module block"):
+        data_lambda(m, xs, method="closed")
+    with pytest.raises(ValueError, match="method: unknown value 'fast'"):
+        data_lambda(m, xs, method="fast")
+
+
+def test_data_lambda_result_prints_short_and_keeps_the_tensors():
+    """The result used to print its (steps, B) tensors (a 50 x 4 tensor filled the screen): now one
+    line per core (max, mean, quantiles, the tensor's shape); the tensors stay, as dict entries
+    (read as before) and attributes."""
+    r = seq2d.rnn(4, 8, num_layers=2, dtype=F64)
+    d = data_lambda(r, torch.randn(50, 4, 4, dtype=F64))
+    text = repr(d)
+    assert len(text.splitlines()) == 3 and len(text) < 400, text
+    assert text.startswith(f"DataLambda(max={d['max']:.4f}, mean={d['mean']:.4f}, q05/q50/q95=")
+    assert "core [1]: max=" in text and "per_step (50 steps, 4 sequences)" in text and "tensor" not in text
+    assert d.max == d["max"] and d.cores[1].per_step is d["cores"][1]["per_step"] and d.cores[1].steps == list(range(1, 51))
+    with pytest.raises(ValueError, match="2 recurrent cores"):
+        d.per_step
+    one = data_lambda(seq2d.rnn(4, 8, dtype=F64), torch.randn(6, 2, 4, dtype=F64))
+    assert one.per_step.shape == (6, 2) and one.per_step is one["cores"][0]["per_step"]
+    with pytest.raises(AttributeError, match="no entry 'maximum'"):
+        one.maximum
+    assert repr(data_lambda(seq2d.mlp([3, 2]), torch.randn(4, 2, 3))) == "DataLambda(max=0.0000, mean=0.0000, no recurrent core)"
+
 # ---------------------------------------------------------------------- Lemma 1
 def _gap(r, xs, k) -> Tensor:
     """||h_T - h_T^k|| per sequence: the full RNN vs its k-truncation on the last k inputs."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 
 import pytest
@@ -171,6 +172,27 @@ def test_run_records_the_thread_count(tmp_path, monkeypatch, capsys):
                               out_dir=str(tmp_path / "r1")))
     assert summary["num_threads"] == 1
 
+
+def test_the_api_chooses_threads_as_the_cli_does(tmp_path, monkeypatch, capsys):
+    """Issue 31: Trainer(TrainConfig(...)) used torch's thread count (2 here) where `seq2d train`
+    chooses "auto" (1 with one core idle). The config's default stays None, so no config hash
+    changes (tests/test_run_identity.py); None now chooses as "auto" does."""
+    monkeypatch.setattr(threads, "available_cores", lambda *a, **k: 1.0)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        cfg = TrainConfig(model="mlp", sizes=[16, 8, 4], data="synthetic", epochs=1, out_dir=str(tmp_path / "api"))
+        assert cfg.num_threads is None
+        summary = run(cfg)
+        api_line = next(s for s in capsys.readouterr().out.splitlines() if s.startswith("torch threads:"))
+        assert summary["num_threads"] == 1 and api_line.startswith("torch threads: 1 (auto: 1.0 of")
+        assert torch.get_num_threads() == 2  # restored after the run
+        auto = run(dataclasses.replace(cfg, num_threads="auto", out_dir=str(tmp_path / "auto")))  # what the CLI passes
+        assert auto["num_threads"] == summary["num_threads"]
+        assert next(s for s in capsys.readouterr().out.splitlines() if s.startswith("torch threads:")) == api_line
+        assert run(dataclasses.replace(cfg, num_threads=2, quiet=True, out_dir=str(tmp_path / "two")))["num_threads"] == 2
+    finally:
+        torch.set_num_threads(before)
 
 def test_seq2d_train_cli_prints_threads(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(threads, "available_cores", lambda *a, **k: 1.0)

@@ -344,6 +344,50 @@ def test_command_line_flags(tmp_path):
         config_from_args(ap.parse_args(["--epochs", "1.5"]))
 
 
+
+# ---------------------------------------------------------------------- a model that cannot see its input
+def test_a_model_whose_output_cannot_see_its_input_is_refused_before_training(tmp_path):
+    """Issue 31: iterations=1 on the MLP 16 -> 8 -> 4 (output 2 blocks from the input) trained a
+    constant predictor to the end with only a warning; now the Trainer refuses it before anything
+    is trained or written, naming the output slot, the distance and the iterations it needs."""
+    from seq2d.train.errors import ConstantOutputError
+
+    cfg = cfg_for(tmp_path, iterations=1)
+    with pytest.raises(ConstantOutputError, match=r"refusing to train a model whose output cannot see its input "
+                                                  r"\(steps=1 is smaller than the distance from the input slots \[0\] "
+                                                  r"to output slot 2 \(2 blocks\).*; iterations=1\): the trained model "
+                                                  r"would predict a constant. Give it at least 2 iterations "
+                                                  r"\(iterations=2;.*set allow_constant_output=True in the TrainConfig") as e:
+        Trainer(cfg, build_model(cfg), DATA)
+    assert isinstance(e.value, ValueError) and (e.value.slot, e.value.distance, e.value.steps) == (2, 2, 1)
+    assert not (tmp_path / "run").exists()
+    # no path at all: slot 2 reads only slot 1, which nothing feeds (held at zero, not an input)
+    blind = seq2d.Sequential2D([16, 8, 4], {(2, 1): seq2d.LinearBlock(8, 4)}, inputs=[0], outputs=[2], steps=1)
+    with pytest.raises(ConstantOutputError, match=r"output slot 2 cannot be reached from any input slot \[0\].*"
+                                                  r"whatever the number of steps\): the trained model would predict a "
+                                                  r"constant. Add a path of blocks from an input slot to slot 2") as e:
+        Trainer(cfg_for(tmp_path), blind, DATA)
+    assert e.value.distance is None
+    # the explicit override trains it (and the forward call warns, as before)
+    allowed = cfg_for(tmp_path, "allowed", iterations=1, allow_constant_output=True)
+    with pytest.warns(UserWarning, match="needs steps >= 2"):
+        _, summary = fit(allowed)
+    assert summary["epochs"] == 2
+    fit(cfg_for(tmp_path, "two", iterations=2))  # enough iterations: no refusal
+
+
+def test_the_override_leaves_every_config_hash_as_it_was():
+    """allow_constant_output defaults to False, and fields at their default are left out of the
+    hash: every existing config (and every committed run.json) hashes as before; a resume may
+    change the field."""
+    from seq2d.train.config import RESUME_FREE_FIELDS
+
+    cfg = TrainConfig(sizes=[16, 8, 4], iterations=3)
+    before = {k: v for k, v in config_to_dict(cfg).items() if k != "allow_constant_output"}
+    assert config_hash(cfg) == config_hash(before)
+    assert config_hash(dataclasses.replace(cfg, allow_constant_output=True)) != config_hash(cfg)
+    assert "allow_constant_output" in RESUME_FREE_FIELDS
+
 # ---------------------------------------------------------------------- model building
 def test_build_model_from_the_config():
     a = build_model(TrainConfig(sizes=[16, 8, 4]))

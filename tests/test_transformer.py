@@ -53,16 +53,17 @@ def _randomise(module: nn.Module, seed: int) -> nn.Module:
     return module.eval()
 
 
-def _torch_layer(dtype, norm_first=False, activation="relu", bias=True, seed=0, **kw) -> nn.TransformerEncoderLayer:
+def _torch_layer(dtype, norm_first=False, activation="relu", bias=True, seed=0, batch_first=True, **kw) -> nn.TransformerEncoderLayer:
     torch.manual_seed(seed)
     layer = nn.TransformerEncoderLayer(
-        D, H, FF, dropout=0.1, activation=activation, batch_first=True, norm_first=norm_first, bias=bias, dtype=dtype, **kw
+        D, H, FF, dropout=0.1, activation=activation, batch_first=batch_first, norm_first=norm_first, bias=bias, dtype=dtype,
+        **kw
     )
     return _randomise(layer, seed)
 
 
-def _torch_encoder(dtype, norm_first=False, final_norm=False, num_layers=2, seed=0, activation="relu"):
-    layer = nn.TransformerEncoderLayer(D, H, FF, dropout=0.1, activation=activation, batch_first=True,
+def _torch_encoder(dtype, norm_first=False, final_norm=False, num_layers=2, seed=0, activation="relu", batch_first=True):
+    layer = nn.TransformerEncoderLayer(D, H, FF, dropout=0.1, activation=activation, batch_first=batch_first,
                                        norm_first=norm_first, dtype=dtype)
     norm = nn.LayerNorm(D, eps=1e-6, dtype=dtype) if final_norm else None
     enc = nn.TransformerEncoder(layer, num_layers, norm=norm, enable_nested_tensor=False)
@@ -459,13 +460,66 @@ def test_registry_state_dict_and_pickle():
         assert torch.allclose(layer.double()(x.double()), layer(x.double()))
 
 
+# ---------------------------------------------------------------------------- torch's default layout
+@pytest.mark.parametrize("mask", ["none", "kpm_causal", "per_head_float"])
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post_norm", "pre_norm"])
+def test_batch_first_false_layer_matches_torch(norm_first, mask):
+    """torch's default layout (T, B, d), issue 31: it used to be refused; now the layer is
+    transposed to batch first at the boundary and equals torch's (outputs and gradients)."""
+    dtype = torch.float64
+    ref = _torch_layer(dtype, norm_first, batch_first=False)
+    ours = layer_from_torch(ref)
+    assert ours.batch_first is False and "batch_first=False" in repr(ours)
+    x = _x(dtype, T, B, D)  # (T, B, d); the masks are the same in both layouts
+    _assert_close(_compare(ours, ref, _layer_pairs(ours, ref), x, _masks(mask, dtype)), dtype)
+    _assert_close(_compare(ours, ref, _layer_pairs(ours, ref), _x(dtype, T, D), {}), dtype)  # unbatched (T, d)
+
+
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post_norm", "pre_norm"])
+def test_batch_first_false_encoder_matches_torch(norm_first):
+    dtype = torch.float64
+    ref = _torch_encoder(dtype, norm_first, final_norm=True, batch_first=False)
+    ours = encoder_from_torch(ref)
+    assert ours.batch_first is False
+    kw = _masks("kpm_causal", dtype)
+    kw = {("mask" if k == "src_mask" else k): v for k, v in kw.items()}
+    _assert_close(_compare(ours, ref, _encoder_pairs(ours, ref), _x(dtype, T, B, D), kw), dtype)
+
+
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post_norm", "pre_norm"])
+def test_batch_first_false_in_training_mode_draws_torchs_dropout(norm_first):
+    """In torch's layout every dropout draws in (T, B) memory order: the converted layer and
+    encoder draw the same masks from the same RNG state."""
+    dtype = torch.float64
+    x = _x(dtype, T, B, D)
+    ref = _torch_layer(dtype, norm_first, batch_first=False).train()
+    (yo, go), (yr, gr) = _train_pair(layer_from_torch(ref), ref, x, {}, 5)
+    assert (yo - yr).abs().max() <= TOL[dtype] and (go - gr).abs().max() <= TOL[dtype]
+    assert (ref.eval()(x) - yr).abs().max() > 1e-3  # dropout really was live
+    enc = _torch_encoder(dtype, norm_first, num_layers=3, batch_first=False).train()
+    (yo, go), (yr, gr) = _train_pair(encoder_from_torch(enc), enc, x, {}, 9)
+    assert (yo - yr).abs().max() <= TOL[dtype] and (go - gr).abs().max() <= TOL[dtype]
+
+
+def test_batch_first_false_constructors_and_shapes():
+    layer = transformer_layer(D, H, FF, batch_first=False)
+    enc = transformer_encoder(D, H, 2, FF, batch_first=False)
+    assert layer.batch_first is False and enc.batch_first is False and "batch_first=False" in repr(enc)
+    assert "batch_first" not in repr(transformer_layer(D, H, FF))  # seq2d's default: True
+    x = _x(torch.float32, T, B, D)
+    with torch.no_grad():
+        for m in (layer, enc):
+            assert m(x).shape == (T, B, D)
+            m.batch_first = True  # the same core, batch first: the transposed input gives the transposed output
+            torch.testing.assert_close(m(x.transpose(0, 1)).transpose(0, 1), (setattr(m, "batch_first", False), m(x))[1])
+    with pytest.raises(RuntimeError, match=r"\(T, B, 16\) or \(T, 16\) \(batch_first=False"):
+        layer(_x(torch.float32, 2, T, B, D))  # torch's layout has one batch dim
+    with pytest.raises(TypeError, match="batch_first must be a bool"):
+        transformer_layer(D, H, FF, batch_first="no")
+
+
 # ---------------------------------------------------------------------------- errors
-def test_batch_first_false_raises():
-    layer = nn.TransformerEncoderLayer(D, H, FF, batch_first=False)
-    with pytest.raises(ValueError, match="batch_first"):
-        layer_from_torch(layer)
-    with pytest.raises(ValueError, match="batch_first"):
-        encoder_from_torch(nn.TransformerEncoder(layer, 2, enable_nested_tensor=False))
+def test_converter_refuses_other_modules():
     with pytest.raises(TypeError, match="nn.TransformerEncoderLayer"):
         layer_from_torch(nn.Linear(2, 2))
 
@@ -600,5 +654,4 @@ def test_constructors_take_torchs_keywords_and_name_an_unknown_one():
                  lambda: create_model("transformer_layer", d_model=D, nhead=H, norm_frist=True)):
         with pytest.raises(TypeError, match="unexpected keyword argument 'norm_frist'"):
             make()
-    with pytest.raises(ValueError, match="batch_first must be True"):
-        transformer_layer(D, H, FF, batch_first=False)
+    assert transformer_layer(D, H, FF, batch_first=False).batch_first is False  # torch's layout: taken (issue 31)

@@ -212,18 +212,32 @@ def check_degenerate(model) -> None:
               stacklevel=5)  # _warn, check_degenerate, __init__, its renamed_keyword wrapper, the caller
 
 
+def unseen_output(model, steps: int) -> tuple[int, int | None] | None:
+    """``(output slot, its distance in blocks from the input slots)`` when, in a tensor call
+    ``model(x, steps)``, that output cannot depend on ``x`` (distance None: no input slot reaches
+    it; else ``steps`` is below the distance), or None when every output can."""
+    far = model.__dict__.get("_far_output")
+    if far is None or (far[1] is not None and steps >= far[1]):
+        return None
+    return far
+
+
+def unseen_output_text(model, steps: int, unseen: tuple[int, int | None]) -> str:
+    """What :func:`unseen_output` found, in words (the warning's text, and the trainer's refusal's)."""
+    o, d = unseen
+    if d is None:
+        return (f"output slot {o} cannot be reached from any input slot {list(model.inputs)}: the output of model(x) "
+                "never depends on x, whatever the number of steps")
+    return (f"steps={steps} is smaller than the distance from the input slots {list(model.inputs)} to output slot {o} "
+            f"({d} blocks): after {steps} step(s) the output cannot depend on the input; it needs steps >= {d}")
+
+
 def warn_steps(model, steps: int) -> None:
     """Warn (once per model) when, in a tensor call ``model(x, steps)``, an output slot cannot depend
     on ``x``: no input slot reaches it, or ``steps`` is below its distance (in blocks) from them."""
-    far = model.__dict__.get("_far_output")
-    if far is None or (far[1] is not None and steps >= far[1]) or model.__dict__.get("_steps_warned"):
+    unseen = unseen_output(model, steps)
+    if unseen is None or model.__dict__.get("_steps_warned"):
         return
     model.__dict__["_steps_warned"] = True
-    o, d = far
-    if d is None:
-        _warn(f"output slot {o} cannot be reached from any input slot {list(model.inputs)}: the output of model(x) "
-              "never depends on x, whatever the number of steps", stacklevel=7)
-    else:
-        _warn(f"steps={steps} is smaller than the distance from the input slots {list(model.inputs)} to output slot {o} "
-              f"({d} blocks): after {steps} step(s) the output cannot depend on the input; it needs steps >= {d}",
-              stacklevel=7)  # _warn, warn_steps, _forward_tensor, forward, Module._call_impl, __call__, the caller
+    _warn(unseen_output_text(model, steps, unseen),
+          stacklevel=7)  # _warn, warn_steps, _forward_tensor, forward, Module._call_impl, __call__, the caller

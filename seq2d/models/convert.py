@@ -19,14 +19,19 @@ def from_torch(module: nn.Module) -> nn.Module:
     ``nn.Linear`` / ``nn.Sequential``  :class:`Sequential2D` (``model(x)`` -> y)
     of Linear + activations
     ``nn.RNN`` (uni-directional)  :class:`seq2d.RNN` (``output, h_n = m(x, hx)``);
-                                  the slot bias is ``bias_ih + bias_hh``
-    ``nn.TransformerEncoderLayer``  :class:`seq2d.TransformerEncoderLayer`
+                                  the slot bias is ``bias_ih + bias_hh``, so
+                                  ``num_parameters()`` is torch's count minus
+                                  ``num_layers * hidden_size``
+    ``nn.TransformerEncoderLayer``  :class:`seq2d.TransformerEncoderLayer`, in the
+                                  source's layout (``batch_first=False``, torch's
+                                  default: ``(T, B, d)``, transposed at the boundary)
     ``nn.TransformerEncoder``     :class:`seq2d.TransformerEncoder` (all layers in
                                   one Sequential2D, iterated depth times)
     ============================  ===============================================
 
     Weights are copied (new parameters). Anything else raises ``TypeError`` naming the
-    unsupported module.
+    unsupported module. The wrappers answer ``num_parameters()``, ``summary()``, ``grid()`` and
+    ``to_blocksparse()`` as their ``.core`` Sequential2D does (docs/concepts.md, "From torch").
 
     Dropout: a transformer's is modelled where torch applies it and draws torch's masks in
     training mode (:mod:`seq2d.models.transformer`), and the result keeps the source's

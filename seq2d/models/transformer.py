@@ -30,27 +30,31 @@ attention weights (in :class:`AttentionCore`), and in three more slots (docs/con
 default) each slot is computed once, in torch's order, on a tensor of torch's shape and memory
 layout, so in training mode a converted layer equals torch's under the same RNG state (tested
 on the CPU; untested on CUDA's fused dropout); other schedules draw afresh at every step.
-Inputs are batch first: ``(*batch, T, d_model)``.
+
+**Layout.** The core is always batch first, ``(*batch, T, d_model)``: a slot holds
+``(*batch, s_i)`` with free leading dimensions, and the attention core mixes over the last but
+one, ``T``. ``batch_first=True`` (seq2d's default) takes that layout; ``batch_first=False``
+(torch's default) takes torch's ``(T, B, d_model)`` (or unbatched ``(T, d_model)``) and
+transposes at the boundary, in and out (a view each way); the masks read the same in both
+layouts (``src_key_padding_mask (B, T)``). Its dropout slots draw in ``(T, B)`` memory order
+there, as torch's do.
 """
 
 from __future__ import annotations
 
 import copy
-import inspect
 import math
-from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import InvalidInput, InvalidType, InvalidValue
-from ..arguments import check_factory
 from ..core.checks import unexpected_keywords
-from ..attention import AttentionCore, SequenceFirstDropout, _check_heads, check_dropout
+from ..attention import AttentionCore, SequenceFirstDropout
 from ..blocks import LinearBlock
 from ..core import Sequential2D
 from .registry import register_model
+from .transformer_config import ENCODER_SIGNATURE, LAYER_SIGNATURE, layer_config, torch_layer_config
 from .wrapper import CoreModel
 
 __all__ = [
@@ -62,85 +66,6 @@ __all__ = [
     "layer_from_torch",
     "encoder_from_torch",
 ]
-
-
-# ---------------------------------------------------------------------------- activation
-_ACT_CALLABLES: dict[Callable, str] = {F.relu: "relu", torch.relu: "relu", F.gelu: "gelu"}
-
-
-def _feedforward_activation(activation, what: str):
-    """The slot activation of the feed-forward slot: a name or an nn.Module."""
-    if isinstance(activation, str):
-        if activation not in ("relu", "gelu"):
-            raise InvalidValue(f"{what}: unknown activation {activation!r}. Select from 'relu', 'gelu', or pass an nn.Module")
-        return activation
-    if isinstance(activation, nn.Module):
-        return activation  # applied elementwise after the row sum, as torch applies it after linear1
-    if callable(activation):
-        try:
-            return _ACT_CALLABLES[activation]
-        except (KeyError, TypeError):
-            pass
-        raise InvalidValue(
-            f"{what}: unsupported activation callable {getattr(activation, '__name__', activation)!r}. "
-            "Pass 'relu', 'gelu', F.relu, F.gelu, or an nn.Module (e.g. nn.SiLU())"
-        )
-    raise InvalidType(f"{what}: activation must be a str, a callable or an nn.Module, got {type(activation).__name__}")
-
-
-def _check_config(d_model, nhead, dim_feedforward, layer_norm_eps, what) -> None:
-    _check_heads(d_model, nhead, what)
-    if isinstance(dim_feedforward, bool) or not isinstance(dim_feedforward, int) or dim_feedforward <= 0:
-        raise InvalidValue(f"{what}: dim_feedforward must be a positive int, got {dim_feedforward!r}")
-    if isinstance(layer_norm_eps, bool) or not isinstance(layer_norm_eps, (int, float)) or not layer_norm_eps > 0:
-        raise InvalidValue(f"{what}: layer_norm_eps must be a positive float, got {layer_norm_eps!r}")
-
-
-# ---------------------------------------------------------------------------- arguments
-def _torch_signature(extra: tuple[inspect.Parameter, ...] = (), final: tuple[inspect.Parameter, ...] = ()):
-    """``nn.TransformerEncoderLayer``'s own signature, read from torch (not restated here), with
-    two defaults of ours: ``dropout=0.0`` (torch: 0.1; no dropout unless asked) and
-    ``batch_first=True`` (the only layout; ``False`` is refused); ``extra`` positional parameters
-    go after ``nhead`` (the encoder's ``num_layers``), ``final`` keyword-only ones at the end."""
-    ours = {"dropout": 0.0, "batch_first": True}
-    params = [p.replace(default=ours[p.name]) if p.name in ours else p
-              for p in inspect.signature(nn.TransformerEncoderLayer).parameters.values()]
-    return inspect.Signature(params[:2] + list(extra) + params[2:] + list(final))
-
-
-_LAYER_SIGNATURE = _torch_signature()
-_ENCODER_SIGNATURE = _torch_signature((inspect.Parameter("num_layers", inspect.Parameter.POSITIONAL_OR_KEYWORD),),
-                                      (inspect.Parameter("final_norm", inspect.Parameter.KEYWORD_ONLY, default=False),))
-
-
-def _config(what: str, sig: inspect.Signature, args: tuple, kwargs: dict) -> tuple[dict, dict, dict]:
-    """``(cfg, factory_kwargs, own)``: the layer configuration of the call ``(*args, **kwargs)``
-    read back from the ``nn.TransformerEncoderLayer`` it builds (on the meta device: nothing
-    allocated, no random numbers drawn) by :func:`_torch_layer_config`, the same reading
-    :func:`layer_from_torch` does, so every torch keyword reaches the result or is refused
-    there; ``own`` holds the arguments that are not the layer's (``num_layers``, ``final_norm``).
-    A keyword torch does not take is a TypeError naming it."""
-    try:
-        bound = sig.bind(*args, **kwargs)
-    except TypeError as e:
-        raise InvalidType(f"{what}: {e}; it takes the arguments of nn.TransformerEncoderLayer "
-                          f"({', '.join(sig.parameters)})") from None
-    bound.apply_defaults()
-    a = dict(bound.arguments)
-    own = {k: a.pop(k) for k in ("num_layers", "final_norm") if k in a}
-    factory = {"device": a.pop("device"), "dtype": a.pop("dtype")}
-    # our checks first: typed messages that name the argument, before torch's asserts
-    _check_config(a["d_model"], a["nhead"], a["dim_feedforward"], a["layer_norm_eps"], what)
-    dropout = check_dropout(a["dropout"], what)
-    if a["batch_first"] is not True:
-        raise InvalidValue(f"{what}: batch_first must be True (inputs (*batch, T, d_model)), got {a['batch_first']!r}")
-    check_factory(factory["device"], factory["dtype"], what)
-    act = _feedforward_activation(a["activation"], what)
-    layer = nn.TransformerEncoderLayer(**a, device="meta", dtype=factory["dtype"])
-    cfg = _torch_layer_config(layer, what)
-    cfg["dropout"] = dropout
-    cfg["activation"] = act  # the caller's module itself (the reading copies it)
-    return cfg, factory, own
 
 
 # ---------------------------------------------------------------------------- grid building
@@ -164,9 +89,12 @@ class _Grid:
         return nn.LayerNorm(d, eps=eps, bias=bias, **self.fk)
 
     def add_layer(self, x: int, d: int, nhead: int, dff: int, act, norm_first: bool, eps: float, bias: bool,
-                  dropout: float = 0.0) -> dict:
+                  dropout: float = 0.0, batch_first: bool = True) -> dict:
         """Append one encoder layer reading slot ``x``; return its slot indices by name. With
-        ``dropout > 0`` the layer has the slots ``sa``, ``fd``, ``ff`` (module docstring)."""
+        ``dropout > 0`` the layer has the slots ``sa``, ``fd``, ``ff`` (module docstring); each
+        draws its mask in the memory order of torch's tensor at that place: ``sa`` (the attention
+        output) always sequence first, ``fd`` and ``ff`` in the input's layout."""
+        late_drop = nn.Dropout if batch_first else SequenceFirstDropout
         lin = lambda i, o: LinearBlock(i, o, **self.fk)  # noqa: E731
         s = {"x": x}
         if norm_first:
@@ -197,9 +125,9 @@ class _Grid:
         s["f"] = self.slot(dff, act, bias)
         self.blocks[(s["f"], src)] = lin(d, dff)
         if dropout:  # fd = drop(f); ff = drop2(W_2 fd + b_2); y = [LN2](h + ff)
-            s["fd"] = self.slot(dff, nn.Dropout(dropout))
+            s["fd"] = self.slot(dff, late_drop(dropout))
             self.blocks[(s["fd"], s["f"])] = "identity"
-            s["ff"] = self.slot(d, nn.Dropout(dropout), bias)
+            s["ff"] = self.slot(d, late_drop(dropout), bias)
             self.blocks[(s["ff"], s["fd"])] = lin(dff, d)
             s["y"] = self.slot(d, None if norm_first else self.layer_norm(d, eps, bias))
             self.blocks[(s["y"], s["ff"])] = "identity"
@@ -269,7 +197,7 @@ def _reset_like_torch(params: dict[str, nn.Parameter]) -> None:
         # anything else (a module activation's parameters) keeps its own init
 
 
-def _layer_repr(d_model, nhead, dff, norm_first, act, eps, bias, dropout=0.0) -> str:
+def _layer_repr(d_model, nhead, dff, norm_first, act, eps, bias, dropout=0.0, batch_first=True) -> str:
     s = f"d_model={d_model}, nhead={nhead}, dim_feedforward={dff}"
     if dropout:
         s += f", dropout={dropout}"
@@ -281,12 +209,14 @@ def _layer_repr(d_model, nhead, dff, norm_first, act, eps, bias, dropout=0.0) ->
         s += f", layer_norm_eps={eps}"
     if not bias:
         s += ", bias=False"
+    if not batch_first:
+        s += ", batch_first=False"
     return s
 
 
 # ---------------------------------------------------------------------------- wrappers
 class TransformerEncoderLayer(CoreModel):
-    r"""``nn.TransformerEncoderLayer(batch_first=True)`` as one Sequential2D.
+    r"""``nn.TransformerEncoderLayer`` as one Sequential2D.
 
     The whole layer is ``self.core``, a :class:`~seq2d.Sequential2D` of 6 slots
     (post-norm) or 8 slots (pre-norm) iterated ``depth`` (5 or 7) steps; see the module
@@ -298,29 +228,32 @@ class TransformerEncoderLayer(CoreModel):
         keyword reaches the result through :func:`layer_from_torch`'s reading, or is refused
         there), with two defaults of ours: ``dropout=0.0``, not torch's ``0.1`` (a layer has no
         dropout unless asked; :func:`seq2d.from_torch` copies the torch layer's value), and
-        ``batch_first=True`` (the only layout). ``activation`` is ``"relu"``, ``"gelu"``,
+        ``batch_first=True`` (torch's default is False; :func:`seq2d.from_torch` copies the torch
+        layer's layout). ``activation`` is ``"relu"``, ``"gelu"``,
         ``F.relu``, ``F.gelu`` or an ``nn.Module``. Dropout is applied where torch applies it
         (attention weights, attention output, after the feed-forward activation, feed-forward
         output; module docstring), with torch's draws in training mode.
 
     Shape:
-        src ``(*batch, T, d_model)`` -> ``(*batch, T, d_model)``.
+        src ``(*batch, T, d_model)`` -> ``(*batch, T, d_model)`` with ``batch_first=True``;
+        ``(T, B, d_model)`` or ``(T, d_model)`` -> the same shape with ``batch_first=False``
+        (transposed to batch first at the boundary: module docstring, "Layout").
     """
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__()
-        cfg, factory_kwargs, _ = _config("TransformerEncoderLayer", _LAYER_SIGNATURE, args, kwargs)
+        cfg, factory_kwargs, _ = layer_config("TransformerEncoderLayer", LAYER_SIGNATURE, args, kwargs)
         d_model, nhead, dim_feedforward, act = cfg["d_model"], cfg["nhead"], cfg["dim_feedforward"], cfg["activation"]
         norm_first, layer_norm_eps, bias, self.dropout = cfg["norm_first"], cfg["layer_norm_eps"], cfg["bias"], cfg["dropout"]
         self.d_model, self.nhead, self.dim_feedforward = d_model, nhead, dim_feedforward
         self.norm_first, self.layer_norm_eps, self.use_bias = bool(norm_first), float(layer_norm_eps), bool(bias)
-        self.batch_first = True
+        self.batch_first = cfg["batch_first"]
         g = _Grid(d_model, factory_kwargs)
         self.slots = g.add_layer(0, d_model, nhead, dim_feedforward, act, self.norm_first, self.layer_norm_eps, self.use_bias,
-                                 self.dropout)
+                                 self.dropout, self.batch_first)
         self.core = g.build(self.slots["y"])
         self._repr = _layer_repr(d_model, nhead, dim_feedforward, self.norm_first, act, self.layer_norm_eps, self.use_bias,
-                                 self.dropout)
+                                 self.dropout, self.batch_first)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -351,15 +284,16 @@ class TransformerEncoderLayer(CoreModel):
         if unexpected:
             raise InvalidType(unexpected_keywords("TransformerEncoderLayer.forward", unexpected, (), _LAYER_ARGS,
                                                   takes=f"it takes {', '.join(_LAYER_ARGS)}, as nn.TransformerEncoderLayer"))
-        _check_src(src, self.d_model)
-        return self.core(src, src_mask=src_mask, src_key_padding_mask=src_key_padding_mask, is_causal=is_causal)
+        src = _batch_first(src, self.d_model, self.batch_first)
+        out = self.core(src, src_mask=src_mask, src_key_padding_mask=src_key_padding_mask, is_causal=is_causal)
+        return _batch_first(out, self.d_model, self.batch_first, check=False)
 
     def extra_repr(self) -> str:
         return self._repr
 
 
 class TransformerEncoder(CoreModel):
-    r"""``nn.TransformerEncoder`` of ``num_layers`` layers (batch first) as ONE Sequential2D.
+    r"""``nn.TransformerEncoder`` of ``num_layers`` layers as ONE Sequential2D.
 
     ``self.core`` holds every layer's slots stacked: slot 0 is the input, layer ``l``'s
     output slot is layer ``l + 1``'s input slot, and the optional final LayerNorm is one
@@ -373,15 +307,16 @@ class TransformerEncoder(CoreModel):
     Args:
         num_layers: after ``d_model, nhead``; the other arguments are every layer's, those of
             :class:`TransformerEncoderLayer` (torch's, with ``dropout=0.0`` and
-            ``batch_first=True``); dropout applies where torch applies it, with torch's draws in
-            training mode (the layers run in torch's order).
+            ``batch_first=True``; ``batch_first=False`` takes ``(T, B, d_model)``, transposed once
+            at each end); dropout applies where torch applies it, with torch's draws in training
+            mode (the layers run in torch's order).
         final_norm: keyword only; add a final LayerNorm (torch's ``norm=nn.LayerNorm(d_model)``).
     """
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__()
         what = "TransformerEncoder"
-        cfg, factory_kwargs, own = _config(what, _ENCODER_SIGNATURE, args, kwargs)
+        cfg, factory_kwargs, own = layer_config(what, ENCODER_SIGNATURE, args, kwargs)
         d_model, nhead, dim_feedforward, act = cfg["d_model"], cfg["nhead"], cfg["dim_feedforward"], cfg["activation"]
         norm_first, layer_norm_eps, bias, self.dropout = cfg["norm_first"], cfg["layer_norm_eps"], cfg["bias"], cfg["dropout"]
         num_layers, final_norm = own["num_layers"], own["final_norm"]
@@ -389,14 +324,14 @@ class TransformerEncoder(CoreModel):
             raise InvalidValue(f"{what}: num_layers must be a positive int, got {num_layers!r}")
         self.d_model, self.nhead, self.num_layers, self.dim_feedforward = d_model, nhead, num_layers, dim_feedforward
         self.norm_first, self.layer_norm_eps, self.use_bias = bool(norm_first), float(layer_norm_eps), bool(bias)
-        self.batch_first = True
+        self.batch_first = cfg["batch_first"]
         g = _Grid(d_model, factory_kwargs)
         self.layer_slots: list[dict] = []
         x = 0
         for l in range(num_layers):
             a = act if isinstance(act, str) or l == 0 else copy.deepcopy(act)  # each layer its own module
             s = g.add_layer(x, d_model, nhead, dim_feedforward, a, self.norm_first, self.layer_norm_eps, self.use_bias,
-                            self.dropout)
+                            self.dropout, self.batch_first)
             self.layer_slots.append(s)
             x = s["y"]
         self.norm_slot = None
@@ -406,7 +341,7 @@ class TransformerEncoder(CoreModel):
             x = self.norm_slot
         self.core = g.build(x)
         self._repr = _layer_repr(d_model, nhead, dim_feedforward, self.norm_first, act, self.layer_norm_eps, self.use_bias,
-                                 self.dropout)
+                                 self.dropout, self.batch_first)
         self._repr = f"num_layers={num_layers}, " + self._repr + (", final_norm=True" if final_norm else "")
         self.reset_parameters()
 
@@ -440,8 +375,9 @@ class TransformerEncoder(CoreModel):
                                                   takes=f"it takes {', '.join(_ENCODER_ARGS)}, as nn.TransformerEncoder"))
         # torch's is_causal=None means "detect whether mask is causal"; a given mask is used
         # as is here, so detection is not needed: None acts as False.
-        _check_src(src, self.d_model)
-        return self.core(src, src_mask=mask, src_key_padding_mask=src_key_padding_mask, is_causal=bool(is_causal))
+        src = _batch_first(src, self.d_model, self.batch_first)
+        out = self.core(src, src_mask=mask, src_key_padding_mask=src_key_padding_mask, is_causal=bool(is_causal))
+        return _batch_first(out, self.d_model, self.batch_first, check=False)
 
     def extra_repr(self) -> str:
         return self._repr
@@ -451,11 +387,18 @@ _LAYER_ARGS = ("src", "src_mask", "src_key_padding_mask", "is_causal")
 _ENCODER_ARGS = ("src", "mask", "src_key_padding_mask", "is_causal")
 
 
-def _check_src(src, d_model: int) -> None:
-    if not isinstance(src, Tensor):
-        raise InvalidType(f"src must be a torch.Tensor of shape (*batch, T, {d_model}), got {type(src).__name__}")
-    if src.dim() < 2 or src.shape[-1] != d_model:
-        raise InvalidInput(f"src must have shape (*batch, T, {d_model}) (batch first), got {tuple(src.shape)}")
+def _batch_first(src, d_model: int, batch_first: bool, check: bool = True) -> Tensor:
+    """``src`` in the core's layout ``(*batch, T, d_model)`` (checked when ``check``): as it is with
+    ``batch_first``, else torch's ``(T, B, d)`` transposed (a view; ``(T, d)`` is unbatched, the
+    same in both layouts). The transposition is its own inverse: the output goes back the same way."""
+    if check:
+        shape = f"(*batch, T, {d_model}) (batch_first=True)" if batch_first else f"(T, B, {d_model}) or (T, {d_model}) " \
+                                                                               "(batch_first=False, torch's default)"
+        if not isinstance(src, Tensor):
+            raise InvalidType(f"src must be a torch.Tensor of shape {shape}, got {type(src).__name__}")
+        if src.dim() < 2 or src.shape[-1] != d_model or (not batch_first and src.dim() > 3):
+            raise InvalidInput(f"src must have shape {shape}, got {tuple(src.shape)}")
+    return src if batch_first or src.dim() == 2 else src.transpose(0, 1)
 
 
 # ---------------------------------------------------------------------------- constructors
@@ -473,45 +416,11 @@ def transformer_encoder(*args, **kwargs) -> TransformerEncoder:
     return TransformerEncoder(*args, **kwargs)
 
 
-TransformerEncoderLayer.__signature__ = transformer_layer.__signature__ = _LAYER_SIGNATURE
-TransformerEncoder.__signature__ = transformer_encoder.__signature__ = _ENCODER_SIGNATURE
+TransformerEncoderLayer.__signature__ = transformer_layer.__signature__ = LAYER_SIGNATURE
+TransformerEncoder.__signature__ = transformer_encoder.__signature__ = ENCODER_SIGNATURE
 
 
 # ---------------------------------------------------------------------------- converters
-def _torch_layer_config(layer, what: str) -> dict:
-    if not isinstance(layer, nn.TransformerEncoderLayer):
-        raise InvalidType(f"{what} expects an nn.TransformerEncoderLayer, got {type(layer).__name__}")
-    attn = layer.self_attn
-    if not attn.batch_first:
-        raise InvalidValue(
-            f"{what}: the layer has batch_first=False (inputs (T, B, d)); seq2d's transformer is batch first "
-            "((B, T, d), since T is a batch dim of the slots). Build the torch layer with batch_first=True"
-        )
-    for name in ("norm1", "norm2"):
-        ln = getattr(layer, name)
-        if not isinstance(ln, nn.LayerNorm) or tuple(ln.normalized_shape) != (attn.embed_dim,) or not ln.elementwise_affine:
-            raise InvalidValue(f"{what}: {name} must be an affine nn.LayerNorm({attn.embed_dim}), got {ln!r}")
-    if attn.add_zero_attn:
-        raise InvalidValue(f"{what}: self_attn has add_zero_attn=True, which is not supported")
-    drops = {"dropout": layer.dropout, "dropout1": layer.dropout1, "dropout2": layer.dropout2}
-    probs = {name: float(m.p) if isinstance(m, nn.Dropout) else None for name, m in drops.items()}
-    probs["self_attn.dropout"] = float(attn.dropout)
-    if any(v is None for v in probs.values()) or len(set(probs.values())) != 1:
-        raise InvalidValue(f"{what}: the layer's dropouts must be nn.Dropout modules of one probability (as "
-                           f"nn.TransformerEncoderLayer builds them), got {probs}")
-    act = layer.activation
-    return {
-        "dropout": probs["dropout"],
-        "d_model": attn.embed_dim,
-        "nhead": attn.num_heads,
-        "dim_feedforward": layer.linear1.out_features,
-        "activation": copy.deepcopy(act) if isinstance(act, nn.Module) else act,
-        "norm_first": bool(layer.norm_first),
-        "layer_norm_eps": layer.norm1.eps,
-        "bias": layer.linear1.bias is not None,
-    }
-
-
 @torch.no_grad()
 def _copy_params(ours: dict[str, nn.Parameter], src: nn.Module, what: str) -> None:
     theirs = dict(src.named_parameters())
@@ -536,12 +445,12 @@ def _set_eps(core: Sequential2D, s: dict, layer: nn.TransformerEncoderLayer) -> 
 def layer_from_torch(layer: nn.TransformerEncoderLayer) -> TransformerEncoderLayer:
     """An equal :class:`TransformerEncoderLayer` with the weights of ``layer`` copied (new tensors).
 
-    ``layer`` must be batch first. The result equals ``layer``, on the same device and dtype, in
+    The result takes ``layer``'s layout (``batch_first``, torch's default False included) and equals ``layer``, on the same device and dtype, in
     eval mode and, with its dropout (copied, e.g. torch's default 0.1), in training mode under
     the same RNG state (module docstring).
     """
     what = "layer_from_torch"
-    cfg = _torch_layer_config(layer, what)
+    cfg = torch_layer_config(layer, what)
     ref = layer.linear1.weight
     ours = TransformerEncoderLayer(**cfg, device=ref.device, dtype=ref.dtype)
     _copy_params(ours.torch_named_parameters(), layer, what)
@@ -552,14 +461,14 @@ def layer_from_torch(layer: nn.TransformerEncoderLayer) -> TransformerEncoderLay
 def encoder_from_torch(enc: nn.TransformerEncoder) -> TransformerEncoder:
     """An equal :class:`TransformerEncoder` (one Sequential2D) with the weights of ``enc`` copied.
 
-    Every layer must be batch first and share one configuration (dropout included); ``enc.norm``
+    Every layer must share one configuration (dropout and ``batch_first`` included); ``enc.norm``
     must be None or an ``nn.LayerNorm(d_model)``. Equal to ``enc`` in eval mode and, with its
     dropout, in training mode under the same RNG state.
     """
     what = "encoder_from_torch"
     if not isinstance(enc, nn.TransformerEncoder):
         raise InvalidType(f"{what} expects an nn.TransformerEncoder, got {type(enc).__name__}")
-    cfgs = [_torch_layer_config(layer, f"{what} (layer {l})") for l, layer in enumerate(enc.layers)]
+    cfgs = [torch_layer_config(layer, f"{what} (layer {l})") for l, layer in enumerate(enc.layers)]
     if not cfgs:
         raise InvalidValue(f"{what}: the encoder has no layers")
     cfg = cfgs[0]

@@ -46,6 +46,8 @@ Layout (one job per module; each imports only the ones above it):
 
 - :mod:`~seq2d.stability.spectral`: spectral norms (:func:`spectral_norm`,
   :func:`spectral_norm_bound`) and a core's block matrix (:func:`recurrent_matrix`).
+- :mod:`~seq2d.stability.result`: what :func:`data_lambda` returns (:class:`DataLambda`: a dict
+  with a short repr, the per-step tensors kept).
 - :mod:`~seq2d.stability.contraction`: contraction constants (:func:`certified_lambda`,
   :func:`data_lambda`, :func:`rnn_constants`).
 - :mod:`~seq2d.stability.lstm_certificate`: the certified l-infinity contraction constant of an
@@ -66,6 +68,7 @@ Layout (one job per module; each imports only the ones above it):
 from __future__ import annotations
 
 from .contraction import certified_lambda, data_lambda, rnn_constants
+from .result import CoreLambda, DataLambda
 from .lstm_certificate import GATES, lstm_certificate, lstm_contraction_bound, lstm_contraction_sup, lstm_state_map
 from .lstm_projection import (AUTHOR_FORGET_INPUT_SCALE, LSTM_STABILIZERS, PAPER_GATE_BOUNDS, AuthorLSTMNormalization,
                               LSTMProjection, clip_embedding_, make_lstm_stabilizer)
@@ -79,6 +82,8 @@ __all__ = [
     "recurrent_matrix",
     "certified_lambda",
     "data_lambda",
+    "DataLambda",
+    "CoreLambda",
     "SpectralClip",
     "project_spectral_",
     "lemma1_bound",

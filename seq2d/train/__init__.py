@@ -39,7 +39,7 @@ _EXPORTS = {
                    "capture_rng_state", "restore_rng_state", "check_rng_state", "FORMAT", "FORMAT_VERSION"),
     "trainer": ("Trainer", "train", "run"),
     "builder": ("build_model",),
-    "errors": ("NonFiniteLossError", "DivergenceError", "RunLockedError", "RunExistsError"),
+    "errors": ("NonFiniteLossError", "DivergenceError", "RunLockedError", "RunExistsError", "ConstantOutputError"),
     "rundir": ("RunDir", "read_record"),
     "lm_checkpoint": ("LMCheckpoint",),
     "divergence": ("DivergenceMonitor",),

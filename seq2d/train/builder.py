@@ -7,6 +7,7 @@ from torch import nn
 
 from ..errors import InvalidValue, did_you_mean
 from .config import TrainConfig
+from .errors import ConstantOutputError, spell
 
 __all__ = ["build_model"]
 
@@ -88,3 +89,34 @@ def build_model(cfg: TrainConfig, *, device=None) -> nn.Module:
     if device is not None:
         model = model.to(device)
     return model
+
+
+def check_output_sees_input(model: nn.Module, cfg: TrainConfig) -> None:
+    """Refuse, before any training, a Sequential2D whose output cannot depend on its input within
+    the steps it runs per forward (``model.steps``: ``cfg.iterations`` or its depth), because the
+    trained model would be a constant predictor: :class:`~seq2d.train.errors.ConstantOutputError`
+    names the output slot, its distance from the input slots and the iterations it needs (the
+    test of the warning a tensor call gives, :func:`seq2d.core.checks.unseen_output`).
+    ``cfg.allow_constant_output`` lets it train; other models (wrappers run their own schedule)
+    are not checked."""
+    from ..core import Sequential2D
+    from ..core.checks import unseen_output, unseen_output_text
+
+    if cfg.allow_constant_output or not isinstance(model, Sequential2D) or model.steps is None:
+        return  # a cyclic model without steps: its forward call says so
+    steps = model.steps
+    unseen = unseen_output(model, steps)
+    if unseen is None:
+        return
+    slot, dist = unseen
+    allow = spell("set allow_constant_output=True in the TrainConfig", "add --allow-constant-output")
+    runs = ("; " + spell(f"iterations={cfg.iterations}", f"--iterations {cfg.iterations}")
+            if cfg.iterations is not None and dist is not None else "")
+    if dist is None:
+        fix = f"Add a path of blocks from an input slot to slot {slot}, or {allow} to train it anyway"
+    else:
+        fix = (f"Give it at least {dist} iterations ({spell(f'iterations={dist}', f'--iterations {dist}')}; unset, "
+               f"an acyclic model runs its depth), or {allow} to train it anyway")
+    raise ConstantOutputError(
+        f"refusing to train a model whose output cannot see its input ({unseen_output_text(model, steps, unseen)}"
+        f"{runs}): the trained model would predict a constant. {fix}", slot=slot, distance=dist, steps=steps)

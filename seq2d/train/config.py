@@ -73,6 +73,10 @@ class TrainConfig:
     sizes: list[int] = _f([2500, 500, 200, 100, 10], "slot sizes, input first, classes last (2500 = 50 x 50 images)")
     activation: str = _f("relu", "hidden-slot activation")
     iterations: int | None = _f(None, "Sequential2D steps per forward (None = the model's default, its depth when acyclic)")
+    allow_constant_output: bool = _f(False, "train a model whose output cannot depend on its input within its iterations "
+                                            "(fewer than the blocks from input to output, or no path: a constant "
+                                            "predictor); without it such a model is refused before training "
+                                            "(ConstantOutputError)")
     granularity: str = _f("element", 'sparsity unit of the randomized model: "element", "tile" or "block"')
     tile: int = _f(64, "tile edge for granularity 'tile' and for the block-sparse engine")
     region: str = _f("default", "where the randomized model may place trainable entries (see seq2d.randomize)")
@@ -111,8 +115,9 @@ class TrainConfig:
     # ---- system
     device: str = _f("auto", '"auto" (cuda when available), "cpu" or "cuda"')
     dist_backend: str = _f("auto", 'torch.distributed backend under torchrun: "auto" (nccl on cuda, gloo on cpu), "gloo" or "nccl"')
-    num_threads: int | str | None = _f(None, 'torch.set_num_threads for the run: a positive int, "auto" (the cores idle at '
-                                          "the start of the run, see seq2d.threads) or None (leave torch's setting)")
+    num_threads: int | str | None = _f(None, 'torch.set_num_threads for the run: a positive int (used as is) or "auto" (the '
+                                          "cores idle at the start of the run, at most torch's count, see "
+                                          'seq2d.threads); None (the default) is "auto" too, as in seq2d train')
     # ---- output
     name: str = _f("run", "run name; the default out_dir is runs/<name>")
     out_dir: str | None = _f(None, "where config.toml, metrics.jsonl/csv and checkpoint.pt go (None = runs/<name>)")
@@ -160,7 +165,7 @@ MODEL_FIELDS = ("model", "sizes", "activation", "iterations", "granularity", "ti
 RESUME_FREE_FIELDS = (
     "epochs", "device", "dist_backend", "num_threads", "name", "out_dir", "log_every",
     "eval_batch_size", "max_steps", "quiet", "data_root", "download", "deterministic", "store", "kernel",
-    "checkpoint_every", "divergence_factor", "tensorboard",
+    "checkpoint_every", "divergence_factor", "tensorboard", "allow_constant_output",
 )
 
 # Fields a resume may change only when asked explicitly (``allow_changed`` / ``--allow-changed``):

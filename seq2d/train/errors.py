@@ -6,6 +6,8 @@
   name the epoch, the step and the last good checkpoint (left as it was).
 - :class:`RunLockedError`: another live run holds the output folder's lock.
 - :class:`RunExistsError`: the output folder holds a run and neither resume nor overwrite was asked.
+- :class:`ConstantOutputError`: the model's output cannot depend on its input within its
+  iterations, so training would fit a constant; refused before training (an ``InvalidValue``).
 
 All are :class:`~seq2d.errors.Seq2DError`\\ s (``CheckpointError`` lives in
 :mod:`seq2d.train.checkpoint`).
@@ -21,9 +23,10 @@ import contextlib
 import contextvars
 from pathlib import Path
 
-from ..errors import Seq2DError
+from ..errors import InvalidValue, Seq2DError
 
-__all__ = ["DivergenceError", "NonFiniteLossError", "RunLockedError", "RunExistsError", "cli_terms", "spell"]
+__all__ = ["DivergenceError", "NonFiniteLossError", "RunLockedError", "RunExistsError", "ConstantOutputError", "cli_terms",
+           "spell"]
 
 _CLI_TERMS = contextvars.ContextVar("seq2d_train_cli_terms", default=False)
 
@@ -69,3 +72,14 @@ class RunLockedError(Seq2DError, RuntimeError):
 
 class RunExistsError(Seq2DError, FileExistsError):
     """The output folder already holds a run (a checkpoint): resume it, overwrite it, or pick another."""
+
+
+class ConstantOutputError(InvalidValue):
+    """The model's output cannot depend on its input within the steps it runs: ``slot`` (an output
+    slot), ``distance`` (blocks from the input slots to it; None: no path) and ``steps``."""
+
+    def __init__(self, message: str, *, slot: int, distance: int | None, steps: int):
+        super().__init__(message)
+        self.slot = slot
+        self.distance = distance
+        self.steps = steps

@@ -72,7 +72,7 @@ def predict(model, X, y, batch_size: int = 1000) -> dict | None:
         with torch.no_grad():
             for i in range(0, X.shape[0], batch_size):
                 out = model(X[i:i + batch_size])
-                if out.dim() != 2:
+                if not isinstance(out, torch.Tensor) or out.dim() != 2:  # e.g. an RNN's (output, h_n)
                     return None
                 preds.append(out.argmax(-1).cpu())
                 nlls.append(F.cross_entropy(out.double(), y[i:i + out.shape[0]], reduction="none").cpu())

@@ -1,5 +1,6 @@
 """Torch's process-wide settings for the length of a run: the thread count (``num_threads``,
-"auto" from the cores idle when the run starts, see :mod:`seq2d.threads`) and
+"auto" from the cores idle when the run starts, see :mod:`seq2d.threads`; None, the config's
+default, means "auto" too, so ``Trainer(TrainConfig(...))`` and ``seq2d train`` choose alike) and
 deterministic algorithms (``deterministic``); :func:`run_settings` restores both after."""
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ __all__ = ["choose_threads", "run_settings"]
 
 
 def choose_threads(cfg: TrainConfig, dist: DistContext) -> tuple[int, str]:
-    """The torch thread count for the run and how it was chosen (``num_threads``: None keeps
-    torch's, an int is used as is, "auto" samples the idle cores now, see seq2d.threads)."""
-    if cfg.num_threads is None:
-        return torch.get_num_threads(), "torch's setting"
-    if cfg.num_threads != "auto":
+    """The torch thread count for the run and how it was chosen (``num_threads``: an int is used
+    as is; "auto", and None (the config's default: the API chooses as ``seq2d train``, whose
+    default is "auto"), sample the idle cores now, at most torch's current count, see
+    seq2d.threads; to keep torch's count whatever the load, give it as an int)."""
+    if cfg.num_threads is not None and cfg.num_threads != "auto":
         return int(cfg.num_threads), "num_threads"
     from ..threads import auto_threads, available_cores, cpu_limit
 

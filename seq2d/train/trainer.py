@@ -65,7 +65,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import InvalidType, InvalidValue
-from .builder import build_model
+from .builder import build_model, check_output_sees_input
 from .checkpoint import (
     CheckpointError,
     capture_rng_state,
@@ -154,6 +154,7 @@ class Trainer:
         if augment is not None and not callable(augment):
             raise InvalidType(f"augment must be callable (xb, generator) -> xb, got {type(augment).__name__}")
         self.config = cfg = config
+        check_output_sees_input(model, cfg)  # a model that cannot see its input is refused before training
         self.dist = dist if dist is not None else DistContext.current(cfg.device)
         self.device = self.dist.device
         if cfg.batch_size % self.dist.world_size:

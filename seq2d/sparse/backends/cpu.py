@@ -60,7 +60,7 @@ import torch
 from torch import Tensor
 
 from ...errors import InvalidValue
-from ...threads import follow_load_threads
+from ...threads import follow_load_threads, threads_at_most
 from ..layout import BlockSparseLayout
 from .base import KernelBackend, register_kernel
 
@@ -72,15 +72,8 @@ def _threads_for_load():
     docs/performance.md, "Model step", under contention). :func:`seq2d.threads.follow_load_threads`
     decides; torch's setting is restored on exit."""
     n = torch.get_num_threads()
-    k = follow_load_threads(n) if n > 1 else n
-    if k >= n:
+    with threads_at_most(follow_load_threads(n) if n > 1 else n):
         yield
-        return
-    torch.set_num_threads(k)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(n)
 
 
 # When the ``runs`` strategy computes row by row over gathered tiles instead (as ``gather``):
