@@ -12,7 +12,7 @@ from ..errors import show_value as _show
 from .config import (ALLOW_CHANGED_FIELDS, LEGACY_DEFAULTS, OUTPUT_FIELDS, RENAMED_FIELDS, RESUME_FREE_FIELDS, TrainConfig,
                      config_fields, config_to_dict, renamed_fields)
 
-__all__ = ["config_hash", "config_diff", "format_diff", "parse_allow_changed"]
+__all__ = ["config_hash", "config_diff", "format_diff", "format_changes", "parse_allow_changed"]
 
 
 def _comparable(cfg: TrainConfig | Mapping) -> dict:
@@ -74,6 +74,12 @@ def config_diff(old: TrainConfig | Mapping, new: TrainConfig | Mapping, *, ignor
 def format_diff(diff: Mapping) -> str:
     """``"lr 0.01 -> 0.5, epochs 2 -> 3"`` from :func:`config_diff`."""
     return ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in diff.items())
+
+
+def format_changes(changes) -> str:
+    """``"lr: 0.01 -> 0.5 at step 40; ..."`` from the settings a resume changed (``allow_changed``;
+    the records kept in ``run.json``, the checkpoint and the metrics rows)."""
+    return "; ".join(f"{c.get('field')}: {c.get('old')!r} -> {c.get('new')!r} at step {c.get('step')}" for c in changes)
 
 
 def parse_allow_changed(value: str | Sequence[str] | None, *, where: str = "--allow-changed") -> tuple[str, ...]:

@@ -83,7 +83,7 @@ from .distributed import DistContext, all_reduce_sum, barrier, cleanup, init_dis
 from .divergence import DivergenceMonitor
 from .errors import DivergenceError, NonFiniteLossError, RunLockedError, spell
 from .fingerprint import FINGERPRINT_KEY as FP, adopt_fingerprint, check_same_model, model_fingerprint
-from .identity import config_hash, parse_allow_changed
+from .identity import config_hash, format_changes, parse_allow_changed
 from .metrics import METRIC_COLUMNS, classification_loss, predict, read_metrics, write_metrics, write_predictions
 from .optim import make_optimizer
 from .progress import EpochBar, epoch_line
@@ -258,7 +258,7 @@ class Trainer:
         self._changes = (list(earlier) if isinstance(earlier, list) else []) + changes
         self._last_good, self._last_good_at = path, (self.epoch, self.step, self._resume_batch)
         if changes and self.is_main and not cfg.quiet:
-            print(f"resuming {where} at step {self.step} with changed settings (allowed): {_changes_text(changes)}"
+            print(f"resuming {where} at step {self.step} with changed settings (allowed): {format_changes(changes)}"
                   + ("; the new optimizer starts without state" if any(c["field"] == "optimizer" for c in changes) else ""),
                   flush=True)
         return ckpt
@@ -457,7 +457,7 @@ class Trainer:
         since = self.history[-1]["step"] if self.history else -1
         pending = [c for c in self._changes if isinstance(c, dict) and c.get("step", -1) >= since]
         if pending:  # settings changed on resume since the last row
-            row["changes"] = _changes_text(pending)
+            row["changes"] = format_changes(pending)
         for cb in self.callbacks:  # each sees the extra metrics of those before it
             extra = _call([cb], "on_epoch_end", self, epoch + 1, row)
             row.update(extra[0] if extra and isinstance(extra[0], Mapping) else {})
@@ -568,10 +568,6 @@ class Trainer:
             "changes": list(self._changes),
             "history": list(h),
         }
-
-
-def _changes_text(changes) -> str:
-    return "; ".join(f"{c.get('field')}: {c.get('old')!r} -> {c.get('new')!r} at step {c.get('step')}" for c in changes)
 
 
 def train(config: TrainConfig, model: nn.Module, data, *, augment: Callable | None = None, callbacks: Sequence = (),
