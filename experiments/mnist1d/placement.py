@@ -47,8 +47,10 @@ recurrent cells the sequence layout (N, 40, 1) of the same set.
     python experiments/mnist1d/placement.py --collect /root/m1d_runs                           # small files -> results/placement
     python experiments/mnist1d/placement.py --quick --out /tmp/m1d_placement_quick              # CI: seconds
 
-A run folder ``OUT/<cell>/seed<k>/`` holds the Trainer's files while it trains (resumed from its
-checkpoint when interrupted) and ``row.json`` when finished (then skipped; its checkpoint deleted).
+A run folder ``OUT/<cell>/seed<k>/`` holds the Trainer's files (resumed from its checkpoint when
+interrupted) and ``row.json`` when finished (then skipped). The checkpoint is kept (at most about
+2 MB a run): a later call with a larger ``--epochs`` extends the finished runs instead of
+retraining them (:func:`finished`). ``--collect`` never copies checkpoints.
 """
 
 from __future__ import annotations
@@ -234,32 +236,39 @@ def data_for(cell: dict, source: str) -> dict:
     return _DATA[key]
 
 
+def config_for(cell: dict, seed: int, folder: Path, protocol: dict):
+    """The TrainConfig of one run (the model is built by :func:`build`; the config records it)."""
+    from seq2d.train import TrainConfig
+
+    proto = dict(protocol)
+    source = proto.pop("source", "mnist1d")
+    f = cell["family"]
+    return TrainConfig(model={"trnn": "truncated_rnn"}.get(f, f),
+                       sizes=list(cell["sizes"]) if "sizes" in cell else [1, cell["hidden"], CLASSES],
+                       activation="tanh" if f in ("rnn", "trnn") else "relu",
+                       granularity=cell["placement"] if f == "random" else "element", tile=TILE,
+                       region=cell.get("region", "default"), iterations=cell.get("iterations"),
+                       data="synthetic" if source == "synthetic" else "mnist1d", seed=seed, out_dir=str(folder),
+                       name=f"{cell['cell']}-s{seed}", num_threads=1, quiet=True, **proto)
+
+
 def run_one(cell: dict, seed: int, out: str, protocol: dict) -> dict:
     """Train one run to the end (resuming its checkpoint) or read its finished row.json."""
     from seq2d.fileio import atomic_write
-    from seq2d.train import Trainer, TrainConfig
+    from seq2d.train import Trainer
     from seq2d.train.errors import DivergenceError
 
     folder = Path(out) / cell["cell"] / f"seed{seed}"
     done = folder / "row.json"
-    if done.is_file():
+    if finished(folder, protocol["epochs"]):
         return json.loads(done.read_text())
-    proto = dict(protocol)
-    source = proto.pop("source", "mnist1d")
+    source = protocol.get("source", "mnist1d")
     model = build(cell, seed)
     params = num_parameters(model)
     if params != expected_count(cell):
         raise RuntimeError(f"{cell['cell']} seed {seed}: {params} parameters, expected {expected_count(cell)}")
     st = structure(model, cell) if cell["family"] in ("mlp", "random") else {"output_fixed": False}
-    f = cell["family"]
-    cfg = TrainConfig(model={"trnn": "truncated_rnn"}.get(f, f),
-                      sizes=list(cell["sizes"]) if "sizes" in cell else [1, cell["hidden"], CLASSES],
-                      activation="tanh" if f in ("rnn", "trnn") else "relu",
-                      granularity=cell["placement"] if f == "random" else "element", tile=TILE,
-                      region=cell.get("region", "default"), iterations=cell.get("iterations"),
-                      data="synthetic" if source == "synthetic" else "mnist1d", seed=seed, out_dir=str(folder),
-                      name=f"{cell['cell']}-s{seed}", num_threads=1, quiet=True, **proto)
-    trainer = Trainer(cfg, model, data_for(cell, source))
+    trainer = Trainer(config_for(cell, seed, folder, protocol), model, data_for(cell, source))
     diverged = None
     if st["output_fixed"]:  # nothing can change a constant output: record it untrained (chance)
         e = trainer.evaluate()
@@ -279,9 +288,22 @@ def run_one(cell: dict, seed: int, out: str, protocol: dict) -> dict:
            "final_train_acc": h[-1]["train_acc"] if h else None, "time_per_epoch_s": s["time_per_epoch_s"],
            "trained": not st["output_fixed"], "diverged": diverged, "protocol": protocol,
            **{k: v for k, v in st.items() if k not in ("density",)}}
-    atomic_write(done, json.dumps(row, indent=1))
-    (folder / "checkpoint.pt").unlink(missing_ok=True)
+    atomic_write(done, json.dumps(row, indent=1))  # the checkpoint stays: a later, longer --epochs extends the run
     return row
+
+
+def finished(folder: Path, epochs: int) -> bool:
+    """Whether the run in ``folder`` needs no more training for ``epochs``: its row.json says it
+    trained at least that long, or it cannot train (a constant output, a divergence), or its
+    checkpoint is gone (then it cannot be extended). A shorter finished run with its checkpoint
+    is extended by :func:`run_one`: ``epochs`` may change on resume, and with a constant learning
+    rate and a data order fixed by (seed, epoch), the extended run is the longer run."""
+    done = folder / "row.json"
+    if not done.is_file():
+        return False
+    row = json.loads(done.read_text())
+    return (row["epochs"] >= epochs or not row["trained"] or bool(row["diverged"])
+            or not (folder / "checkpoint.pt").is_file())
 
 
 def connectivity(cell: dict, draws: int) -> dict:
@@ -304,8 +326,8 @@ def pilot_summary(runs: Path, cell_names, seeds, epochs: int) -> dict:
     for name in cell_names:
         curves = []
         for s in seeds:
-            m = runs / name / f"seed{s}" / "metrics.jsonl"
-            if m.is_file():
+            m = runs / name / f"seed{s}"
+            if (m / "metrics.jsonl").is_file():
                 rows = [r for r in read_metrics(m) if "test_acc" in r]
                 curves.append([100 * r["test_acc"] for r in rows])
         curves = [c for c in curves if len(c) == epochs]
@@ -386,7 +408,7 @@ def main(argv=None) -> int:
     item2 = {c["cell"] for c in cells()[:n2]}  # item 2's cells for every seed first, then item 4's
     groups = [[c for c in todo if c["cell"] in item2], [c for c in todo if c["cell"] not in item2]]
     tasks = [(c, s, str(out), protocol) for g in groups for s in seeds for c in g]
-    tasks = [t for t in tasks if not (out / t[0]["cell"] / f"seed{t[1]}" / "row.json").is_file()]
+    tasks = [t for t in tasks if not finished(out / t[0]["cell"] / f"seed{t[1]}", args.epochs)]
     print(f"{len(tasks)} run(s) to train", flush=True)
     res = launcher.run(run_one, tasks, tags=[f"[{c['cell']} seed {s}]" for c, s, *_ in tasks], folder=out, threads=1,
                        log=lambda s: print(s, flush=True)) if tasks else []
