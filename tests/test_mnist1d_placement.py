@@ -28,7 +28,7 @@ def test_the_grid_has_every_cell_the_issue_asks_for():
                 assert f"{p}-h{h}-{region}-i3" in names  # item 2: each random placement, both regions
             for t in range(1, 9):
                 assert f"{p}-h{h}-default-i{t}" in names  # item 4: iterations 1-8
-    assert {"mlp", "rnn", "gru"} <= names and all(f"trnn-k{k}" in names for k in range(1, 9))
+    assert {"mlp", "rnn", "rnn-lr0.001", "gru"} <= names and all(f"trnn-k{k}" in names for k in range(1, 9))
     assert set(P.PILOT_CELLS) <= names
     assert P.WIDTHS[1] % P.TILE == 0  # the larger matrix's hidden slots are whole tiles (176 = 11 x 16)
 
@@ -142,5 +142,14 @@ def test_the_pilot_rule_on_made_up_curves(tmp_path):
     out = P.pilot_summary(tmp_path, ["a", "b"], [0, 1], 10)
     assert out["cells"]["a"]["plateau_epoch"] == 4 and out["cells"]["b"]["plateau_epoch"] == 7
     assert out["grid_epochs"] == 10
+    out = P.pilot_summary(tmp_path, ["a"], [0, 1], 10)
+    assert out["grid_epochs"] == 10  # 1.2 x 4 = 4.8, rounded up to 10
+    for s in (0, 1):  # a cell at chance (never above 20%) sets no epoch count, however its noise falls
+        f = tmp_path / "chance" / f"seed{s}"
+        f.mkdir(parents=True)
+        f.joinpath("metrics.jsonl").write_text("".join(json.dumps({"epoch": e + 1, "test_acc": (10 + e % 3) / 100}) + "\n"
+                                                       for e in range(10)))
+    out = P.pilot_summary(tmp_path, ["a", "chance"], [0, 1], 10)
+    assert out["cells"]["chance"]["plateau_epoch"] == 10 and out["grid_epochs"] == 10
     out = P.pilot_summary(tmp_path, ["a", "b"], [0, 1], 100)  # curves shorter than the pilot: not counted
     assert out["cells"] == {} and "grid_epochs" not in out
