@@ -153,3 +153,45 @@ def test_the_pilot_rule_on_made_up_curves(tmp_path):
     assert out["cells"]["chance"]["plateau_epoch"] == 10 and out["grid_epochs"] == 10
     out = P.pilot_summary(tmp_path, ["a", "b"], [0, 1], 100)  # curves shorter than the pilot: not counted
     assert out["cells"] == {} and "grid_epochs" not in out
+
+
+def _report():
+    spec = importlib.util.spec_from_file_location("mnist1d_placement_report", ROOT / "experiments/mnist1d/placement_report.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_permutation_p_value_exact_and_sampled():
+    R = _report()
+    # a = {3, 4}, b = {1, 2}: of the 6 relabellings, 2 give |difference| >= 2 (the observed one and its mirror)
+    assert R.permutation_p([3, 4], [1, 2]) == pytest.approx(2 / 6)
+    assert R.permutation_p([1, 2, 3], [1, 2, 3]) == 1.0
+    a, b = [60 + 0.3 * i for i in range(10)], [61 + 0.3 * i for i in range(10)]
+    exact = R.permutation_p(a, b, resamples=200_000)  # C(20, 10) = 184,756 relabellings: exact
+    sampled = R.permutation_p(a, b, resamples=20_000)  # Monte Carlo
+    assert abs(sampled - exact) < 0.02 and 0 < exact < 1
+
+
+def test_the_verdict_on_made_up_rows(tmp_path):
+    R = _report()
+
+    def rows(cell, accs):
+        for s, a in enumerate(accs):
+            f = tmp_path / cell / f"seed{s}"
+            f.mkdir(parents=True)
+            f.joinpath("row.json").write_text(json.dumps({"cell": cell, "seed": s, "test_acc": a / 100, "params": 15210,
+                                                          "epochs": 5, "trained": True, "diverged": None}))
+
+    rows("mlp", [66 + 0.1 * i for i in range(10)])
+    rows("gru", [90 + 0.1 * i for i in range(10)])
+    rows("element-h100-default-i3", [66.05 + 0.1 * i for i in range(10)])  # the MLP's accuracies
+    rows("tile-h100-default-i3", [80 + 0.1 * i for i in range(10)])  # between: neither
+    rows("block-h100-default-i3", [70] * 3)  # too few seeds: listed, not judged
+    v = R.verdicts(R.load_rows(tmp_path))
+    assert v["cells"]["element-h100-default-i3"]["verdict"] == "like the MLP"
+    assert v["cells"]["tile-h100-default-i3"]["verdict"] == "like neither"
+    assert "block-h100-default-i3" not in v["cells"]
+    assert R.main(["--results", str(tmp_path), "--doc", str(tmp_path / "page.md")]) == 0
+    page = (tmp_path / "page.md").read_text()
+    assert "like the MLP" in page and "<!-- mnist1d-placement:begin -->" in page and "| block-h100-default-i3 |" in page
