@@ -1,0 +1,197 @@
+"""experiments/mnist1d/placement.py (issue 33, items 2 and 4): every cell holds the count it
+states, the no-shortcut region has no input -> output block, the recurrent readouts agree with
+the plain RNN, and a tiny run (synthetic data, seconds) finishes, resumes, extends and collects."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("mnist1d_placement", ROOT / "experiments/mnist1d/placement.py")
+P = importlib.util.module_from_spec(_spec)
+sys.modules["mnist1d_placement"] = P
+_spec.loader.exec_module(P)
+
+CELLS = P.cells()
+
+
+def test_the_grid_has_every_cell_the_issue_asks_for():
+    names = {c["cell"] for c in CELLS}
+    assert len(names) == len(CELLS)
+    for h in P.WIDTHS:
+        for p in P.PLACEMENTS:
+            for region in P.REGIONS:
+                assert f"{p}-h{h}-{region}-i3" in names  # item 2: each random placement, both regions
+            for t in range(1, 9):
+                assert f"{p}-h{h}-default-i{t}" in names  # item 4: iterations 1-8
+    assert {"mlp", "rnn", "rnn-lr0.001", "gru"} <= names and all(f"trnn-k{k}" in names for k in range(1, 9))
+    assert set(P.PILOT_CELLS) <= names
+    assert P.WIDTHS[1] % P.TILE == 0  # the larger matrix's hidden slots are whole tiles (176 = 11 x 16)
+
+
+@pytest.mark.parametrize("cell", CELLS, ids=[c["cell"] for c in CELLS])
+def test_every_cell_builds_with_its_stated_count(cell):
+    for seed in ((0, 1) if cell.get("iterations") == 3 or cell["family"] != "random" else (0,)):
+        n = P.num_parameters(P.build(cell, seed))
+        assert n == P.expected_count(cell)
+        if cell["family"] in ("mlp", "random"):
+            assert n == P.PARAMS == 15_210
+        elif cell["cell"] != "trnn-k1":  # k = 1 has no W_hh (stated in expected_count)
+            assert abs(n / P.PARAMS - 1) <= P.COUNT_TOLERANCE
+
+
+def test_the_recurrent_counts_are_the_closest_hidden_sizes():
+    assert (P.RNN_H, P.rnn_count(P.RNN_H)) == (117, 15_103)
+    assert (P.GRU_H, P.gru_count(P.GRU_H)) == (68, 15_174)
+    gru = P.build({"cell": "gru", "family": "gru", "hidden": P.GRU_H}, 0)
+    assert sum(p.numel() for p in gru.parameters()) == P.gru_count(P.GRU_H)  # the formula against torch's count
+    for h in (P.RNN_H - 1, P.RNN_H + 1):
+        assert abs(P.rnn_count(h) - P.PARAMS) > abs(P.rnn_count(P.RNN_H) - P.PARAMS)
+
+
+def _blocks(model):
+    core = model.core if hasattr(model, "core") else model
+    return core, {(i, j) for i, j, _, _ in core.positions()}
+
+
+@pytest.mark.parametrize("cell", [c for c in CELLS if c["family"] == "random" and c["iterations"] == 3],
+                         ids=lambda c: c["cell"])
+def test_no_shortcut_cells_have_no_input_output_block(cell):
+    for seed in range(3):
+        core, pos = _blocks(P.build(cell, seed))
+        shortcut = {(o, i) for o in core.outputs for i in core.inputs}
+        if cell["region"] == "no-shortcut":
+            assert not pos & shortcut
+        elif cell["placement"] == "element":  # 15,000 entries over the region: the 10 x 40 block is never empty
+            assert pos & shortcut
+
+
+def test_the_truncated_readout_is_the_rnn_over_the_last_k_samples():
+    torch.manual_seed(0)
+    from seq2d import rnn, truncated_rnn
+
+    body = rnn(1, 8, batch_first=True)
+    full = P.Readout(body, "rnn", 8)
+    x = torch.randn(5, 12, 1)
+    for k in (3, 12):
+        trunc = P.Readout(truncated_rnn(body, k), "truncated", 8)
+        trunc.readout.load_state_dict(full.readout.state_dict())
+        torch.testing.assert_close(trunc(x), full(x[:, -k:]), rtol=1e-5, atol=1e-6)
+    ref = torch.nn.RNN(1, 8, batch_first=True)  # the seq2d RNN's last state against torch's
+    with torch.no_grad():
+        wih, whh = body.layer_blocks(1)
+        ref.weight_ih_l0.copy_(wih.weight)
+        ref.weight_hh_l0.copy_(whh.weight)
+        ref.bias_ih_l0.copy_(body.core.bias(1))
+        ref.bias_hh_l0.zero_()
+    torch.testing.assert_close(full.readout(ref(x)[1][-1]), full(x), rtol=1e-5, atol=1e-6)
+
+
+def _protocol(epochs):
+    return {**P.PROTOCOL, "epochs": epochs, "source": "synthetic"}
+
+
+@pytest.mark.parametrize("name", ["tile-h100-no-shortcut-i3", "trnn-k2"])
+def test_a_tiny_run_finishes_resumes_and_collects(tmp_path, name):
+    from seq2d.train import Trainer, read_metrics
+
+    cell = next(c for c in CELLS if c["cell"] == name)
+    straight = P.run_one(cell, 0, str(tmp_path / "a"), _protocol(2))
+    folder = tmp_path / "a" / name / "seed0"
+    assert straight["params"] == P.expected_count(cell) and straight["epochs"] == 2
+    assert json.loads((folder / "row.json").read_text()) == straight and (folder / "checkpoint.pt").is_file()
+    assert P.run_one(cell, 0, str(tmp_path / "a"), _protocol(2)) == straight  # finished: read, not retrained
+    assert P.run_one(cell, 0, str(tmp_path / "a"), _protocol(1)) == straight  # longer than asked: read too
+    # a finished shorter run is extended from its checkpoint: the same as the longer run
+    short = P.run_one(cell, 0, str(tmp_path / "c"), _protocol(1))
+    assert short["epochs"] == 1 and not P.finished(tmp_path / "c" / name / "seed0", 2)
+    longer = P.run_one(cell, 0, str(tmp_path / "c"), _protocol(2))
+    assert longer["epochs"] == 2 and longer["test_acc"] == straight["test_acc"]
+    assert longer["test_loss"] == pytest.approx(straight["test_loss"], rel=1e-6)
+    # an interrupted run: its checkpoint after epoch 1 of 2, no row.json; run_one continues it
+    part = tmp_path / "b" / name / "seed0"
+    Trainer(P.config_for(cell, 0, part, _protocol(1)), P.build(cell, 0), P.data_for(cell, "synthetic")).fit()
+    assert (part / "checkpoint.pt").is_file() and not (part / "row.json").exists()
+    resumed = P.run_one(cell, 0, str(tmp_path / "b"), _protocol(2))
+    assert resumed["epochs"] == 2 and len([r for r in read_metrics(part) if "test_acc" in r]) == 2
+    assert resumed["test_acc"] == straight["test_acc"]  # the same computation, continued
+    assert resumed["test_loss"] == pytest.approx(straight["test_loss"], rel=1e-6)
+    assert (folder / "checkpoint.pt").is_file()  # kept in the run folder, never collected
+    (tmp_path / "a" / "other" / "seed0").mkdir(parents=True)  # unfinished: no row.json, not collected
+    (tmp_path / "a" / "other" / "seed0" / "checkpoint.pt").write_bytes(b"x")
+    assert P.main(["--collect", str(tmp_path / "a"), "--dest", str(tmp_path / "dest")]) == 0
+    kept = sorted(p.name for p in (tmp_path / "dest" / name / "seed0").iterdir())
+    assert kept == sorted(f for f in P.KEEP if (folder / f).is_file()) and "row.json" in kept
+    assert not (tmp_path / "dest" / "other").exists()
+
+
+def test_the_pilot_rule_on_made_up_curves(tmp_path):
+    # two cells, two seeds, 10 epochs: "a" settles within 1 point of its last value from epoch 4,
+    # "b" from epoch 7 -> grid epochs = ceil(1.2 * 7 / 10) * 10 = 10 (at most the pilot's length)
+    curves = {"a": [10, 20, 30, 59, 60, 60, 60, 60, 60, 60], "b": [10, 20, 30, 40, 50, 60, 69, 70, 70, 70]}
+    for name, c in curves.items():
+        for s in (0, 1):
+            f = tmp_path / name / f"seed{s}"
+            f.mkdir(parents=True)
+            f.joinpath("metrics.jsonl").write_text("".join(json.dumps({"epoch": e + 1, "test_acc": v / 100}) + "\n"
+                                                           for e, v in enumerate(c)))
+    out = P.pilot_summary(tmp_path, ["a", "b"], [0, 1], 10)
+    assert out["cells"]["a"]["plateau_epoch"] == 4 and out["cells"]["b"]["plateau_epoch"] == 7
+    assert out["grid_epochs"] == 10
+    out = P.pilot_summary(tmp_path, ["a"], [0, 1], 10)
+    assert out["grid_epochs"] == 10  # 1.2 x 4 = 4.8, rounded up to 10
+    for s in (0, 1):  # a cell at chance (never above 20%) sets no epoch count, however its noise falls
+        f = tmp_path / "chance" / f"seed{s}"
+        f.mkdir(parents=True)
+        f.joinpath("metrics.jsonl").write_text("".join(json.dumps({"epoch": e + 1, "test_acc": (10 + e % 3) / 100}) + "\n"
+                                                       for e in range(10)))
+    out = P.pilot_summary(tmp_path, ["a", "chance"], [0, 1], 10)
+    assert out["cells"]["chance"]["plateau_epoch"] == 10 and out["grid_epochs"] == 10
+    out = P.pilot_summary(tmp_path, ["a", "b"], [0, 1], 100)  # curves shorter than the pilot: not counted
+    assert out["cells"] == {} and "grid_epochs" not in out
+
+
+def _report():
+    spec = importlib.util.spec_from_file_location("mnist1d_placement_report", ROOT / "experiments/mnist1d/placement_report.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_permutation_p_value_exact_and_sampled():
+    R = _report()
+    # a = {3, 4}, b = {1, 2}: of the 6 relabellings, 2 give |difference| >= 2 (the observed one and its mirror)
+    assert R.permutation_p([3, 4], [1, 2]) == pytest.approx(2 / 6)
+    assert R.permutation_p([1, 2, 3], [1, 2, 3]) == 1.0
+    a, b = [60 + 0.3 * i for i in range(10)], [61 + 0.3 * i for i in range(10)]
+    exact = R.permutation_p(a, b, resamples=200_000)  # C(20, 10) = 184,756 relabellings: exact
+    sampled = R.permutation_p(a, b, resamples=20_000)  # Monte Carlo
+    assert abs(sampled - exact) < 0.02 and 0 < exact < 1
+
+
+def test_the_verdict_on_made_up_rows(tmp_path):
+    R = _report()
+
+    def rows(cell, accs):
+        for s, a in enumerate(accs):
+            f = tmp_path / cell / f"seed{s}"
+            f.mkdir(parents=True)
+            f.joinpath("row.json").write_text(json.dumps({"cell": cell, "seed": s, "test_acc": a / 100, "params": 15210,
+                                                          "epochs": 5, "trained": True, "diverged": None}))
+
+    rows("mlp", [66 + 0.1 * i for i in range(10)])
+    rows("gru", [90 + 0.1 * i for i in range(10)])
+    rows("element-h100-default-i3", [66.05 + 0.1 * i for i in range(10)])  # the MLP's accuracies
+    rows("tile-h100-default-i3", [80 + 0.1 * i for i in range(10)])  # between: neither
+    rows("block-h100-default-i3", [70] * 3)  # too few seeds: listed, not judged
+    v = R.verdicts(R.load_rows(tmp_path))
+    assert v["cells"]["element-h100-default-i3"]["verdict"] == "like the MLP"
+    assert v["cells"]["tile-h100-default-i3"]["verdict"] == "like neither"
+    assert "block-h100-default-i3" not in v["cells"]
+    assert R.main(["--results", str(tmp_path), "--doc", str(tmp_path / "page.md")]) == 0
+    page = (tmp_path / "page.md").read_text()
+    assert "like the MLP" in page and "<!-- mnist1d-placement:begin -->" in page and "| block-h100-default-i3 |" in page
