@@ -20,10 +20,12 @@ sdd         ``BLOCK_B``-row batch chunks, ``G`` same-row tiles per item (fixed p
 ==========  ====================================================================
 
 ``_GATHER_CONFIGS`` / ``_SDD_CONFIGS`` list the autotune candidates (keyed on the tile, the
-batch rounded up to a power of two and the mean stored tiles per output column); every one
-passes the offline sm_90 compile check (``tests/test_triton_v2_compile.py``: shared memory,
-no spills, TMA + wgmma, three buffers). ``_OVERRIDE`` forces one candidate (what
-``benchmarks/gpu/triton_v2_tune.py`` sets while it sweeps).
+op, the batch rounded up to a power of two and the mean stored tiles per output column); every
+one passes the offline sm_90 compile check (``benchmarks/gpu/sm90_compile.py``; CI checks the
+first of each: ``tests/test_triton_v2_compile.py``: shared memory, no spills, TMA + wgmma, three
+buffers). ``_OVERRIDE[(op, T)]`` (op ``"dds_t"``, ``"dds"`` or ``"sdd_t"``) forces one candidate:
+what ``benchmarks/gpu/triton_v2_tune.py`` sets while it sweeps, and the CUDA tests use to compile
+one config per case.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ _SDD_CONFIGS: dict[int, list[tuple[int, int, int]]] = {
     32: [(64, 4, 4), (128, 4, 4)],
     16: [(64, 4, 4), (128, 4, 4)],
 }
-_OVERRIDE: dict[tuple[str, int], tuple[int, ...]] = {}  # ("gather" | "sdd", T) -> one config
+_OVERRIDE: dict[tuple[str, int], tuple[int, ...]] = {}  # (op, T) -> one config of its kernel's table
 # under TRITON_INTERPRET=1: small blocks, a K split, narrow bands and fewer programs than items
 _INTERP = {"gather": lambda T: (16, max(16, T // 2), 2, 4, 1), "sdd": lambda T: (16, 4, 1)}
 INTERP_PROGRAMS = 3
@@ -173,19 +175,21 @@ def _tuner(kernel: str, T: int):
             kw = _as_kwargs(kernel, cfg)
             configs.append(triton.Config({k: v for k, v in kw.items() if k.isupper()},
                                          num_warps=kw["num_warps"], num_stages=kw["num_stages"]))
-        _TUNERS[key] = triton.autotune(configs=configs, key=["T", "B_KEY", "TPR_KEY"])(v1._launchable(fn))
+        variant = "TRANS_W" if kernel == "gather" else "SPLIT"
+        _TUNERS[key] = triton.autotune(configs=configs, key=["T", variant, "B_KEY", "TPR_KEY"])(v1._launchable(fn))
     return _TUNERS[key]
 
 
-def _launch(kernel: str, T: int, grid, args: tuple, consts: dict, device: torch.device) -> None:
-    """Run ``kernel``: the interpreter's fixed config, an ``_OVERRIDE``, or the autotuner.
+def _launch(op: str, T: int, grid, args: tuple, consts: dict, device: torch.device) -> None:
+    """Run ``op``'s kernel: the interpreter's fixed config, an ``_OVERRIDE``, or the autotuner.
     ``grid`` maps the config's constexprs (``BLOCK_B``, ...) to the grid."""
+    kernel = "sdd" if op == "sdd_t" else "gather"
     fn = _gather_gemm_kernel if kernel == "gather" else _sdd_grouped_kernel
     _use_torch_allocator(device)
     guard = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
     with guard:  # Triton launches on the current device
-        if v1._interpreting() or (kernel, T) in _OVERRIDE:
-            kw = _as_kwargs(kernel, _OVERRIDE.get((kernel, T)) or _INTERP[kernel](T))
+        if v1._interpreting() or (op, T) in _OVERRIDE:
+            kw = _as_kwargs(kernel, _OVERRIDE.get((op, T)) or _INTERP[kernel](T))
             if v1._interpreting():  # the interpreter takes no launch options
                 kw.pop("num_warps"), kw.pop("num_stages")
             v1._launchable(fn)[grid(kw)](*args, **consts, **kw)
@@ -231,7 +235,7 @@ def _gather(a: Tensor, wp: Tensor, out: Tensor, layout: BlockSparseLayout, trans
     dst = _tma_ready(out)
     args = (a, wp, dst, seg, idx, pos, order, B, n_in, n_out, P, a.stride(0), dst.stride(0))
     consts = dict(**_keys(B, P, n_out), T=T, TRANS_W=transposed, UPCAST=v1._interpreting() and a.dtype == torch.bfloat16)
-    _launch("gather", T, lambda meta: (min(n_out * triton.cdiv(B, meta["BLOCK_B"]), _programs(T, meta, a.device)),),
+    _launch("dds" if transposed else "dds_t", T, lambda meta: (min(n_out * triton.cdiv(B, meta["BLOCK_B"]), _programs(T, meta, a.device)),),
             args, consts, a.device)
     if dst is not out:
         out.copy_(dst)
@@ -264,8 +268,8 @@ def dds(dy: Tensor, wp: Tensor, layout: BlockSparseLayout, out: Tensor) -> Tenso
 
 def _split_unit(T: int) -> int:
     """Batch rows of one dW split are a multiple of this: the BLOCK_B of every config that may run."""
-    if v1._interpreting() or ("sdd", T) in _OVERRIDE:
-        return (_OVERRIDE.get(("sdd", T)) or _INTERP["sdd"](T))[0]
+    if v1._interpreting() or ("sdd_t", T) in _OVERRIDE:
+        return (_OVERRIDE.get(("sdd_t", T)) or _INTERP["sdd"](T))[0]
     return max(c[0] for c in _SDD_CONFIGS[T])
 
 
@@ -317,7 +321,7 @@ def sdd_t(dy: Tensor, x: Tensor, layout: BlockSparseLayout, out: Tensor, splits:
             rows_per_split, x.stride(0), dy.stride(0))
     consts = dict(**_keys(B, P, layout.Mt), T=T, G=G, SPLIT=S > 1,
                   UPCAST=v1._interpreting() and x.dtype == torch.bfloat16)
-    _launch("sdd", T, lambda meta: (S * ng,), args, consts, x.device)
+    _launch("sdd_t", T, lambda meta: (S * ng,), args, consts, x.device)
     if dst is not out:
         out.copy_(dst)
     return out
