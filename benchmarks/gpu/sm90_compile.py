@@ -16,6 +16,7 @@ candidates that pass here).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import subprocess
@@ -41,6 +42,7 @@ class Report:
     tma: bool  # cp.async.bulk.tensor in the PTX
     wgmma: bool  # wgmma.mma_async in the PTX
     buffers: int  # depth of the deepest multi-buffered shared-memory ring (1: not pipelined)
+    cubin_sha1: str  # equal hashes: the same binary (e.g. a num_stages the pipeliner could not use)
     triton: str
     seconds: float
 
@@ -132,7 +134,7 @@ def check_v2(kernel: str, tile: int, cfg: tuple, transposed: bool = False, split
     name = kernel + ("_dx" if transposed else "") + ("_split" if split else "")
     return Report(name, tile, list(cfg), int(c.metadata.shared), regs, spills,
                   "cp.async.bulk.tensor" in ptx, "wgmma.mma_async" in ptx, _buffers(c.asm["ttgir"]),
-                  triton.__version__, round(time.perf_counter() - t0, 2))
+                  hashlib.sha1(c.asm["cubin"]).hexdigest(), triton.__version__, round(time.perf_counter() - t0, 2))
 
 
 def v2_candidates(tiles=(128, 64)) -> list[tuple[str, int, tuple, bool, bool]]:
