@@ -129,7 +129,8 @@ def _build_meta(layout: BlockSparseLayout) -> _Meta:
 def fits_int32(layout: BlockSparseLayout, B: int) -> bool:
     """Whether every TMA coordinate of the v2 kernels fits in int32 (else v1's int64 kernels run)."""
     T = layout.tile
-    return max(layout.nnz * T, layout.Mt * T, layout.Kt * T, B) < 2**31
+    work = max(layout.Mt, layout.Kt) * (B // 16 + 1)  # the gather kernel's work items at BLOCK_B >= 16
+    return max(layout.nnz * T, layout.Mt * T, layout.Kt * T, B, work) < 2**31
 
 
 # ---------------------------------------------------------------------------- blocking
