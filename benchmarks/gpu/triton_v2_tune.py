@@ -169,7 +169,7 @@ def sweep(args, grid: dict) -> int:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--prune", action="store_true", help="compile the raw grid for sm_90 here and write the grid file")
-    ap.add_argument("--keep", type=int, default=10, help="candidates kept per (op, tile) by --prune")
+    ap.add_argument("--keep", type=int, default=8, help="candidates kept per (op, tile) by --prune")
     ap.add_argument("--grid", default=str(GRID_FILE))
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--N", type=int, default=8192)
