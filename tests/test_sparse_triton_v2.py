@@ -229,6 +229,23 @@ def test_float32_runs_v1_and_auto_keeps_v1(monkeypatch):
     assert resolve_kernel("auto", torch.device("cuda"), torch.bfloat16, 0.1, 128).name == "triton"
 
 
+@pytest.mark.skipif(_CUDA, reason="the interpreter stands in for the GPU's autotuned launch")
+def test_autotuned_launch_path(monkeypatch):
+    """The GPU's launch path (``triton.autotune`` keyed on tile, variant, batch and tiles per
+    column; the grid from the chosen config), under the interpreter with one-candidate tables
+    (the autotuner times nothing then)."""
+    T = 16
+    monkeypatch.setattr(v2, "_fixed_config", lambda op, T: None)
+    monkeypatch.setitem(v2._GATHER_CONFIGS, T, [v2._INTERP["gather"](T)])
+    monkeypatch.setitem(v2._SDD_CONFIGS, T, [v2._INTERP["sdd"](T)])
+    monkeypatch.setattr(v2, "_TUNERS", {})
+    layout = layout_from_tile_mask(T, _mask(STRUCTURE)).to(DEVICE)
+    x, dy, wp = _operands(layout, 37, torch.float16, seed=4)
+    for op in OPS:
+        _check(op, _run(op, x, dy, wp, layout, **({"splits": 2} if op == "sdd_t" else {})), x, dy, wp, layout)
+    assert set(v2._TUNERS) == {("gather", T), ("sdd", T)}
+
+
 def test_bsmm_autograd_matches_reference():
     layout = layout_from_tile_mask(32, _mask([[1, 0, 1], [0, 1, 1]])).to(DEVICE)
     x0, dy, wp0 = _operands(layout, 21, torch.float16, seed=9)

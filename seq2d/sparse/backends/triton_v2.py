@@ -181,19 +181,28 @@ def _tuner(kernel: str, T: int):
     return _TUNERS[key]
 
 
+def _fixed_config(op: str, T: int) -> tuple | None:
+    """The one config ``op`` runs with at tile ``T``, or None to autotune: an ``_OVERRIDE``,
+    else the interpreter's (whose dots cannot be timed)."""
+    if (op, T) in _OVERRIDE:
+        return _OVERRIDE[(op, T)]
+    if v1._interpreting():
+        return _INTERP["sdd" if op == "sdd_t" else "gather"](T)
+    return None
+
+
 def _launch(op: str, T: int, grid, args: tuple, consts: dict, device: torch.device) -> None:
-    """Run ``op``'s kernel: the interpreter's fixed config, an ``_OVERRIDE``, or the autotuner.
-    ``grid`` maps the config's constexprs (``BLOCK_B``, ...) to the grid."""
+    """Run ``op``'s kernel with :func:`_fixed_config` or through the autotuner. ``grid`` maps
+    the config's constexprs (``BLOCK_B``, ...) to the grid."""
     kernel = "sdd" if op == "sdd_t" else "gather"
     fn = _gather_gemm_kernel if kernel == "gather" else _sdd_grouped_kernel
     _use_torch_allocator(device)
     guard = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
     with guard:  # Triton launches on the current device
-        if v1._interpreting() or (op, T) in _OVERRIDE:
-            kw = _as_kwargs(kernel, _OVERRIDE.get((op, T)) or _INTERP[kernel](T))
-            if v1._interpreting():  # the interpreter takes no launch options
-                kw.pop("num_warps"), kw.pop("num_stages")
-            v1._launchable(fn)[grid(kw)](*args, **consts, **kw)
+        cfg = _fixed_config(op, T)
+        if cfg is not None:
+            kw = _as_kwargs(kernel, cfg)
+            v1._launchable(fn)[grid(kw)](*args, **consts, **kw)  # the interpreter ignores warps/stages
         else:
             _tuner(kernel, T)[grid](*args, **consts)
 
@@ -269,9 +278,8 @@ def dds(dy: Tensor, wp: Tensor, layout: BlockSparseLayout, out: Tensor) -> Tenso
 
 def _split_unit(T: int) -> int:
     """Batch rows of one dW split are a multiple of this: the BLOCK_B of every config that may run."""
-    if v1._interpreting() or ("sdd_t", T) in _OVERRIDE:
-        return (_OVERRIDE.get(("sdd_t", T)) or _INTERP["sdd"](T))[0]
-    return max(c[0] for c in _SDD_CONFIGS[T])
+    cfg = _fixed_config("sdd_t", T)
+    return cfg[0] if cfg is not None else max(c[0] for c in _SDD_CONFIGS[T])
 
 
 def n_splits(B: int, n_groups: int, T: int, device: torch.device) -> int:
