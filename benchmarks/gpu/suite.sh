@@ -160,6 +160,32 @@ stage_tune() {  # the Triton blocking per kernel and tile (bf16, density 0.25), 
     return "$rc"
 }
 
+# issue 37's 15-minute plan (README.md): two calls, no carry, no install (the checkout on PYTHONPATH;
+# the image's torch and triton), v2 first in each so a cut-off call loses the least
+stage_v2_check() {  # call 1: env + ceilings, the Triton tests (v2, then v1), the v2 tuning sweep
+    log_to v2-check
+    header v2-check
+    local rc=0 pyt=("$PY" -m pytest -q -p no:cacheprovider -o addopts= -rfEs --durations=10)
+    "$PY" benchmarks/gpu/env_check.py --json "$OUT/env.json" >/dev/null || rc=1
+    timeout "${TESTS_V2_S:-100}" "${pyt[@]}" --junitxml="$OUT/tests-v2.xml" tests/test_sparse_triton_v2.py || rc=1
+    timeout "${TUNE_S:-200}" "$PY" benchmarks/gpu/triton_v2_tune.py --budget-s "${TUNE_BUDGET_S:-170}" \
+        --json "$OUT/triton_v2_tune-cuda.json" --best "$RUNS/triton_v2_best.json" || rc=$?
+    cp "$RUNS/triton_v2_best.json" "$OUT/" 2>/dev/null || true
+    timeout "${TESTS_V1_S:-50}" "${pyt[@]}" --junitxml="$OUT/tests-v1.xml" tests/test_cuda.py -k "triton" || rc=1
+    echo "=== v2-check: rc $rc (124 = cut off by timeout; the JSON keeps what finished)"
+    return "$rc"
+}
+
+stage_v2_probe() {  # call 2: kernel_probe.py with the tuned v2 blocking of call 1 (when the machine kept it)
+    log_to v2-probe
+    header v2-probe
+    local rc=0
+    timeout "${PROBE_S:-330}" "$PY" benchmarks/gpu/kernel_probe.py --budget-s "${PROBE_BUDGET_S:-270}" \
+        --configs "$RUNS/triton_v2_best.json" --json "$OUT/kernel_probe-cuda.json" || rc=$?
+    echo "=== v2-probe: rc $rc"
+    return "$rc"
+}
+
 MNIST_MODELS=mlp,random-element,random-tile
 
 mnist_start() {  # E SEEDS JOBS MODELS
@@ -337,14 +363,18 @@ EOF
 
 # ------------------------------------------------------------------ dispatch
 stage=${1:-}
-[ -n "$stage" ] || die "usage: suite.sh install-and-test|kernels|model-step|probe|mnist-start|wikitext-start|status|wait|collect"
+[ -n "$stage" ] || die "usage: suite.sh v2-check|v2-probe|install-and-test|kernels|model-step|tune|probe|mnist-start|wikitext-start|status|wait|collect"
 shift
 case $stage in
     _mnist-worker) mnist_worker "$@"; exit 0 ;;  # internal: one background worker
 esac
-setup
-pythonpath_site
 case $stage in
+    v2-check|v2-probe) ;;  # the checkout alone: nothing to install, no carry
+    *) setup; pythonpath_site ;;
+esac
+case $stage in
+    v2-check) stage_v2_check ;;
+    v2-probe) stage_v2_probe ;;
     install-and-test) stage_install_and_test ;;
     kernels) stage_kernels ;;
     model-step) stage_model_step ;;

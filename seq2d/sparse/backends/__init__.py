@@ -25,7 +25,7 @@ from .base import KernelBackend, available_kernels, get_kernel, register_kernel
 from . import reference, cpu  # noqa: F401  (registration)
 
 try:  # Triton is optional (it ships with the CUDA build of torch)
-    from . import triton_backend  # noqa: F401
+    from . import triton_backend, triton_v2  # noqa: F401
 except ImportError:  # pragma: no cover - no triton installed
     pass
 
