@@ -342,6 +342,16 @@ def verdict(main, diffs, pairs, claims) -> str:
         ff_text = (f"The acyclic control (`random-element-feedforward`: no cycles) - mlp is {100 * ff['final']['diff']:+.2f} "
                    f"points; against random-element (cycles allowed) see the table: a difference between the two is "
                    "what cycles add or cost at this parameter count.")
+        a, b = values(main, "random-element", "final"), values(main, "random-element-feedforward", "final")
+        la, lb = values(main, "random-element", "last"), values(main, "random-element-feedforward", "last")
+        if len(a) > 1 and len(b) > 1:
+            w, wl = welch(a, b), welch(la, lb)
+            ff_text = (f"The acyclic control (`random-element-feedforward`: the same element placement with no cycles, "
+                       f"{len(b)} of {PLANNED['full-ours']['random-element-feedforward']} planned runs so far) - "
+                       f"random-element (cycles allowed): final {100 * w.diff:+.2f} points [{100 * w.low:+.2f}, "
+                       f"{100 * w.high:+.2f}], last-10 mean {100 * wl.diff:+.2f} [{100 * wl.low:+.2f}, {100 * wl.high:+.2f}] "
+                       "(95% Welch; positive: the acyclic model is better): an interval that excludes 0 is an effect of the cycles "
+                       "at this parameter count; with this few runs the intervals are wide.")
     elif ff is not None:
         ff_text = "The acyclic control has fewer than 2 runs so far: no test yet."
     paired_text = ("Paired tests on the same test digits need each run's per-example predictions; the 15 runs of the "
