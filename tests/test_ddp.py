@@ -52,7 +52,7 @@ def test_two_process_torchrun_matches_one_process(tmp_path):
     # leave a temporary file), tagged with the world size
     out = tmp_path / "ddp"
     assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "config.toml", "metrics.csv", "metrics.jsonl",
-                                                     "run.json"]  # and rank 0's lock is gone
+                                                     "run.json", "test_predictions.npz"]  # and rank 0's lock is gone
     rows = read_metrics(out)
     assert len(rows) == 1 and rows[0]["world_size"] == 2 and rows[0]["epoch"] == 1
     assert rows[0]["step"] == single["steps"]  # the global batch is the same, so is the step count
