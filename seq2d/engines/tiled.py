@@ -287,6 +287,10 @@ class TiledStore(Engine):
             if t is None:
                 out.append([None] * len(parts))
                 continue
+            if torch.compiler.is_compiling():  # a graph cannot re-check the version counter: no memo
+                src = m._float_tmask(d) if name == "tmask" else t.to(d.dtype)
+                out.append([src.index_select(0, self._on(p, d.device)) for p in parts])
+                continue
             memo = self.__dict__.setdefault("_part_mask", {})
             k = (name, key, d.dtype, d.device)
             hit = memo.get(k)
