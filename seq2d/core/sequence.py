@@ -160,13 +160,19 @@ def _weight_plan(store, sizes, rects):
     for b, rids in by_box.items():
         box = store.boxes[b]
         (R, C), cont, idx, parts = box.shape, {}, [], []
+        pad = False  # some rect reads rows or columns its box lacks (zeros)
         for r in rids:
-            ri, ci = ([torch.arange(o[x], o[x] + sizes[x]) if x in o else torch.full((sizes[x],), -1) for x in xs]
-                      for o, xs in ((box.roff, rects[r][0]), (box.coff, rects[r][1])))
-            ri, ci = torch.cat(ri), torch.cat(ci)
-            if min(ri[0], ci[0]) >= 0 and all(torch.equal(v, v[0] + torch.arange(len(v))) for v in (ri, ci)):
-                cont[r] = (int(ri[0]), int(ri[0]) + len(ri), int(ci[0]), int(ci[0]) + len(ci))
+            # decided from host ranges, never from tensor values (no graph break under torch.compile)
+            spans = [[(o[x], sizes[x]) if x in o else (-1, sizes[x]) for x in xs]
+                     for o, xs in ((box.roff, rects[r][0]), (box.coff, rects[r][1]))]
+            if all(a >= 0 and all(b == a + sum(w for _, w in v[:k]) for k, (b, _) in enumerate(v))
+                   for v in spans for a in (v[0][0],)):
+                (a, _), (c, _) = spans[0][0], spans[1][0]
+                cont[r] = (a, a + sum(w for _, w in spans[0]), c, c + sum(w for _, w in spans[1]))
             else:
+                pad |= any(a < 0 for v in spans for a, _ in v)
+                ri, ci = (torch.cat([torch.arange(a, a + w) if a >= 0 else torch.full((w,), -1) for a, w in v])
+                          for v in spans)
                 ok = (ri[:, None] >= 0) & (ci[None, :] >= 0)
                 idx.append(torch.where(ok, ri[:, None] * C + ci[None, :], R * C).reshape(-1))
                 parts.append((r, len(ri), len(ci)))
@@ -178,7 +184,7 @@ def _weight_plan(store, sizes, rects):
         widths = [[y - x for x, y in zip(c, c[1:])] for c in [rc] + cc]
         split = (widths[0], widths[1:], where) if cont else None
         idx = torch.cat(idx).to(torch.int32 if R * C < 2**31 - 1 else torch.long) if idx else None
-        plans.append((b, split, None if idx is None else ({idx.device: idx}, bool((idx == R * C).any()), parts)))
+        plans.append((b, split, None if idx is None else ({idx.device: idx}, pad, parts)))
     return plans
 
 

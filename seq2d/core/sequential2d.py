@@ -182,6 +182,7 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         self.reset_bias_parameters()
         self._register_load_state_dict_pre_hook(self._migrate_state_dict)
         check_degenerate(self)
+        self._prepare()
 
     def _migrate_state_dict(self, state_dict, prefix, *args) -> None:
         """Checkpoints of the per-block layout load through the handles (seq2d/engines/migrate.py)."""
@@ -450,31 +451,50 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         x = x if isinstance(x, Segments) else Segments(x)
         if steps == 0:
             return x, present, frozenset()
-        cache: dict = {}  # weights formed once for all the steps of this call
+        schedule, touched, const = self._schedule(steps, hold, read)
+        cache: dict = {} if const is None else {"const": const}  # weights formed once for all the steps of this call
+        present = self._step().run(x, present, schedule, context, cache)
+        return x, present, touched
+
+    def _schedule(self, steps: int, hold, read) -> tuple:
+        """``(schedule, touched, const)`` of a call of ``steps >= 1`` updates (see :meth:`_iterate`):
+        the updated slots of each step, all the slots it updates, and the slots no step writes
+        (None: the products with them are not hoisted)."""
         if hold is None and self.use_plan and self._levels is not None and steps >= self.depth:
             # Acyclic and at least `depth` steps: Jacobi iteration has reached its fixed
             # point, which is evaluating each slot once, level by level (proof in
             # docs/graphs.md; tested against plain iteration in tests/test_plan.py).
-            schedule, touched = self._level_rows, self._all_rows
-        else:
-            upd = self._all_rows_t
-            if hold is not None:
-                held = set(check_slot_list("hold", hold, self.n))
-                upd = tuple(i for i in upd if i not in held)
-            if steps > 1 and self.store is not None and getattr(self, "use_held_products", True):
-                # slots no step of this call writes (the held inputs, and ``hold``): the store computes
-                # their products once per call instead of once per step (seq2d/engines/dense.py)
-                memo = self.__dict__.setdefault("_held_during", {})  # updated rows -> slots never written
-                const = memo.get(upd)
-                if const is None:
-                    const = memo[upd] = frozenset(range(self.n)) - frozenset(upd)
-                if const:
-                    cache["const"] = const
-            schedule, touched = repeat(upd, steps), frozenset(upd)
-            if read is not None and self.store is not None and self.store.partial_rows and getattr(self, "use_output_demand", True):
-                schedule = self._step().demand_schedule(upd, steps, read)
-        present = self._step().run(x, present, schedule, context, cache)
-        return x, present, touched
+            return self._level_rows, self._all_rows, None
+        upd, const = self._all_rows_t, None
+        if hold is not None:
+            held = set(check_slot_list("hold", hold, self.n))
+            upd = tuple(i for i in upd if i not in held)
+        if steps > 1 and self.store is not None and getattr(self, "use_held_products", True):
+            # slots no step of this call writes (the held inputs, and ``hold``): the store computes
+            # their products once per call instead of once per step (seq2d/engines/dense.py)
+            memo = self.__dict__.setdefault("_held_during", {})  # updated rows -> slots never written
+            const = memo.get(upd)
+            if const is None:
+                const = memo[upd] = frozenset(range(self.n)) - frozenset(upd)
+            const = const or None
+        schedule = repeat(upd, steps)
+        if read is not None and self.store is not None and self.store.partial_rows and getattr(self, "use_output_demand", True):
+            schedule = self._step().demand_schedule(upd, steps, read)
+        return schedule, frozenset(upd), const
+
+    def _prepare(self) -> None:
+        """Build the step plans and the store's index plans of the default calls now, eagerly (the
+        tensor call, a list call from the inputs or from every slot, the flat call and ``step``,
+        each with the default ``steps``): ``torch.compile`` then traces a model without a graph
+        break before any eager call (docs/concepts.md, "Compiled calls"). Other calls (``hold``,
+        other ``steps``) build theirs at their first call."""
+        step = self._step()
+        every, ins = frozenset(range(self.n)), frozenset(self.inputs)
+        step.prepare(every, [self._all_rows_t], None)
+        if not self.steps:
+            return
+        for present, read in ((ins, self.outputs), (ins, None), (every, None)):
+            step.prepare(present, *self._schedule(self.steps, None, read)[::2])
 
     def forward_flat(self, x: Tensor, steps: int | None = None, *, hold=None, **context) -> Tensor:
         """``steps`` Jacobi updates on a flat state ``x`` of shape ``(*batch, flat_size)`` (slot
@@ -524,6 +544,7 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
             blk._release()
         self.store = TiledStore(eng, self._levels)
         self._grid_changed()
+        self._prepare()
         return self
 
     def step(self, state, **context) -> State:

@@ -22,6 +22,7 @@ adds exactly zero, and are skipped for module blocks.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import islice, repeat
 
 import torch
 from torch import Tensor, nn
@@ -121,6 +122,20 @@ class Step:
             hit = memo[key] = (steps - len(tail), tail[::-1])
         return [upd] * hit[0] + hit[1]
 
+    def prepare(self, present: frozenset, schedule, const: frozenset | None) -> None:
+        """Build now the plans of the updates ``schedule`` (as :meth:`run` would, from the
+        ``present`` slots) and the store's index plans for their products (``const``: the slots no
+        step of the call writes, see :meth:`seq2d.engines.Engine.product`)."""
+        if isinstance(schedule, repeat):
+            schedule = islice(schedule, 2)  # the present slots settle after one update
+        boxes: list = []
+        for upd in schedule:
+            if upd:
+                boxes.extend(b for b in self.plan(upd, present).boxes if b not in boxes)
+                present = present | frozenset(upd)
+        if boxes:
+            self.store.prepare(boxes, const)
+
     def run(self, x: Segments, present: frozenset, schedule, context: dict, cache: dict | None) -> frozenset:
         """The updates of ``schedule`` (an iterable of slot tuples: the plan's levels, or the
         updated rows once per step) one after the other on ``x``; returns the present slots."""
@@ -174,17 +189,18 @@ def build_plan(step: "Step", upd: Sequence[int], present: frozenset) -> StepPlan
     # 2. the bias over U
     bias = step.slot_bias
     if bias is not None and bias.bias is not None and any(i in bias.pos for i in plan.upd):
+        # host lists, no tensor op: a plan built inside torch.compile adds no graph break
         Nb = bias.bias.numel()
-        idx = torch.full((u,), Nb, dtype=torch.long)
+        idx = [Nb] * u  # Nb: the zero appended to the bias vector (padding, slots without a bias)
         for i in plan.upd:
             if i in bias.pos:
                 o = bias.pos[i]
-                idx[u_off[i]:u_off[i] + sizes[i]] = torch.arange(o, o + sizes[i])
-        a = int(idx[0])
-        if a + u <= Nb and torch.equal(idx, torch.arange(a, a + u)):
+                idx[u_off[i]:u_off[i] + sizes[i]] = range(o, o + sizes[i])
+        a = idx[0]
+        if a + u <= Nb and idx == list(range(a, a + u)):
             plan.bias = ("slice", a, a + u)
         else:
-            plan.bias = ("gather", idx)
+            plan.bias = ("gather", torch.tensor(idx, dtype=torch.long))
     # 2b. the linear blocks' own biases: row i gets b_ij for every present input slot j
     keys, boff = step.block_bias_keys, step.block_bias_off
     if keys:

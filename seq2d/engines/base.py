@@ -90,6 +90,11 @@ class Engine(nn.Module):
         the slots holding a value (the others are zero)."""
         raise NotImplementedError
 
+    def prepare(self, boxes: Sequence, const: frozenset | None = None) -> None:
+        """Build now the host-side index plans that :meth:`product` needs for ``boxes`` (with the
+        held slots ``const``), so that a compiled forward finds them built instead of computing
+        them while it is traced (a graph break); the default has none."""
+
     def row_source(self, i: int, box=None) -> tuple:
         """(box, offset of slot ``i``'s rows in that box's product); ``box``: the box the step
         asked for (the tiled store's products depend on it)."""

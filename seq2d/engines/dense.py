@@ -393,6 +393,12 @@ class DenseStore(Engine):
             out[b] = F.linear(xc, effs[b], bias)
         return out
 
+    def prepare(self, boxes: Sequence[int], const: frozenset | None = None) -> None:
+        """The column splits of ``boxes`` by the held slots ``const`` (:meth:`_split`)."""
+        if const is not None:
+            for b in boxes:
+                self._split(b, const)
+
     def _split(self, b: int, const: frozenset) -> "_ColumnSplit | None":
         """Box ``b``'s columns split into the held slots ``const`` and the rest (static, memoised);
         None when the box reads no held slot."""

@@ -119,6 +119,25 @@ class TiledStore(Engine):
                 idx = memo[(key, dev)] = self._sub[key][1].to(dev)
         return sub.to(dev), idx
 
+    def prepare(self, boxes, const: frozenset | None = None) -> None:
+        """The sub-layouts of ``boxes`` and, with held slots ``const``, their held/rest splits and
+        where a smaller row set finds its rows in a larger one's held product (:meth:`_held_of_subset`)."""
+        for key in boxes:
+            self._layout_for(key)
+        if const is None:
+            return
+        split = {key: self._held_split(key, const) for key in boxes}
+        for key in boxes:
+            if split[key] is None:
+                continue
+            (_, ih, _), rest, _ = split[key]
+            self._on(ih, self.device)
+            if rest is not None:
+                self._on(rest[1], self.device)
+            for big in boxes:
+                if split[big] is not None and set(key) < set(big):
+                    self._subset_index(key, big, const, rest, self.device)
+
     def product(self, x, boxes, cache: dict | None = None, bias: Tensor | None = None,
                 present: frozenset | None = None) -> dict:
         """``{box: x @ W_box.T}``: the sums of the box's rows only, side by side in slot order
@@ -233,8 +252,16 @@ class TiledStore(Engine):
         if big is None:
             return None
         w_rest_big, y_big = held[big]
+        cols, tiles = self._subset_index(key, big, const, rest, y_big.device)
+        y = y_big.narrow(-1, *cols) if isinstance(cols, tuple) else y_big.index_select(-1, cols)
+        w_rest = None if tiles is None else w_rest_big.index_select(0, tiles)
+        return w_rest, y
+
+    def _subset_index(self, key: tuple[int, ...], big: tuple[int, ...], const: frozenset, rest, device) -> tuple:
+        """``key``'s columns in ``big``'s held product (``(start, width)`` when contiguous, else an
+        index) and its rest tiles among ``big``'s (None without rest tiles), on ``device`` (static, memoised)."""
         memo = self.__dict__.setdefault("_subset_idx", {})
-        mkey = (key, big, const, y_big.device)
+        mkey = (key, big, const, device)
         if mkey not in memo:
             _, start_big = self._compact(big)
             cols = torch.cat([torch.arange(start_big[i], start_big[i] + (self.offsets[i + 1] - self.offsets[i]))
@@ -245,12 +272,9 @@ class TiledStore(Engine):
                 big_split = self._held_split(big, const)
                 where = torch.full((self.matrix._layout.nnz,), -1, dtype=torch.long)
                 where[big_split[1][1]] = torch.arange(big_split[1][1].numel())
-                tiles = where[rest[1]].to(y_big.device)
-            memo[mkey] = ((int(cols[0]), cols.numel()) if contiguous else cols.to(y_big.device), tiles)
-        cols, tiles = memo[mkey]
-        y = y_big.narrow(-1, *cols) if isinstance(cols, tuple) else y_big.index_select(-1, cols)
-        w_rest = None if tiles is None else w_rest_big.index_select(0, tiles)
-        return w_rest, y
+                tiles = where[rest[1]].to(device)
+            memo[mkey] = ((int(cols[0]), cols.numel()) if contiguous else cols.to(device), tiles)
+        return memo[mkey]
 
     def _part_masks(self, key, *parts: Tensor) -> list:
         """The float tile mask and the frozen values at each part's positions (None where the
@@ -262,6 +286,10 @@ class TiledStore(Engine):
         for name, t in (("tmask", m.tmask), ("frozen", m.frozen)):
             if t is None:
                 out.append([None] * len(parts))
+                continue
+            if torch.compiler.is_compiling():  # a graph cannot re-check the version counter: no memo
+                src = m._float_tmask(d) if name == "tmask" else t.to(d.dtype)
+                out.append([src.index_select(0, self._on(p, d.device)) for p in parts])
                 continue
             memo = self.__dict__.setdefault("_part_mask", {})
             k = (name, key, d.dtype, d.device)

@@ -1,20 +1,36 @@
-"""The autograd Function of the block-sparse product ``y = x @ W.T``.
+"""The differentiable block-sparse product ``y = x @ W.T``: how a kernel is called.
 
 Forward calls the kernel's ``dds_t``; backward its fused ``backward`` (``dds`` for dX and
-``sdd_t`` for dW, the latter only on stored tiles), honouring ``ctx.needs_input_grad``.
+``sdd_t`` for dW, the latter only on stored tiles), honouring the inputs' ``needs_input_grad``.
 No N x N matrix is formed unless the kernel itself is the dense one. The tiles may be any
 strided view (a transposed or stepped slice): they are made contiguous once here, so every
 kernel sees the storage it indexes (``wp[a:b].view(k*T, T)``), and autograd returns dW to
 the view the caller passed.
+
+Two ways in, chosen by the kernel (:meth:`seq2d.sparse.backends.KernelBackend.product`):
+
+- kernels written in torch ops (``reference``, ``dense``) run inside the autograd Function
+  :class:`BlockSparseMatmul`, which ``torch.compile`` traces through;
+- kernels that loop in Python over index plans (the CPU kernels) are the custom ops
+  ``seq2d::bsmm`` and ``seq2d::bsmm_backward`` (``torch.library.custom_op``, with fake
+  implementations and ``register_autograd``): ``torch.compile`` sees one opaque op per pass,
+  no graph break, and ``torch.library.opcheck`` checks them (tests/test_compile.py). An op
+  takes the layout as its :attr:`~seq2d.sparse.layout.BlockSparseLayout.handle` (a string) and the
+  kernel by name; the Triton kernels have their own ``triton_op``\\ s
+  (:mod:`seq2d.sparse.backends.triton_backend`).
 """
 
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from .backends.base import KernelBackend
-from .layout import BlockSparseLayout
+# (the CPU kernels import this module: the package loads backends.base first)
+from .backends.base import KernelBackend, get_kernel
+from .layout import BlockSparseLayout, layout_of
+
+__all__ = ["BlockSparseMatmul", "host_product"]
 
 
 class BlockSparseMatmul(torch.autograd.Function):
@@ -32,3 +48,53 @@ class BlockSparseMatmul(torch.autograd.Function):
         need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         dx, dw = ctx.kernel.backward(dy, x, wp, ctx.layout, need_dx, need_dw)
         return dx, dw, None, None
+
+
+# ---------------------------------------------------------------------------- the custom ops
+@torch.library.custom_op("seq2d::bsmm", mutates_args=())
+def _bsmm(x: Tensor, wp: Tensor, layout: str, kernel: str) -> Tensor:
+    """``x @ W.T`` (B, Mt*T) by kernel ``kernel`` for the layout with handle ``layout``."""
+    return get_kernel(kernel).dds_t(x, wp, layout_of(layout))
+
+
+@_bsmm.register_fake
+def _(x, wp, layout, kernel):
+    L = layout_of(layout)
+    return x.new_empty(x.shape[0], L.Mt * L.tile)
+
+
+@torch.library.custom_op("seq2d::bsmm_backward", mutates_args=())
+def _bsmm_backward(dy: Tensor, x: Tensor, wp: Tensor, layout: str, kernel: str, need_dx: bool,
+                   need_dw: bool) -> tuple[Tensor, Tensor]:
+    """``(dX, dW)`` of :func:`_bsmm`, contiguous (as the fake ones: ``cpu_bmm`` picks dW out of a
+    permuted buffer); an empty tensor in place of one not asked for."""
+    dx, dw = get_kernel(kernel).backward(dy, x, wp, layout_of(layout), need_dx, need_dw)
+    return (dx.contiguous() if dx is not None else x.new_empty(0)), (dw.contiguous() if dw is not None else wp.new_empty(0))
+
+
+@_bsmm_backward.register_fake
+def _(dy, x, wp, layout, kernel, need_dx, need_dw):
+    return (x.new_empty(x.shape) if need_dx else x.new_empty(0)), (wp.new_empty(wp.shape) if need_dw else wp.new_empty(0))
+
+
+def _setup(ctx, inputs, output) -> None:
+    x, wp, layout, kernel = inputs
+    ctx.save_for_backward(x, wp)
+    ctx.layout, ctx.kernel = layout, kernel
+
+
+def _backward(ctx, dy: Tensor):
+    x, wp = ctx.saved_tensors
+    need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    if not (need_dx or need_dw):
+        return None, None, None, None
+    dx, dw = torch.ops.seq2d.bsmm_backward(dy, x, wp, ctx.layout, ctx.kernel, need_dx, need_dw)
+    return (dx if need_dx else None), (dw if need_dw else None), None, None
+
+
+_bsmm.register_autograd(_backward, setup_context=_setup)
+
+
+def host_product(x: Tensor, wp: Tensor, layout: BlockSparseLayout, kernel: KernelBackend) -> Tensor:
+    """``x @ W.T`` through the custom op ``seq2d::bsmm`` (``x`` 2-D, ``layout`` on ``x``'s device)."""
+    return torch.ops.seq2d.bsmm(x, wp.contiguous(), layout.handle, kernel.name)

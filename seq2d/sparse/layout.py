@@ -20,6 +20,9 @@ the data tile of position ``p``; the per-position tensor ``wp`` is then
 
 from __future__ import annotations
 
+import itertools
+import weakref
+
 import torch
 from torch import Tensor
 
@@ -81,6 +84,7 @@ class BlockSparseLayout:
         self.t_pos = torch.argsort(self.col * Mt + self.row, stable=True)
         self.col_ptr = _ptr(self.col, Kt)
         self._host = None
+        _register(self)
 
     # ---------------------------------------------------------------- checks
     def _validate(self) -> None:
@@ -146,6 +150,7 @@ class BlockSparseLayout:
             new._host = self._host
             for k in self._TENSORS:
                 setattr(new, k, getattr(self, k).to(device))
+            _register(new)
             memo[device] = new
         return memo[device]
 
@@ -154,6 +159,22 @@ class BlockSparseLayout:
         m = torch.zeros(self.Mt, self.Kt, dtype=torch.bool, device=self.device)
         m[self.row, self.col] = True
         return m
+
+    @property
+    def handle(self) -> str:
+        """This layout's name for the ``seq2d::`` custom ops (:mod:`seq2d.sparse.autograd`), which
+        take plain values, not Python objects: :func:`layout_of` gives the layout back. A string,
+        not an int: ``torch.compile`` may turn an int argument that changes between calls into a
+        symbol. Assigned when the layout is built (and again when it is copied or unpickled),
+        never in a forward."""
+        return self._handle
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k not in ("_handle", "_on_device")}
+
+    def __setstate__(self, state: dict) -> None:  # a copy or an unpickled layout gets its own handle
+        self.__dict__.update(state)
+        _register(self)
 
     def __repr__(self) -> str:
         return (f"BlockSparseLayout(tile={self.tile}, shape={self.shape}, nnz={self.nnz}, "
@@ -172,6 +193,26 @@ class BlockSparseLayout:
         T = self.tile
         tiles = W.reshape(self.Mt, T, self.Kt, T).permute(0, 2, 1, 3)  # (Mt, Kt, T_out, T_in)
         return tiles[self.row, self.col].transpose(1, 2).contiguous()
+
+
+# handle -> layout, for the custom ops; weak: a layout lives as long as its owner (a matrix, a
+# store's sub-layout cache, a test) keeps it, and a compiled graph guards on that owner
+_LAYOUTS: "weakref.WeakValueDictionary[str, BlockSparseLayout]" = weakref.WeakValueDictionary()
+_NEXT = itertools.count()
+
+
+def _register(layout: BlockSparseLayout) -> None:
+    layout._handle = f"layout{next(_NEXT)}"
+    _LAYOUTS[layout._handle] = layout
+
+
+def layout_of(handle: str) -> BlockSparseLayout:
+    """The layout of :attr:`BlockSparseLayout.handle` ``handle`` (for the custom ops)."""
+    try:
+        return _LAYOUTS[handle]
+    except KeyError:
+        raise InvalidValue(f"no block-sparse layout has handle {handle!r}: it was freed (a compiled graph "
+                           "outlived the model it was compiled for?)") from None
 
 
 def _ptr(idx: Tensor, n: int) -> Tensor:

@@ -103,9 +103,15 @@ def bsmm(x: Tensor, wp: Tensor, layout: BlockSparseLayout, kernel: str | KernelB
         raise InvalidType(f"bsmm: x ({x.dtype}, {x.device}) and wp ({wp.dtype}, {wp.device}) must share dtype and device")
     if not isinstance(kernel, KernelBackend):
         kernel = resolve_kernel(kernel, x.device, x.dtype, layout.density, layout.tile)
-    if x.dim() == 2:  # the Function's own output, not a view of it (callers may add in place)
-        return BlockSparseMatmul.apply(x, wp, layout.to(x.device), kernel)
+    if x.dim() == 2:  # the op's own output, not a view of it (callers may add in place)
+        return _product(x, wp, layout.to(x.device), kernel)
     batch = x.shape[:-1]
     x2 = x.reshape(-1, x.shape[-1])
-    y = BlockSparseMatmul.apply(x2, wp, layout.to(x.device), kernel)
+    y = _product(x2, wp, layout.to(x.device), kernel)
     return y.reshape(*batch, layout.Mt * T)
+
+
+def _product(x: Tensor, wp: Tensor, layout: BlockSparseLayout, kernel: KernelBackend) -> Tensor:
+    """The kernel's own differentiable op (a custom op) if it has one, else the autograd Function."""
+    y = kernel.product(x, wp, layout)
+    return BlockSparseMatmul.apply(x, wp, layout, kernel) if y is None else y

@@ -16,6 +16,13 @@ class KernelBackend:
 
     name = "base"
 
+    def product(self, x: Tensor, wp: Tensor, layout: BlockSparseLayout) -> Tensor | None:
+        """The differentiable ``x @ W.T`` (``x`` 2-D) as this kernel's own torch op, or None: the
+        kernel then runs inside the autograd Function :class:`seq2d.sparse.autograd.BlockSparseMatmul`
+        (right for kernels written in torch ops, which ``torch.compile`` traces; a kernel that
+        loops over host-side plans returns a custom op instead, see :mod:`seq2d.sparse.autograd`)."""
+        return None
+
     def supports(self, device: torch.device, dtype: torch.dtype) -> bool:
         return True
 

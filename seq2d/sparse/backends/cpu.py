@@ -61,6 +61,7 @@ from torch import Tensor
 
 from ...errors import InvalidValue
 from ...threads import follow_load_threads, threads_at_most
+from ..autograd import host_product
 from ..layout import BlockSparseLayout
 from .base import KernelBackend, register_kernel
 
@@ -348,6 +349,11 @@ class CPUBackend(KernelBackend):
 
     def supports(self, device, dtype) -> bool:
         return torch.device(device).type == "cpu" and dtype in (torch.float32, torch.float64)
+
+    def product(self, x: Tensor, wp: Tensor, layout: BlockSparseLayout) -> Tensor:
+        """Through the custom ops ``seq2d::bsmm`` / ``seq2d::bsmm_backward``: the Python loops over
+        the layout's plans stay out of ``torch.compile``'s graph (one opaque op per pass)."""
+        return host_product(x, wp, layout, self)
 
     def _by_rows(self, layout: BlockSparseLayout, batch: int) -> bool:
         """Whether this call runs tile-row by tile-row over gathered tiles: always for ``gather``;
