@@ -229,3 +229,18 @@ def test_threads_use_their_own_scratch(monkeypatch):
     for t in threads:
         t.join()
     assert not errors
+
+
+def test_an_unregistered_kernel_object_runs_through_the_custom_op():
+    """A CPUBackend built with its own settings (not the registry's object) is reached by the
+    custom ops seq2d::bsmm / bsmm_backward through its own key, not mistaken for another kernel."""
+    L = rand_layout(16, 3, 4, 0.5, seed=5)
+    wp = torch.randn(L.nnz, 16, 16, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(5, 64, dtype=torch.float64, requires_grad=True)
+    k = CPUBackend("bmm", "t", chunk=2)
+    y = bsmm(x, wp, L, kernel=k)
+    ref = bsmm(x, wp, L, kernel="reference")
+    torch.testing.assert_close(y, ref)
+    g = torch.autograd.grad(y.square().sum(), (x, wp))
+    gr = torch.autograd.grad(ref.square().sum(), (x, wp))
+    torch.testing.assert_close(g, gr)

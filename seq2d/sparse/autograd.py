@@ -54,7 +54,7 @@ class BlockSparseMatmul(torch.autograd.Function):
 @torch.library.custom_op("seq2d::bsmm", mutates_args=())
 def _bsmm(x: Tensor, wp: Tensor, layout: str, kernel: str) -> Tensor:
     """``x @ W.T`` (B, Mt*T) by kernel ``kernel`` for the layout with handle ``layout``."""
-    return get_kernel(kernel).dds_t(x, wp, layout_of(layout))
+    return _kernel(kernel).dds_t(x, wp, layout_of(layout))
 
 
 @_bsmm.register_fake
@@ -68,7 +68,7 @@ def _bsmm_backward(dy: Tensor, x: Tensor, wp: Tensor, layout: str, kernel: str, 
                    need_dw: bool) -> tuple[Tensor, Tensor]:
     """``(dX, dW)`` of :func:`_bsmm`, contiguous (as the fake ones: ``cpu_bmm`` picks dW out of a
     permuted buffer); an empty tensor in place of one not asked for."""
-    dx, dw = get_kernel(kernel).backward(dy, x, wp, layout_of(layout), need_dx, need_dw)
+    dx, dw = _kernel(kernel).backward(dy, x, wp, layout_of(layout), need_dx, need_dw)
     return (dx.contiguous() if dx is not None else x.new_empty(0)), (dw.contiguous() if dw is not None else wp.new_empty(0))
 
 
@@ -95,6 +95,27 @@ def _backward(ctx, dy: Tensor):
 _bsmm.register_autograd(_backward, setup_context=_setup)
 
 
+# kernel objects the custom ops reach by name that are not the registry's own (a CPUBackend built
+# with other settings, e.g. another chunk size): name "<name>@<id>", held for the life of the process
+_UNREGISTERED: dict[str, KernelBackend] = {}
+
+
+def _kernel(name: str) -> KernelBackend:
+    return _UNREGISTERED[name] if name in _UNREGISTERED else get_kernel(name)
+
+
+def _op_name(kernel: KernelBackend) -> str:
+    """The name the custom ops take for ``kernel``: its registry name when it is the registered object."""
+    try:
+        if get_kernel(kernel.name) is kernel:
+            return kernel.name
+    except ValueError:
+        pass
+    key = f"{kernel.name}@{id(kernel)}"
+    _UNREGISTERED[key] = kernel
+    return key
+
+
 def host_product(x: Tensor, wp: Tensor, layout: BlockSparseLayout, kernel: KernelBackend) -> Tensor:
     """``x @ W.T`` through the custom op ``seq2d::bsmm`` (``x`` 2-D, ``layout`` on ``x``'s device)."""
-    return torch.ops.seq2d.bsmm(x, wp.contiguous(), layout.handle, kernel.name)
+    return torch.ops.seq2d.bsmm(x, wp.contiguous(), layout.handle, _op_name(kernel))
