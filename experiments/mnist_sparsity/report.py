@@ -311,14 +311,15 @@ def env_line(group: str) -> str:
         else:
             key = f"{env.get('hardware', 'not recorded')}, torch {env.get('torch', 'not recorded')}"
         machines[key] = machines.get(key, 0) + 1
-    hw = "; ".join(f"{k} ({n} runs)" for k, n in machines.items())
-    return (f"runs finished {dates[0]} to {dates[-1]}" if dates else "no runs yet") + f"; machines: {hw}; one torch " \
+    hw = "; ".join(f"{k} ({n} run{'s' if n != 1 else ''})" for k, n in machines.items())
+    return ((f"runs finished {dates[0]} to {dates[-1]}" if dates[0] != dates[-1] else f"runs finished {dates[0]}")
+            if dates else "no runs yet") + f"; machines: {hw}; one torch " \
         "thread per run, 2 or 3 runs at a time beside other work (times per epoch measure a shared machine)"
 
 
 def verdict(main, diffs, pairs, claims) -> str:
     summ = {m: values(main, m, "final") for m in models_of(main)}
-    acc = "; ".join(f"{m} {_ms(v)} % ({len(v)} runs)" for m, v in summ.items())
+    acc = "; ".join(f"{m} {_ms(v)} % ({len(v)} run{'s' if len(v) != 1 else ''})" for m, v in summ.items())
     parts = []
     for d in diffs:
         f, last, nll = d["final"], d["last"], d["nll"]
