@@ -237,3 +237,71 @@ def test_compile_traces_into_the_kernels_in_one_graph(kernel, graph_launches):
     ref, x64, w64 = _reference(x, wp, L)
     torch.testing.assert_close(y.double().cpu(), ref, **_tol(torch.float16))
     torch._dynamo.reset()
+
+
+def test_a_traced_dw_split_allocates_its_own_counters(monkeypatch, graph_launches):
+    """v2's dW with a batch split (the GPU's path, forced to 3 splits here) compiled cold: the
+    graph allocates its zeroed group counters itself (a CUDA graph then owns them), the eager
+    cache never holds a stand-in, and dW equals the eager one after."""
+    monkeypatch.setattr(v2, "n_splits", lambda B, n_groups, T, device: 3)
+    monkeypatch.setattr(v2, "_COUNTERS", {})
+    L, x, dy, wp = _problem(torch.float16, seed=4, B=40)
+    k = get_kernel("triton_v2")
+
+    def f(x, wp):
+        return bsmm(x, wp, L, k)
+
+    torch._dynamo.reset()
+    graphs = []
+    cf = torch.compile(f, fullgraph=True, backend=_aot_graphs(graphs))
+    xs, ws = x.clone().requires_grad_(), wp.clone().requires_grad_()
+    dw = torch.autograd.grad(cf(xs, ws), ws, dy)[0]
+    assert not any(isinstance(t, FakeTensor) for t in v2._COUNTERS.values())
+    sdd = [n for n in graphs[1].graph.nodes if "triton_kernel_wrapper_functional" in str(n.target)
+           and n.kwargs["kwargs"].get("SPLIT")]
+    assert len(sdd) == 1
+    made = sdd[0].kwargs["kwargs"]["count_ptr"]
+    assert made.op == "call_function" and "lift_fresh" not in str(made.target), made.format_node()  # not a constant
+    if not _CUDA:
+        assert "_sdd_grouped_kernel" in graph_launches
+    we = wp.clone().requires_grad_()
+    dw_eager = torch.autograd.grad(f(x, we), we, dy)[0]
+    torch.testing.assert_close(dw, dw_eager, rtol=0, atol=0)  # one path against itself
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_a_tile_sparse_model_compiles_to_one_graph_through_the_triton_ops(kernel):
+    """A ``random_tiles`` model on the Triton kernel (fp16), compiled cold: one graph, no break
+    (tests/test_compile.py does this for the CPU kernels), its products recorded as kernel
+    launches, and the compiled loss and gradients equal the eager ones."""
+    import seq2d
+
+    torch.manual_seed(5)
+    m = seq2d.create_model("random_tiles", sizes=[40, 36, 10], density=0.5, tile=16, kernel=kernel,
+                           dtype=torch.float16).to(DEVICE)
+    x = torch.randn(5, 40, dtype=torch.float16, device=DEVICE)
+
+    def f(x):
+        return m(x).float().square().mean()
+
+    torch._dynamo.reset()
+    e = torch._dynamo.explain(f)(x)
+    assert (e.graph_count, e.graph_break_count) == (1, 0), [r.reason for r in e.break_reasons]
+    torch._dynamo.reset()
+    graphs = []
+    cf = torch.compile(f, fullgraph=True, backend=_aot_graphs(graphs))
+
+    def run(fn):
+        m.zero_grad(set_to_none=True)
+        loss = fn(x)
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in m.parameters() if p.grad is not None]
+
+    loss, grads = run(cf)
+    assert any("triton_kernel_wrapper_functional" in str(n.target) for n in graphs[0].graph.nodes)
+    loss_ref, grads_ref = run(f)
+    assert len(grads) == len(grads_ref) == sum(1 for p in m.parameters() if p.requires_grad)
+    torch.testing.assert_close(loss, loss_ref, rtol=0, atol=0)  # the same kernels: one path against itself
+    torch.testing.assert_close(grads, grads_ref, rtol=0, atol=0)
+    torch._dynamo.reset()

@@ -160,6 +160,7 @@ def _sdd_t_kernel(
 
 
 # ---------------------------------------------------------------------------- launch helpers
+@torch.compiler.assume_constant_result  # (dynamo cannot read triton's knob: a model's trace asks `supports`)
 def _interpreting() -> bool:
     """Whether Triton runs kernels through its CPU interpreter (``TRITON_INTERPRET=1``)."""
     return bool(triton.knobs.runtime.interpret)
