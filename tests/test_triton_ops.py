@@ -7,11 +7,14 @@ Without a GPU the kernels run through Triton's interpreter on CPU tensors. A tra
 launch as a ``triton_kernel_wrapper`` node (``torch.library.wrap_triton``) holding a kernel that
 launches through the interpreter too (``triton_backend._InterpretedJIT``), so every one of
 opcheck's default checks runs here, ``test_aot_dispatch_dynamic`` included: it executes the
-traced graphs and compares them with the eager op. Two things need a GPU (tests/test_cuda.py,
-``test_tritonop_*``): inductor's code generation for the recorded kernels (on the CPU it stops
-at "triton not built with the 'cpu' backend") and triton's mutation analysis of them (it needs a
-driver; without one torch assumes every tensor argument is mutated, logs a warning and clones
-them, which costs copies but not correctness).
+traced graphs and compares them with the eager op. The GPU's own launch path (the ``@triton.jit``
+kernels recorded as they are, v2's autotuner) is traced here on fake tensors with the interpreter
+off, and v1's ops on the meta device (v2 needs its layout's values: a meta layout is refused).
+Three things need a GPU (tests/test_cuda.py, ``-k tritonop``): inductor's code generation for the
+recorded kernels (on the CPU it stops at "triton not built with the 'cpu' backend"), CUDA-graph
+capture of the compiled step, and triton's mutation analysis of the launches (it needs a driver;
+without one torch assumes every tensor argument is written, logs a warning and clones them all,
+which costs copies but not correctness).
 """
 
 import os
@@ -163,6 +166,23 @@ def test_a_cold_fake_call_matches_the_real_one_and_leaves_no_fake_in_the_caches(
         assert (fake.shape, fake.dtype, fake.stride()) == (real.shape, real.dtype, real.stride())
     ref, _, _ = _reference(x, wp, L)
     torch.testing.assert_close(y.double().cpu(), ref, **_tol(torch.float16))
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_the_gpu_launch_path_traces_on_fake_tensors(kernel, monkeypatch):
+    """With the interpreter off (the GPU's launch path: ``@triton.jit`` kernels recorded as they
+    are, v2's through its autotuner) both ops run on fake CPU tensors and give the real shapes;
+    nothing launches (no GPU here)."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(v2, "_TUNERS", {})
+    L, x, dy, wp = _problem(torch.float16, seed=6, device="cpu")
+    with FakeTensorMode() as mode:
+        fx, fdy, fwp = (mode.from_tensor(t) for t in (x, dy, wp))
+        fy = torch.ops.seq2d.triton_bsmm(fx, fwp, L.handle, kernel)
+        fdx, fdw = torch.ops.seq2d.triton_bsmm_backward(fdy, fx, fwp, L.handle, kernel, True, True)
+    assert (fy.shape, fdx.shape, fdw.shape) == (dy.shape, x.shape, wp.shape)
+    if kernel == "triton_v2":
+        assert set(v2._TUNERS) == {("gather", 16), ("sdd", 16)}
 
 
 def test_v1_ops_on_the_meta_device():

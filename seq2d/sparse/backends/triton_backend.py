@@ -190,32 +190,33 @@ def launcher(kernel, probe: Tensor):
     On a stand-in ``probe`` (:func:`_stand_in`: torch is tracing one of those ops, for
     ``torch.compile`` or a fake/meta call): through ``torch.library.wrap_triton``, which records
     the launch as a ``triton_kernel_wrapper`` node instead of running it. The kernel recorded is
-    compiled-mode (``_InterpretedJIT`` under the interpreter, which ``wrap_triton`` would
-    otherwise launch at once, fake tensors and all), and a real tensor among the arguments (the
-    layout's index metadata) enters the trace as a graph constant (``aten.lift_fresh``): fake
-    tensors and real ones must not meet."""
+    compiled-mode: the ``@triton.jit`` function itself, or under the interpreter an
+    ``_InterpretedJIT`` (``wrap_triton`` would launch an interpreted one at once, fake tensors and
+    all); and a real tensor among the arguments (the layout's index metadata) enters the trace as
+    a graph constant (``aten.lift_fresh``): fake tensors and real ones must not meet."""
     jit = isinstance(kernel, (JITFunction, InterpretedFunction))  # else an autotuner, built in the current mode
     if not _stand_in(probe):
         return _launchable(kernel) if jit else kernel
-    if jit:
-        key = (kernel.fn, "traced", _interpreting())
+    if jit and _interpreting():
+        key = (kernel.fn, "traced")
         if key not in _RETARGETED:
-            _RETARGETED[key] = (_InterpretedJIT if _interpreting() else JITFunction)(kernel.fn)
+            _RETARGETED[key] = _InterpretedJIT(kernel.fn)
         kernel = _RETARGETED[key]
-    return _Lifting(wrap_triton(kernel), lift=probe.device.type != "meta")
+    elif jit:
+        kernel = _launchable(kernel)
+    return _Lifting(wrap_triton(kernel))
 
 
 class _Lifting:
     """``wrapped[grid](*args, **kwargs)`` with each real tensor argument lifted into the trace."""
 
-    def __init__(self, wrapped, lift: bool):
-        self.wrapped, self.lift = wrapped, lift
+    def __init__(self, wrapped):
+        self.wrapped = wrapped
 
     def __getitem__(self, grid):
         def launch(*args, **kwargs):
-            if self.lift:
-                args = tuple(_lifted(a) for a in args)
-                kwargs = {k: _lifted(v) for k, v in kwargs.items()}
+            args = tuple(_lifted(a) for a in args)
+            kwargs = {k: _lifted(v) for k, v in kwargs.items()}
             return self.wrapped[grid](*args, **kwargs)
         return launch
 
