@@ -163,6 +163,87 @@ def test_triton_is_what_auto_picks_on_cuda():
     assert get_kernel("triton").supports(DEVICE, torch.float32)
 
 
+# ---------------------------------------------------------------------------- (a') the Triton ops compiled
+# seq2d::triton_bsmm / _backward (torch.library.triton_op; tests/test_triton_ops.py runs opcheck and
+# the AOTAutograd trace on the CPU through Triton's interpreter): what only a GPU can show.
+TRITON_KERNELS = ("triton", "triton_v2")
+OUTPUT_ARGS = {"y_ptr", "dx_ptr", "out_ptr", "ws_ptr", "count_ptr"}  # what the kernels write
+
+
+def _op_case():
+    """N = 1024, tile 64, batch 777, bf16: v2's own kernels, and a dW batch split (its counters)."""
+    layout = random_layout(64, 1024, DENSITY, seed=11)
+    x, dy, wp = operands(layout, B, torch.bfloat16, seed=12)
+    return layout, x, dy, wp
+
+
+@pytest.mark.parametrize("kernel", TRITON_KERNELS)
+def test_tritonop_opcheck_on_cuda(kernel):
+    layout, x, dy, wp = _op_case()
+    torch.library.opcheck(torch.ops.seq2d.triton_bsmm,
+                          (x.requires_grad_(), wp.requires_grad_(), layout.handle, kernel))
+    for need in ((True, True), (True, False), (False, True)):
+        torch.library.opcheck(torch.ops.seq2d.triton_bsmm_backward,
+                              (dy, x.detach(), wp.detach(), layout.handle, kernel, *need))
+
+
+@pytest.mark.parametrize("kernel", TRITON_KERNELS)
+def test_tritonop_launches_clone_only_what_they_write(kernel):
+    """Triton's mutation analysis of each recorded launch (it needs a GPU driver; on the CPU torch
+    assumes every tensor argument is written and clones them all): the graph copies no input."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    layout, x, dy, wp = _op_case()
+    graphs = []
+
+    def keep(gm, example_inputs):
+        graphs.append(gm)
+        return make_boxed_func(gm.forward)
+
+    torch._dynamo.reset()
+    f = torch.compile(lambda x, wp: bsmm(x, wp, layout, kernel), fullgraph=True,
+                      backend=aot_autograd(fw_compiler=keep, bw_compiler=keep))
+    f(x.clone().requires_grad_(), wp.clone().requires_grad_()).backward(dy)
+    launches = [n for g in graphs for n in g.graph.nodes if "triton_kernel_wrapper_functional" in str(n.target)]
+    assert len(launches) == 3, [str(n.target) for g in graphs for n in g.graph.nodes]
+    for n in launches:
+        assert set(n.kwargs["tensors_to_clone"]) <= OUTPUT_ARGS, n.kwargs["tensors_to_clone"]
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+@pytest.mark.parametrize("kernel", TRITON_KERNELS)
+def test_tritonop_compiles_with_inductor(kernel, mode):
+    """``torch.compile(fullgraph=True)`` with inductor through ``bsmm``: the generated code launches
+    seq2d's kernels itself, y, dX and dW match the float64 reference in each of three steps, and
+    with ``mode="reduce-overhead"`` inductor keeps its CUDA graphs (no cudagraph skip)."""
+    from torch._dynamo.utils import counters
+    from torch._inductor.utils import run_and_get_code
+
+    layout, x, dy, wp = _op_case()
+    y_ref, dx_ref, dw_ref = reference(x, dy, wp, layout)
+    torch._dynamo.reset()
+    counters.clear()
+    f = torch.compile(lambda x, wp: bsmm(x, wp, layout, kernel), fullgraph=True, mode=mode)
+
+    def step():
+        xg, wg = x.clone().requires_grad_(), wp.clone().requires_grad_()
+        y = f(xg, wg)
+        y.backward(dy)
+        return {"y": rel_err(y.detach(), y_ref), "dX": rel_err(xg.grad, dx_ref), "dW": rel_err(wg.grad, dw_ref)}
+
+    errs, codes = run_and_get_code(step)
+    names = ("_gather_gemm_kernel", "_sdd_grouped_kernel") if kernel == "triton_v2" else ("_dds_t_kernel", "_sdd_t_kernel")
+    assert all(any(name in c for c in codes) for name in names), f"inductor's code does not launch {names}"
+    for i in range(3):
+        assert max(errs.values()) <= DTYPES["bf16"][2], f"step {i}: {errs}"
+        errs = step()
+    if mode == "reduce-overhead":
+        assert not counters["inductor"]["cudagraph_skips"], dict(counters["inductor"])
+    torch._dynamo.reset()
+
+
 # ---------------------------------------------------------------------------- (b) every registered model
 # Moderate sizes (several tiles per slot at tile 16) for constructors whose defaults are tiny
 # or need arguments; the others use their defaults.

@@ -122,7 +122,7 @@ def check_vectorizable(configs: Sequence[TrainConfig], models: Sequence[nn.Modul
         if isinstance(m, Sequential2D) and m.store is not None and m.store.block_sparse:
             raise NotVectorizable(
                 f"model {configs[0].model!r} (granularity {configs[0].granularity!r}) is block-sparse: its product "
-                "(seq2d.sparse.autograd: the custom op seq2d::bsmm or the Function BlockSparseMatmul) has no vmap rule, and each seed stores its own number of "
+                "(seq2d.sparse.autograd: the custom ops seq2d::bsmm / seq2d::triton_bsmm or the Function BlockSparseMatmul) has no vmap rule, and each seed stores its own number of "
                 "tiles, so the copies cannot be stacked; train its seeds one at a time")
     ref = _layout(models[0])
     for c, m in zip(configs[1:], models[1:]):

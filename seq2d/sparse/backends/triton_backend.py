@@ -32,6 +32,11 @@ For that the kernels use only builtins of ``triton.language``, none of its ``@ji
 helpers (``tl.full``, not ``tl.zeros``): those are built in the mode triton was imported in.
 Blocking is a fixed table per (T, dtype) (``_GPU_CONFIGS``), not ``triton.autotune``,
 whose benchmarking needs a GPU.
+
+``bsmm`` reaches the kernels (v1's and v2's) through the ops ``seq2d::triton_bsmm`` /
+``seq2d::triton_bsmm_backward`` (``torch.library.triton_op``, defined at the end): eagerly they
+launch as below; while torch traces them (``torch.compile``, a fake or meta call) every launch
+goes through :func:`launcher` and becomes a graph node instead.
 """
 
 from __future__ import annotations
@@ -42,10 +47,14 @@ import torch
 import triton
 import triton.language as tl
 from torch import Tensor
+from torch._subclasses.fake_tensor import FakeTensor
+from torch._subclasses.functional_tensor import FunctionalTensor
+from torch.library import wrap_triton
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
 from ...errors import InvalidInput, InvalidType
+from ..autograd import define_product_ops, host_product
 from ..layout import BlockSparseLayout
 from .base import KernelBackend, register_kernel
 
@@ -151,9 +160,71 @@ def _sdd_t_kernel(
 
 
 # ---------------------------------------------------------------------------- launch helpers
+@torch.compiler.assume_constant_result  # (dynamo cannot read triton's knob: a model's trace asks `supports`)
 def _interpreting() -> bool:
     """Whether Triton runs kernels through its CPU interpreter (``TRITON_INTERPRET=1``)."""
     return bool(triton.knobs.runtime.interpret)
+
+
+def _stand_in(t: Tensor) -> bool:
+    """Whether ``t`` stands in for data while torch traces (a fake, functional or meta tensor):
+    a kernel launched on it must become a graph node, not run (:func:`launcher`)."""
+    return t.device.type == "meta" or isinstance(t, (FakeTensor, FunctionalTensor))
+
+
+class _InterpretedJIT(JITFunction):
+    """A ``JITFunction`` (the kernel type ``wrap_triton`` records in a graph) whose launches run
+    through the interpreter: what a trace under ``TRITON_INTERPRET=1`` records, so that the
+    graph it makes runs on CPU tensors too."""
+
+    def run(self, *args, grid, warmup, **kwargs):
+        if not _interpreting():  # (a graph traced under the interpreter, run without it)
+            return super().run(*args, grid=grid, warmup=warmup, **kwargs)
+        return _launchable(self).run(*args, grid=grid, warmup=warmup, **kwargs)
+
+
+def launcher(kernel, probe: Tensor):
+    """``kernel`` (a ``@triton.jit`` function or an autotuner over one) ready for ``[grid](...)``.
+
+    On data: :func:`_launchable` (launched directly, as the ``seq2d::triton_bsmm`` ops do eagerly).
+    On a stand-in ``probe`` (:func:`_stand_in`: torch is tracing one of those ops, for
+    ``torch.compile`` or a fake/meta call): through ``torch.library.wrap_triton``, which records
+    the launch as a ``triton_kernel_wrapper`` node instead of running it. The kernel recorded is
+    compiled-mode: the ``@triton.jit`` function itself, or under the interpreter an
+    ``_InterpretedJIT`` (``wrap_triton`` would launch an interpreted one at once, fake tensors and
+    all); and a real tensor among the arguments (the layout's index metadata) enters the trace as
+    a graph constant (``aten.lift_fresh``): fake tensors and real ones must not meet."""
+    jit = isinstance(kernel, (JITFunction, InterpretedFunction))  # else an autotuner, built in the current mode
+    if not _stand_in(probe):
+        return _launchable(kernel) if jit else kernel
+    if jit and _interpreting():
+        key = (kernel.fn, "traced")
+        if key not in _RETARGETED:
+            _RETARGETED[key] = _InterpretedJIT(kernel.fn)
+        kernel = _RETARGETED[key]
+    elif jit:
+        kernel = _launchable(kernel)
+    return _Lifting(wrap_triton(kernel))
+
+
+class _Lifting:
+    """``wrapped[grid](*args, **kwargs)`` with each real tensor argument lifted into the trace."""
+
+    def __init__(self, wrapped):
+        self.wrapped = wrapped
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            args = tuple(_lifted(a) for a in args)
+            kwargs = {k: _lifted(v) for k, v in kwargs.items()}
+            return self.wrapped[grid](*args, **kwargs)
+        return launch
+
+
+def _lifted(a):
+    if isinstance(a, Tensor) and not isinstance(a, (FakeTensor, FunctionalTensor)):
+        return torch.ops.aten.lift_fresh.default(a)
+    return a
 
 
 _RETARGETED: dict = {}
@@ -235,7 +306,7 @@ def dds_t(x: Tensor, wp: Tensor, layout: BlockSparseLayout, out: Tensor) -> Tens
     cfg = _config(T, x.dtype, x.device, "dds_t")
     nb = triton.cdiv(B, cfg["BLOCK_B"])
     with _device_guard(x):
-        _launchable(_dds_t_kernel)[(nb * layout.Mt,)](
+        launcher(_dds_t_kernel, x)[(nb * layout.Mt,)](
             x, wp, out, layout.row_ptr, layout.col, B, nb,
             x.stride(0), x.stride(1), wp.stride(0), wp.stride(1), wp.stride(2), out.stride(0), out.stride(1),
             **cfg,  # the interpreter ignores num_warps/num_stages
@@ -251,7 +322,7 @@ def dds(dy: Tensor, wp: Tensor, layout: BlockSparseLayout, out: Tensor) -> Tenso
     cfg = _config(T, dy.dtype, dy.device, "dds")
     nb = triton.cdiv(B, cfg["BLOCK_B"])
     with _device_guard(dy):
-        _launchable(_dds_kernel)[(nb * layout.Kt,)](
+        launcher(_dds_kernel, dy)[(nb * layout.Kt,)](
             dy, wp, out, layout.row, layout.t_pos, layout.col_ptr, B, nb,
             dy.stride(0), dy.stride(1), wp.stride(0), wp.stride(1), wp.stride(2), out.stride(0), out.stride(1),
             **cfg,  # the interpreter ignores num_warps/num_stages
@@ -288,7 +359,7 @@ def sdd_t(dy: Tensor, x: Tensor, layout: BlockSparseLayout, out: Tensor, splits:
     s_stride = 0 if S == 1 else dst.stride(0)
     st = out.stride() if S == 1 else dst.stride()[1:]
     with _device_guard(x):
-        _launchable(_sdd_t_kernel)[(S * P,)](
+        launcher(_sdd_t_kernel, x)[(S * P,)](
             x, dy, dst, layout.row, layout.col, B, rows_per_split, P,
             x.stride(0), x.stride(1), dy.stride(0), dy.stride(1), s_stride, st[0], st[1], st[2],
             **cfg,  # the interpreter ignores num_warps/num_stages
@@ -322,6 +393,11 @@ class TritonBackend(KernelBackend):
             return False
         return device.type == "cuda" or (device.type == "cpu" and _interpreting())
 
+    def product(self, x: Tensor, wp: Tensor, layout: BlockSparseLayout) -> Tensor:
+        """Through the ops ``seq2d::triton_bsmm`` / ``seq2d::triton_bsmm_backward``
+        (``torch.library.triton_op``): ``torch.compile`` traces into them and sees the kernels."""
+        return host_product(x, wp, layout, self, torch.ops.seq2d.triton_bsmm)
+
     def dds_t(self, x: Tensor, wp: Tensor, layout: BlockSparseLayout) -> Tensor:
         layout = layout.to(x.device)
         _check("dds_t", x, layout.Kt * layout.tile, wp, layout)
@@ -344,3 +420,7 @@ class TritonBackend(KernelBackend):
 
 
 register_kernel(TritonBackend())
+
+# the ops of every Triton kernel object (kernel= names it): torch.compile traces into their bodies,
+# each launch a triton_kernel_wrapper node (launcher), differentiable through the backward op
+define_product_ops("triton_bsmm", torch.library.triton_op)

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import torch
 import triton
 from torch import Tensor
+from torch.utils._python_dispatch import _disable_current_modes
 
 from ..layout import BlockSparseLayout
 from . import triton_backend as v1
@@ -92,10 +93,12 @@ _META: "weakref.WeakKeyDictionary[BlockSparseLayout, _Meta]" = weakref.WeakKeyDi
 
 
 def metadata(layout: BlockSparseLayout) -> _Meta:
-    """The int32 metadata of ``layout`` (built once per layout object, so once per device)."""
+    """The int32 metadata of ``layout`` (built once per layout object, so once per device; from
+    the layout's real index tensors even while torch traces a ``seq2d::triton_bsmm`` op)."""
     meta = _META.get(layout)
     if meta is None:
-        meta = _META[layout] = _build_meta(layout)
+        with _disable_current_modes():
+            meta = _META[layout] = _build_meta(layout)
     return meta
 
 
@@ -105,6 +108,10 @@ def _longest_first(ptr: Tensor) -> Tensor:
 
 
 def _build_meta(layout: BlockSparseLayout) -> _Meta:
+    if layout.device.type == "meta":  # the dW groups (and so the grid) depend on the index values
+        raise v1.InvalidInput("triton_v2 needs its layout's index values (the dW work items depend on them), "
+                              "and a layout on the meta device has none: trace with fake tensors "
+                              "(torch._subclasses.FakeTensorMode) and a real layout, or use kernel 'triton'")
     G = GROUP_TILES[layout.tile]
     row_ptr = layout.row_ptr.cpu()
     counts = row_ptr[1:] - row_ptr[:-1]
@@ -147,7 +154,7 @@ def _smem_bytes(kernel: str, T: int, cfg: tuple, itemsize: int = 2) -> int:
 
 def _programs(T: int, meta: dict, device: torch.device) -> int:
     """Persistent programs for the gather kernel: as many as fit on the GPU at once (three buffers)."""
-    if v1._interpreting():
+    if v1._interpreting() or device.type != "cuda":  # (the meta device: a trace, never run)
         return INTERP_PROGRAMS
     cfg = (meta["BLOCK_B"], meta["BLOCK_K"], 0, 0, 5)
     per_sm = max(1, min(4, SMEM_LIMIT // _smem_bytes("gather", T, cfg)))
@@ -192,8 +199,9 @@ def _fixed_config(op: str, T: int) -> tuple | None:
 
 
 def _launch(op: str, T: int, grid, args: tuple, consts: dict, device: torch.device) -> None:
-    """Run ``op``'s kernel with :func:`_fixed_config` or through the autotuner. ``grid`` maps
-    the config's constexprs (``BLOCK_B``, ...) to the grid."""
+    """Run ``op``'s kernel with :func:`_fixed_config` or through the autotuner (as a graph node
+    when ``args[0]`` is a stand-in: :func:`.triton_backend.launcher`). ``grid`` maps the config's
+    constexprs (``BLOCK_B``, ...) to the grid."""
     kernel = "sdd" if op == "sdd_t" else "gather"
     fn = _gather_gemm_kernel if kernel == "gather" else _sdd_grouped_kernel
     _use_torch_allocator(device)
@@ -202,9 +210,9 @@ def _launch(op: str, T: int, grid, args: tuple, consts: dict, device: torch.devi
         cfg = _fixed_config(op, T)
         if cfg is not None:
             kw = _as_kwargs(kernel, cfg)
-            v1._launchable(fn)[grid(kw)](*args, **consts, **kw)  # the interpreter ignores warps/stages
+            v1.launcher(fn, args[0])[grid(kw)](*args, **consts, **kw)  # the interpreter ignores warps/stages
         else:
-            _tuner(kernel, T)[grid](*args, **consts)
+            v1.launcher(_tuner(kernel, T), args[0])[grid](*args, **consts)
 
 
 _ALLOCATORS: dict = {}
@@ -220,8 +228,11 @@ def _use_torch_allocator(device: torch.device) -> None:
 
 # ---------------------------------------------------------------------------- entry points (write into out)
 def _tma_ready(t: Tensor) -> Tensor:
-    """``t`` if TMA can read it (last stride 1, 16-byte aligned base and row stride), else a copy."""
-    ok = (t.stride(-1) == 1 and t.data_ptr() % 16 == 0
+    """``t`` if TMA can read it (last stride 1, 16-byte aligned base and row stride), else a copy.
+    A stand-in (a trace) has no address: its storage offset counts (inductor copies an input whose
+    storage does not start 16-byte aligned, and aligns its own buffers)."""
+    base = t.storage_offset() * t.element_size() if v1._stand_in(t) else t.data_ptr()
+    ok = (t.stride(-1) == 1 and base % 16 == 0
           and all((s * t.element_size()) % 16 == 0 for s in t.stride()[:-1]))
     return t if ok else t.contiguous().clone() if t.is_contiguous() else t.contiguous()
 
@@ -293,8 +304,11 @@ def n_splits(B: int, n_groups: int, T: int, device: torch.device) -> int:
 _COUNTERS: dict = {}
 
 
-def _counters(n: int, device: torch.device) -> Tensor:
-    """Zeroed int32 counters, one per dW group, per device and stream (the kernel leaves them zero)."""
+def _counters(n: int, device: torch.device, traced: bool = False) -> Tensor:
+    """Zeroed int32 counters, one per dW group, per device and stream (the kernel leaves them zero);
+    ``traced``: new ones (a graph allocates its own, and a cache must not keep a stand-in)."""
+    if traced:
+        return torch.zeros(max(n, 1), dtype=torch.int32, device=device)
     stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
     key = (device, stream)
     buf = _COUNTERS.get(key)
@@ -323,7 +337,7 @@ def sdd_t(dy: Tensor, x: Tensor, layout: BlockSparseLayout, out: Tensor, splits:
     dst = _tma_ready(out) if out.is_contiguous() else torch.empty_like(out, memory_format=torch.contiguous_format)
     if S > 1:
         ws = torch.empty(S * ng * G * T * T, dtype=torch.float32, device=x.device)
-        count = _counters(ng, x.device)
+        count = _counters(ng, x.device, v1._stand_in(x))
     else:
         ws = count = m.gcount  # unused (SPLIT is off): any tensor of the right device
     args = (x, dy, dst, ws, count, m.gstart, m.gcount, m.row, m.col, B, layout.Kt, layout.Mt, P, ng,
