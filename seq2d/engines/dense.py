@@ -315,6 +315,9 @@ class DenseStore(Engine):
             new = new * 1  # a fresh tensor (the dense box may be W's own storage)
         if new.shape != W.shape:
             W.grad = None
+            # autograd keeps the leaf's gradient accumulator (with its shape) while any graph holds
+            # it; torch drops it only when the dtype changes: pass through another dtype first
+            W.data = torch.empty(0, dtype=torch.float16 if W.dtype != torch.float16 else torch.float32, device=W.device)
         W.data = new.contiguous() if idx is None else new
         setattr(self, f"mask_{k}", mask)
         setattr(self, f"index_{k}", idx)
