@@ -15,6 +15,12 @@ its ratio to the MLP's, and so is ``sum(p.numel() for p in model.parameters())``
 that idiom gives) beside ``num_parameters()``. To time another checkout of the library (the
 code before a change), run the script with ``PYTHONPATH`` set to it: the JSON records which
 ``seq2d`` it imported.
+
+``--sweep 0.5,0.9,0.99`` adds what the layout of a masked box costs per step at those mask
+densities, for a box of the random-element model's shape (810 x 3310): the masked dense box
+(``W * mask`` forward, ``grad * mask`` backward, Adam over the box) against the compact one
+(the trained entries placed into the box, their gradient gathered back, Adam over them),
+interleaved, medians; the GEMMs, equal in both, are left out.
 """
 
 from __future__ import annotations
@@ -77,6 +83,37 @@ def measure(models: dict, *, batch: int, repeats: int, warmup: int, seed: int = 
     return times
 
 
+def sweep(densities, *, repeats: int, shape=(810, 3310), seed: int = 0) -> dict:
+    """Per-step cost of a masked box's layout (see the module docstring), ms, by density."""
+    from seq2d.engines.compact import compact_index, place
+
+    R, C = shape
+    out = {}
+    for d in densities:
+        g = torch.Generator().manual_seed(seed)
+        mask = torch.rand(R, C, generator=g) < d
+        idx = compact_index(mask)
+        fm = mask.float()
+        dense = torch.nn.Parameter(torch.randn(R, C, generator=g) * fm)
+        compact = torch.nn.Parameter(dense.detach().reshape(-1)[idx].clone())
+        grad = torch.randn(R, C, generator=g)
+        paths = {"masked": (torch.optim.Adam([dense]), lambda: dense * fm),
+                 "compact": (torch.optim.Adam([compact]), lambda: place(compact, idx, shape))}
+        times = {k: [] for k in paths}
+        for r in range(repeats + 3):
+            for name in (("masked", "compact") if r % 2 == 0 else ("compact", "masked")):
+                opt, weight = paths[name]
+                t = time.perf_counter()
+                opt.zero_grad()
+                weight().backward(grad)
+                opt.step()
+                if r >= 3:
+                    times[name].append(time.perf_counter() - t)
+        out[str(d)] = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+        out[str(d)]["trained"] = int(idx.numel())
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="mlp,random-element,random-tile")
@@ -84,6 +121,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=60)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="CI smoke run (tiny sizes, 3 steps)")
+    ap.add_argument("--sweep", default="", help="mask densities for the layout sweep (e.g. 0.5,0.9,0.99)")
     ap.add_argument("--json", help="write the result here")
     args = ap.parse_args(argv)
     sizes, image_size = [2500, 500, 200, 100, 10], 50
@@ -106,6 +144,12 @@ def main(argv=None) -> int:
     for k in names:
         r = med[k] / ref if ref else float("nan")
         print(f"{k:<16} {med[k] * 1e3:9.2f} {r:7.2f} {counts[k]['parameters_numel']:12,d} {counts[k]['num_parameters']:15,d}")
+    layout = sweep([float(d) for d in args.sweep.split(",")], repeats=max(args.repeats // 2, 3)) if args.sweep else {}
+    if layout:
+        print("layout of an 810 x 3310 masked box, per step (place + gather + Adam, no GEMM):")
+        print(f"{'density':>8} {'masked ms':>10} {'compact ms':>11}")
+        for d, v in layout.items():
+            print(f"{d:>8} {v['masked']:10.2f} {v['compact']:11.2f}")
     if args.json:
         cmd = ["python", "benchmarks/user_loop_step.py", *(argv if argv is not None else sys.argv[1:])]
         rec = {"command": " ".join(cmd), "cpu": cpu_name(), "capability": torch.backends.cpu.get_cpu_capability(),
@@ -113,7 +157,7 @@ def main(argv=None) -> int:
                "batch": args.batch, "repeats": args.repeats, "sizes": sizes, "models": names,
                "median_ms": {k: v * 1e3 for k, v in med.items()},
                "ratio_to_mlp": {k: (med[k] / ref if ref else None) for k in names}, "counts": counts,
-               "times_ms": {k: [t * 1e3 for t in v] for k, v in times.items()},
+               "times_ms": {k: [t * 1e3 for t in v] for k, v in times.items()}, "layout_sweep_ms": layout,
                "load": os.getloadavg()[0], "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         Path(args.json).write_text(json.dumps(rec, indent=1))
     return 0

@@ -35,7 +35,10 @@ def place(values: Tensor, index: Tensor, shape: tuple[int, int], frozen: Tensor 
     plus ``frozen`` under the values too: one differentiable op, its backward one gather."""
     if frozen is not None:
         return frozen.reshape(-1).index_add(0, index, values).view(shape)
-    return values.new_zeros(shape[0] * shape[1]).index_copy(0, index, values).view(shape)
+    zeros = values.new_zeros(shape[0] * shape[1])
+    if torch._C._functorch.is_functorch_wrapped_tensor(values):  # vmapped copies (seq2d.train.vectorized): the
+        return zeros.index_copy(0, index, values).view(shape)    # zeros are one copy's, the values batched
+    return zeros.index_copy_(0, index, values).view(shape)  # in place: no copy of the zeros
 
 
 def block_index(index: Tensor, C: int, r0: int, c0: int, h: int, w: int) -> tuple[Tensor, Tensor]:
