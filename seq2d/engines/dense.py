@@ -321,7 +321,6 @@ class DenseStore(Engine):
         W.data = new.contiguous() if idx is None else new
         setattr(self, f"mask_{k}", mask)
         setattr(self, f"index_{k}", idx)
-        self.__dict__.pop("_mask_cache", None)
 
     def _load_from_state_dict(self, state_dict, prefix, *args) -> None:
         """A state's mask is the model's after loading (as the buffer's copy makes it): a box is
@@ -336,28 +335,9 @@ class DenseStore(Engine):
         compact_boxes([(prefix, self)], state_dict)
         super()._load_from_state_dict(state_dict, prefix, *args)
 
-    @torch.no_grad()
     def apply_mask_(self) -> None:
-        """Zero every weight entry that is not trainable (a compact box stores none)."""
-        for k, W in enumerate(self.weight):
-            m = self._buf("mask", k)
-            if m is not None and not self.is_compact(k):
-                W.mul_(m)
-
-    def _float_mask(self, k: int, m: Tensor, W: Tensor) -> Tensor:
-        """The bool mask in W's dtype, cached and rebuilt when the mask changes (its version
-        counter moves on every in-place edit; ``set_region`` replaces the tensor). Multiplying
-        by a float mask is one memory pass; a bool one is converted in both passes."""
-        if torch.compiler.is_compiling():  # inside a compiled graph the conversion is fused
-            return m.to(W.dtype)
-        if torch._C._functorch.is_functorch_wrapped_tensor(m):  # a vmapped mask (seq2d.train.vectorized):
-            return m.to(W.dtype)  # a wrapper lives for one call, so its id may come back for another
-        cache = self.__dict__.setdefault("_mask_cache", {})
-        key = (id(m), m._version, W.dtype, W.device)
-        hit = cache.get(k)
-        if hit is None or hit[0] != key:
-            hit = cache[k] = (key, m.to(W.dtype))
-        return hit[1]
+        """Nothing to zero: a box with a mask stores its trained entries only (kept for the handles,
+        whose own ``apply_mask_`` zeroes an unbound block's masked entries)."""
 
     def region_requires_grad(self, key) -> bool:
         return self.weight[self._pidx[key[0]]].requires_grad
@@ -369,7 +349,6 @@ class DenseStore(Engine):
         b = self._pidx[b]
         sl = (slice(r0, r0 + h), slice(c0, c0 + w))
         W = self.weight[b]
-        self.__dict__.pop("_mask_cache", None)
         m = self._buf("mask", b)
         if mask is not None or m is not None:
             m = torch.ones(self.box_shape(b), dtype=torch.bool, device=W.device) if m is None else m.clone()
@@ -384,12 +363,7 @@ class DenseStore(Engine):
 
     def num_trainable(self) -> int:
         """Trainable entries (a tied position's region is masked out: it reads its source)."""
-        total = 0
-        for b, W in enumerate(self.weight):
-            if W.requires_grad:
-                m = self._buf("mask", b)
-                total += W.numel() if m is None or self.is_compact(b) else int(m.sum())
-        return total
+        return sum(W.numel() for W in self.weight if W.requires_grad)  # a masked box stores its trained entries only
 
     def position_weight(self, i: int, j: int) -> Tensor:
         """Effective (s_i, s_j) weight at grid position (i, j) (differentiable)."""
@@ -398,16 +372,16 @@ class DenseStore(Engine):
 
     # ------------------------------------------------------------------ the product
     def effective(self, cache: dict | None = None) -> list[Tensor]:
-        """``frozen + weight * mask`` of every box (tied positions gathered), once per forward."""
+        """``frozen`` + the trained entries of every box (tied positions gathered), once per forward."""
         if cache is not None and "dense" in cache:
             return cache["dense"]
         own = []
         for k, W in enumerate(self.weight):
-            m, f, idx = self._buf("mask", k), self._buf("frozen", k), self._buf("index", k)
+            f, idx = self._buf("frozen", k), self._buf("index", k)
             if idx is not None:  # compact: the trained entries placed into the box (frozen values under them)
                 own.append(place(W, idx, self.box_shape(k), f))
                 continue
-            e = W if m is None else W * self._float_mask(k, m, W)
+            e = W
             if f is not None:
                 e = e + f
             own.append(e)
