@@ -36,8 +36,8 @@ def place(values: Tensor, index: Tensor, shape: tuple[int, int], frozen: Tensor 
     if frozen is not None:
         return frozen.reshape(-1).index_add(0, index, values).view(shape)
     zeros = values.new_zeros(shape[0] * shape[1])
-    if torch._C._functorch.is_functorch_wrapped_tensor(values):  # vmapped copies (seq2d.train.vectorized): the
-        return zeros.index_copy(0, index, values).view(shape)    # zeros are one copy's, the values batched
+    if not torch.compiler.is_compiling() and torch._C._functorch.is_functorch_wrapped_tensor(values):
+        return zeros.index_copy(0, index, values).view(shape)  # vmapped copies (seq2d.train.vectorized): batched values
     return zeros.index_copy_(0, index, values).view(shape)  # in place: no copy of the zeros
 
 
