@@ -45,9 +45,10 @@ from seq2d.train.config import TrainConfig
 
 
 def _commit(path: Path) -> str | None:
+    """The commit of the checkout at ``path``, ``+dirty`` when its library (seq2d/) has edits."""
     try:
         out = subprocess.run(["git", "-C", str(path), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-        dirty = subprocess.run(["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no"],
+        dirty = subprocess.run(["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no", "--", "seq2d"],
                                capture_output=True, text=True).stdout.strip()
         return out.stdout.strip() + ("+dirty" if dirty else "") if out.returncode == 0 else None
     except OSError:
