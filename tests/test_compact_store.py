@@ -143,8 +143,11 @@ def test_handles_write_through_and_mask_edits_relayout():
     W = model.store.weight[0]
     n = model.num_parameters()
     dropped = int(blk.mask[:, :3].sum())
-    blk.mask[:, :3] = False
+    view = blk.mask
+    view[:, :3] = False
     assert model.store.weight[0] is W and numel(model) == model.num_parameters() == n - dropped
+    view[0, 3:] = view[0, 3:]                    # a second edit through the same view: laid out again, no change
+    assert numel(model) == model.num_parameters() == n - dropped
     assert not blk.weight[:, :3].any() and torch.equal(blk.weight[:, 3:], want[:, 3:])
     blk.mask = None                              # every entry trainable: newly trained entries start at 0
     assert torch.equal(blk.weight[:, 3:], want[:, 3:]) and not blk.weight[:, :3].any()

@@ -278,7 +278,7 @@ class DenseStore(Engine):
             if bool(t.all()):
                 return None
             # an edit in place changes which entries the box stores: it is laid out again
-            return WriteBack.of(t, lambda _, k=b, old=self._buf("index", b): self._relayout(k, self._buf("mask", k), old))
+            return WriteBack.of(t, lambda _, k=b: self._relayout(k, self._buf("mask", k)))
         return t if bool((t != 0).any()) else None
 
     def _block_index(self, k: int, key) -> tuple[Tensor, Tensor]:
