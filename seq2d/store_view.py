@@ -14,10 +14,68 @@ from torch import Tensor
 
 from .errors import InvalidInput, InvalidValue
 
-__all__ = ["StoreView"]
+__all__ = ["StoreView", "WriteBack"]
 
 
-class StoreView(Tensor):
+class WriteBack(Tensor):
+    """A tensor whose in-place edits are handed to a callback: what a handle gives out where the
+    store does not keep the region as one strided view (a compactly stored block's ``weight``,
+    assembled from the trained entries; its ``mask``, whose edit changes which entries are
+    stored). An in-place method (``t.mul_(2)``, ``t[0, 0] = x``, ``t += 1``, ``t.copy_(v)``, an
+    ``nn.init`` function, ``out=t``) on it or on a view of it (``t[:, :3]``, ``t.data``,
+    ``t.detach()``, which stay WriteBacks) calls ``write(root)`` with the tensor first handed out,
+    after the edit; anything else computed from it is a plain tensor."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return _with_write_back(func, types, args, kwargs or {})
+
+    @staticmethod
+    def of(t: Tensor | None, write, root: Tensor | None = None) -> "WriteBack | None":
+        """``t`` as a WriteBack whose in-place edits call ``write(root)`` (default ``root``: ``t``)."""
+        if t is None:
+            return None
+        out = t.as_subclass(WriteBack)
+        out._wb = (t if root is None else root, write)
+        return out
+
+
+_INPLACE_DUNDERS = frozenset({"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__",
+                              "__imod__", "__ipow__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__"})
+_NOT_WRITES = frozenset({"requires_grad_", "retain_grad", "share_memory_", "record_stream"})
+
+
+def _with_write_back(func, types, args, kwargs):
+    """``func`` on plain tensors; then the write-back of every WriteBack it edited in place, or,
+    for a result that shares the storage of a WriteBack argument (a view), that result as one."""
+    out = _plain_torch_function(func, types, args, kwargs)
+    name = getattr(func, "__name__", "")
+    first = args[0] if args else kwargs.get("tensor", kwargs.get("input"))  # nn.init passes ``tensor=``
+    edited = []
+    if first is not None and (name in _INPLACE_DUNDERS or (name.endswith("_") and not name.startswith("_")
+                                              and name not in _NOT_WRITES)):
+        edited.append(first)
+    dest = kwargs.get("out")
+    edited += list(dest) if isinstance(dest, (tuple, list)) else [dest]
+    wbs = [t.__dict__["_wb"] for t in edited if isinstance(t, WriteBack) and t.__dict__.get("_wb") is not None]
+    for root, write in wbs:
+        write(root)
+    if wbs or name in _NOT_VIEWS or not isinstance(out, Tensor) or isinstance(out, WriteBack) or not args:
+        return out
+    src = args[0]
+    wb = src.__dict__.get("_wb") if isinstance(src, WriteBack) else None
+    if wb is not None and out is not wb[0]:
+        with torch._C.DisableTorchFunctionSubclass():
+            shared = out.numel() > 0 and out.untyped_storage().data_ptr() == src.untyped_storage().data_ptr()
+        if shared:
+            return WriteBack.of(out, wb[1], root=wb[0])
+    return out
+
+
+_NOT_VIEWS = frozenset({"as_subclass"})  # ``t.as_subclass(Tensor)``: the way out to a plain tensor
+
+
+class StoreView(WriteBack):
     """A region of a model's parameter store as a tensor (a handle's ``blk.weight``,
     ``model.bias(i)``) whose ``.grad`` is the store's gradient at the same region.
 
@@ -50,17 +108,25 @@ class StoreView(Tensor):
             return _grad_through_store(*args, **kwargs)
         if func is torch.autograd.backward:
             return _backward_through_store(*args, **kwargs)
-        return _plain_torch_function(func, types, args, kwargs)  # results are plain tensors
+        return _with_write_back(func, types, args, kwargs)  # results are plain tensors (views of a
+        # write-back region excepted)
 
     @staticmethod
-    def of(view: Tensor | None, leaf: Tensor | None = None, region=None) -> "StoreView | None":
+    def of(view: Tensor | None, leaf: Tensor | None = None, region=None, put=None) -> "StoreView | None":
         """``view`` as a StoreView of the store Parameter ``leaf``. Without ``region``, ``view``
         is a view of ``leaf`` (default: its ``_base``) and its region is located by its strides
         and offset; else ``region(t)`` computes ``view``'s entries from a tensor ``t`` shaped like
-        ``leaf`` (``view == region(leaf)``, linear in ``leaf``'s entries: a gather)."""
+        ``leaf`` (``view == region(leaf)``, linear in ``leaf``'s entries: a gather). ``put(t, v)``
+        (with ``region`` only): write the region's values ``v`` into ``t`` shaped like ``leaf``; then
+        the view and its ``.grad`` are copies whose in-place edits are put back into ``leaf`` and
+        its gradient (:class:`WriteBack`). A StoreView given again without ``leaf`` is returned as it is."""
         if view is None:
             return None
+        if isinstance(view, StoreView) and leaf is None:
+            return view
         out = view.as_subclass(StoreView)
+        out._put = put
+        out._wb = None if put is None else (view, lambda v: _put_no_grad(put, leaf, v))
         if leaf is None:
             leaf = view if view._base is None else view._base  # read on the plain view: no dispatch
         out._leaf, out._region = leaf, region
@@ -91,7 +157,11 @@ class StoreView(Tensor):
     @property
     def grad(self) -> Tensor | None:
         g = self._leaf.grad
-        return None if g is None else self.region_of(g)
+        if g is None:
+            return None
+        put = self.__dict__.get("_put")
+        r = self.region_of(g)
+        return r if put is None else WriteBack.of(r, lambda v: _put_no_grad(put, g, v))
 
     @grad.setter
     def grad(self, value) -> None:
@@ -101,6 +171,11 @@ class StoreView(Tensor):
 
 
 _plain_torch_function = torch._C._disabled_torch_function_impl
+
+
+@torch.no_grad()
+def _put_no_grad(put, t: Tensor, v: Tensor) -> None:
+    put(t, v.as_subclass(Tensor))
 
 
 def _same_layout(strides, leaf_strides, shape) -> bool:

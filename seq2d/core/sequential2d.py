@@ -363,7 +363,12 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         """Trainable entries: masked and frozen entries excluded, tied weights counted once. A
         module block that implements ``num_trainable()`` (or a nested Sequential2D, through its
         ``num_parameters()``) reports its own count; other modules count their parameters
-        that require grad."""
+        that require grad.
+
+        With the dense store ``sum(p.numel() for p in self.parameters())`` is the same number (a
+        masked box stores its trained entries only, :mod:`seq2d.engines.compact`); the tiled store
+        (:meth:`to_blocksparse`) keeps whole tiles, so its parameters also hold the masked entries of
+        partly trained tiles and the padding of slots that are not whole tiles (docs/concepts.md)."""
         seen: set[int] = set()
         total = 0
         if self.store is not None:

@@ -9,15 +9,23 @@ product touches its own weights only (an MLP's boxes are exactly its ``nn.Linear
 Per box, buffers over the same ``(R, C)`` grid:
 
 - ``mask_b`` (bool, or None when every entry is trainable): trainable entries; entries
-  outside every block are False, so they stay exactly zero and get no gradient;
+  outside every block are False. A box with a mask stores only its trained entries (the
+  *compact* layout, :mod:`.compact`): its Parameter is the vector of the entries the mask
+  trains, in row-major order, ``index_b`` (a buffer not saved in the state dict: it follows
+  from the mask) says where each sits in the box, and a step places them into the box in one
+  op, so ``parameters()``, gradients and optimizer states hold the trained entries only; a
+  box without a mask is one dense ``(R, C)`` Parameter;
 - ``frozen_b`` (or None): fixed values at non-trainable entries;
 - ties (a LinearBlock at several positions): a gather index per box holding a tied
   position says where each entry reads its value in the concatenation of the boxes; a
   tied position reads its first position's region, so the gradients of tied positions add
   up there (a box of tied positions only owns no Parameter at all).
 
-The effective weight of box b is ``frozen_b + weight_b * mask_b`` (then gathered through
-``src_b`` when tied); it is formed once per forward call and reused by every step.
+The effective weight of box b is ``frozen_b + weight_b`` placed at ``index_b`` (``weight_b``
+itself without a mask; then gathered through ``src_b`` when tied); it is formed once per forward
+call and reused by every step. A mask edit that changes which entries a box trains (``blk.mask
+= m``, or in place through ``blk.mask``) resizes that box's Parameter in place (the same
+object: an optimizer built before it then refuses its old state; build it after the edit).
 LinearBlocks become handles into their (first) region: see :class:`seq2d.LinearBlock`.
 
 ``mode="loop"`` keeps the same storage but evaluates one ``F.linear`` per block position
@@ -35,6 +43,8 @@ from torch import Tensor, nn
 from ..errors import InvalidType, InvalidValue
 from ..blocks import LinearBlock
 from .base import Engine, contiguous_runs
+from .compact import block_index, block_region, compact_boxes, compact_index, place
+from ..store_view import WriteBack
 
 __all__ = ["DenseStore"]
 
@@ -178,6 +188,7 @@ class DenseStore(Engine):
         # tied positions only (an unrolled RNN's later levels) is all gathered
         owner = sorted({key[0] for key in primary.values()})
         self._pidx = {b: k for k, b in enumerate(owner)}
+        self._owner = owner
         self.weight = nn.ParameterList()
         weights, masks, frozens = {}, {}, {}
         for b in owner:
@@ -202,9 +213,12 @@ class DenseStore(Engine):
                 else:  # a block with requires_grad=False: all of it is fixed values
                     frozens[b][sl] = blk.effective_weight().detach()
         for k, b in enumerate(owner):
-            self.weight.append(nn.Parameter(weights[b]))
             m, f = masks[b], frozens[b]
-            self.register_buffer(f"mask_{k}", None if bool(m.all()) else m)
+            m = None if bool(m.all()) else m
+            idx = None if m is None else compact_index(m)
+            self.weight.append(nn.Parameter(weights[b] if idx is None else weights[b].reshape(-1).index_select(0, idx)))
+            self.register_buffer(f"mask_{k}", m)
+            self.register_buffer(f"index_{k}", idx, persistent=False)
             self.register_buffer(f"frozen_{k}", f if bool((f != 0).any()) else None)
         # ties: a gather index for every box holding a tied position, into the concatenation
         # of the owned boxes followed by one zero
@@ -234,13 +248,23 @@ class DenseStore(Engine):
         return self.weight[0].device
 
     def _buf(self, kind: str, k: int) -> Tensor | None:
-        """Buffer ``kind`` ('mask'/'frozen') of the k-th owned box."""
+        """Buffer ``kind`` ('mask'/'index'/'frozen') of the k-th owned box."""
         return getattr(self, f"{kind}_{k}")
+
+    def box_shape(self, k: int) -> tuple[int, int]:
+        """The ``(R, C)`` shape of the k-th owned box (its Parameter's, unless compact)."""
+        return self.boxes[self._owner[k]].shape
+
+    def is_compact(self, k: int) -> bool:
+        """Whether the k-th owned box stores its trained entries only (it has a mask)."""
+        return self._buf("index", k) is not None
 
     def region(self, key, name: str) -> Tensor | None:
         b, r0, c0, h, w = key
         b = self._pidx[b]
         sl = (slice(r0, r0 + h), slice(c0, c0 + w))
+        if name in ("weight", "grad") and self.is_compact(b):
+            return self._compact_region(b, key, name)
         if name == "weight":
             return self.weight[b][sl]
         if name == "grad":
@@ -251,31 +275,69 @@ class DenseStore(Engine):
             return None
         t = t[sl]
         if name == "mask":
-            return None if bool(t.all()) else t
+            if bool(t.all()):
+                return None
+            # an edit in place changes which entries the box stores: it is laid out again
+            return WriteBack.of(t, lambda _, k=b: self._relayout(k, self._buf("mask", k)))
         return t if bool((t != 0).any()) else None
 
-    @torch.no_grad()
-    def apply_mask_(self) -> None:
-        """Zero every weight entry that is not trainable (outside the blocks, masked, tied copies)."""
-        for k, W in enumerate(self.weight):
-            m = self._buf("mask", k)
-            if m is not None:
-                W.mul_(m)
-
-    def _float_mask(self, k: int, m: Tensor, W: Tensor) -> Tensor:
-        """The bool mask in W's dtype, cached and rebuilt when the mask changes (its version
-        counter moves on every in-place edit; ``set_region`` replaces the tensor). Multiplying
-        by a float mask is one memory pass; a bool one is converted in both passes."""
-        if torch.compiler.is_compiling():  # inside a compiled graph the conversion is fused
-            return m.to(W.dtype)
-        if torch._C._functorch.is_functorch_wrapped_tensor(m):  # a vmapped mask (seq2d.train.vectorized):
-            return m.to(W.dtype)  # a wrapper lives for one call, so its id may come back for another
-        cache = self.__dict__.setdefault("_mask_cache", {})
-        key = (id(m), m._version, W.dtype, W.device)
-        hit = cache.get(k)
-        if hit is None or hit[0] != key:
-            hit = cache[k] = (key, m.to(W.dtype))
+    def _block_index(self, k: int, key) -> tuple[Tensor, Tensor]:
+        """:func:`block_index` of ``key``'s region in the k-th (compact) box, memoised per index tensor."""
+        idx = self._buf("index", k)
+        memo = self.__dict__.setdefault("_block_idx", {})
+        hit = memo.get(key)
+        if hit is None or hit[0] is not idx:
+            _, r0, c0, h, w = key
+            hit = memo[key] = (idx, block_index(idx, self.box_shape(k)[1], r0, c0, h, w))
         return hit[1]
+
+    def _compact_region(self, k: int, key, name: str) -> Tensor | None:
+        """A block's region of a compact box: its weight, assembled from the trained entries (a
+        :class:`StoreView` whose in-place edits are written back and whose ``.grad`` is the block's
+        gradient), or the region of the gradient (a copy)."""
+        return block_region(self.weight[k], *self._block_index(k, key), key[3], key[4], grad=name == "grad")
+
+    @torch.no_grad()
+    def _relayout(self, k: int, mask: Tensor | None, old: Tensor | None = None) -> None:
+        """Lay the k-th box out for ``mask`` (None: every entry trainable, a dense box), keeping the
+        values of the entries trained before and after and zero for the newly trainable ones. The
+        Parameter stays the same object (its ``.data`` is replaced; its gradient dropped when the
+        shape changes). ``old``: the index it was laid out with (default the current one)."""
+        W = self.weight[k]
+        shape = self.box_shape(k)
+        old = self._buf("index", k) if old is None else old
+        dense = W.detach() if old is None else place(W.detach(), old, shape)
+        if mask is not None and bool(mask.all()):
+            mask = None
+        idx = None if mask is None else compact_index(mask)
+        new = dense if idx is None else dense.reshape(-1).index_select(0, idx)
+        if mask is not None:
+            new = new * 1  # a fresh tensor (the dense box may be W's own storage)
+        if new.shape != W.shape:
+            W.grad = None
+            # autograd keeps the leaf's gradient accumulator (with its shape) while any graph holds
+            # it; torch drops it only when the dtype changes: pass through another dtype first
+            W.data = torch.empty(0, dtype=torch.float16 if W.dtype != torch.float16 else torch.float32, device=W.device)
+        W.data = new.contiguous() if idx is None else new
+        setattr(self, f"mask_{k}", mask)
+        setattr(self, f"index_{k}", idx)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args) -> None:
+        """A state's mask is the model's after loading (as the buffer's copy makes it): a box is
+        laid out for it first, and a box saved densely (before the compact layout) is reduced
+        to the entries that mask trains (:func:`compact_state_dict`)."""
+        for k in range(len(self.weight)):
+            m = state_dict.get(f"{prefix}mask_{k}")
+            own = self._buf("mask", k)
+            if isinstance(m, Tensor) and tuple(m.shape) == self.box_shape(k) and m.dtype == torch.bool \
+                    and (own is None or not torch.equal(m.to(own.device), own)):
+                self._relayout(k, m.to(self.device))
+        compact_boxes([(prefix, self)], state_dict)
+        super()._load_from_state_dict(state_dict, prefix, *args)
+
+    def apply_mask_(self) -> None:
+        """Nothing to zero: a box with a mask stores its trained entries only (kept for the handles,
+        whose own ``apply_mask_`` zeroes an unbound block's masked entries)."""
 
     def region_requires_grad(self, key) -> bool:
         return self.weight[self._pidx[key[0]]].requires_grad
@@ -287,28 +349,21 @@ class DenseStore(Engine):
         b = self._pidx[b]
         sl = (slice(r0, r0 + h), slice(c0, c0 + w))
         W = self.weight[b]
-        self.__dict__.pop("_mask_cache", None)
         m = self._buf("mask", b)
         if mask is not None or m is not None:
-            if m is None:
-                m = torch.ones(W.shape, dtype=torch.bool, device=W.device)
+            m = torch.ones(self.box_shape(b), dtype=torch.bool, device=W.device) if m is None else m.clone()
             m[sl] = True if mask is None else mask.to(m.device)
-            setattr(self, f"mask_{b}", None if bool(m.all()) else m)
+            self._relayout(b, m)
         f = self._buf("frozen", b)
         if frozen is not None or f is not None:
             if f is None:
-                f = torch.zeros_like(W)
+                f = W.new_zeros(self.box_shape(b))
             f[sl] = 0 if frozen is None else frozen.to(f)
             setattr(self, f"frozen_{b}", f if bool((f != 0).any()) else None)
 
     def num_trainable(self) -> int:
         """Trainable entries (a tied position's region is masked out: it reads its source)."""
-        total = 0
-        for b, W in enumerate(self.weight):
-            if W.requires_grad:
-                m = self._buf("mask", b)
-                total += W.numel() if m is None else int(m.sum())
-        return total
+        return sum(W.numel() for W in self.weight if W.requires_grad)  # a masked box stores its trained entries only
 
     def position_weight(self, i: int, j: int) -> Tensor:
         """Effective (s_i, s_j) weight at grid position (i, j) (differentiable)."""
@@ -317,13 +372,16 @@ class DenseStore(Engine):
 
     # ------------------------------------------------------------------ the product
     def effective(self, cache: dict | None = None) -> list[Tensor]:
-        """``frozen + weight * mask`` of every box (tied positions gathered), once per forward."""
+        """``frozen`` + the trained entries of every box (tied positions gathered), once per forward."""
         if cache is not None and "dense" in cache:
             return cache["dense"]
         own = []
         for k, W in enumerate(self.weight):
-            m, f = self._buf("mask", k), self._buf("frozen", k)
-            e = W if m is None else W * self._float_mask(k, m, W)
+            f, idx = self._buf("frozen", k), self._buf("index", k)
+            if idx is not None:  # compact: the trained entries placed into the box (frozen values under them)
+                own.append(place(W, idx, self.box_shape(k), f))
+                continue
+            e = W
             if f is not None:
                 e = e + f
             own.append(e)
@@ -508,3 +566,4 @@ class DenseStore(Engine):
     def extra_repr(self) -> str:
         shapes = ", ".join(f"{R}x{C}" for R, C in (box.shape for box in self.boxes))
         return f"boxes=[{shapes}], mode={self.mode!r}, tied={self.tied}"
+

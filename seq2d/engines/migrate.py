@@ -1,14 +1,22 @@
-"""Loading checkpoints written before the parameter store (``blocks.i_j.weight``/``mask``/
-``frozen`` per block, ``biases.i`` per slot, ``engine.*`` for the tiled engine)."""
+"""Loading state written by earlier layouts: checkpoints from before the parameter store
+(``blocks.i_j.weight``/``mask``/``frozen`` per block, ``biases.i`` per slot, ``engine.*`` for
+the tiled engine), and a masked box saved densely, before the compact layout (:mod:`.compact`;
+a model's own ``load_state_dict`` converts it, :func:`compact_state_dict` and
+:func:`compact_optimizer_state` convert a checkpoint before it is checked against the model)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
+from torch import Tensor, nn
 
 from ..errors import InvalidInput
 from ..blocks import LinearBlock
+from .compact import compact_boxes, old_boxes
+from .dense import DenseStore
 
-__all__ = ["migrate_state_dict"]
+__all__ = ["migrate_state_dict", "compact_state_dict", "compact_optimizer_state"]
 
 
 @torch.no_grad()
@@ -49,3 +57,36 @@ def migrate_state_dict(model, state_dict: dict, prefix: str) -> None:
             state_dict.setdefault(prefix + "slot_bias.bias", model.slot_bias.bias.detach().clone())
     for k in [k for k in state_dict if k.startswith(prefix + "engine.")]:
         state_dict[prefix + "store.matrix." + k[len(prefix) + len("engine."):]] = state_dict.pop(k)
+
+
+def _stores(model: nn.Module):
+    for prefix, m in model.named_modules():
+        if isinstance(m, DenseStore):  # state dict prefixes
+            yield (prefix + "." if prefix else ""), m
+
+
+def compact_state_dict(model: nn.Module, state: dict) -> dict:
+    """:func:`compact_boxes` for every dense store in ``model`` (a model state dict ``state``)."""
+    return compact_boxes(_stores(model), state)
+
+
+def compact_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, model_state: Mapping,
+                            opt_state: Mapping) -> Mapping:
+    """An optimizer state dict ``opt_state`` saved beside the model state ``model_state`` (before
+    :func:`compact_state_dict` converts it) with every per-parameter tensor of a box's dense shape
+    reduced to the entries the saved mask trains (Adam's moments, SGD's momentum). Parameters are
+    matched by position, as ``optimizer.load_state_dict`` matches them. Changes ``opt_state`` in place."""
+    old = {id(W): m for _, _, W, m in old_boxes(_stores(model), model_state)}
+    if not old or not isinstance(opt_state, Mapping) or "state" not in opt_state:
+        return opt_state
+    ours = [p for g in optimizer.param_groups for p in g["params"]]
+    saved = [pid for g in opt_state.get("param_groups", ()) for pid in g.get("params", ())]
+    for p, pid in zip(ours, saved):
+        m = old.get(id(p))
+        st = opt_state["state"].get(pid)
+        if m is None or not isinstance(st, dict):
+            continue
+        for name, t in st.items():
+            if isinstance(t, Tensor) and tuple(t.shape) == tuple(m.shape):
+                st[name] = t.reshape(-1)[m.reshape(-1).to(t.device)]
+    return opt_state

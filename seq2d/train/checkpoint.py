@@ -59,6 +59,7 @@ __all__ = [
     "check_resume_config",
     "check_rng_state",
     "check_model_state",
+    "upgrade_checkpoint",
     "check_finite_state",
     "check_optimizer_state",
     "check_resume_extra",
@@ -397,6 +398,25 @@ def check_resume_config(saved: Mapping, current: TrainConfig, path: str | os.Pat
             + f". Fields that may change on resume: {', '.join(RESUME_FREE_FIELDS)}"
         )
     return old
+
+
+def upgrade_checkpoint(ckpt: Mapping, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
+                       extra_states=()) -> None:
+    """Convert, in place, what ``ckpt`` holds in an earlier layout of ``model``'s parameter store
+    (a masked box saved densely: :mod:`seq2d.engines.compact`) to the current one: its ``"model"``
+    state, the optimizer's per-parameter tensors (with ``optimizer``) and the model states named in
+    ``extra_states`` (e.g. a best-validation copy). Called before the checks below."""
+    from ..engines.migrate import compact_optimizer_state, compact_state_dict
+
+    own = _unwrap(model)
+    state = ckpt.get("model")
+    if not isinstance(state, dict):
+        return
+    if optimizer is not None and isinstance(ckpt.get("optimizer"), Mapping):
+        compact_optimizer_state(own, optimizer, state, ckpt["optimizer"])  # with the saved masks, before these convert
+    for s in (state, *extra_states):
+        if isinstance(s, dict):
+            compact_state_dict(own, s)
 
 
 def check_model_state(state: Mapping, model: torch.nn.Module, where: str) -> None:

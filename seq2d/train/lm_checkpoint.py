@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from .checkpoint import (CheckpointError, capture_rng_state, check_model_state, check_optimizer_state,
-                         load_checkpoint, restore_rng_state, save_checkpoint)
+                         upgrade_checkpoint, load_checkpoint, restore_rng_state, save_checkpoint)
 
 __all__ = ["LMCheckpoint"]
 
@@ -83,6 +83,7 @@ class LMCheckpoint:
         if not isinstance(loop, Mapping) or any(k not in loop for k in _LOOP_KEYS):
             raise CheckpointError(f"{where} holds no language-model loop state (extra['loop'] with "
                                   f"{', '.join(_LOOP_KEYS)}): not written by seq2d.lm.train_lm")
+        upgrade_checkpoint(ckpt, model, optimizer, extra_states=(loop["best_state"],))  # an earlier store layout
         check_model_state(ckpt["model"], model, where)
         check_optimizer_state(ckpt["optimizer"], optimizer, where)
         if loop["best_state"] is not None:

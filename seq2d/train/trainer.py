@@ -71,6 +71,7 @@ from .checkpoint import (
     capture_rng_state,
     check_model_state,
     check_optimizer_state,
+    upgrade_checkpoint,
     check_resume_config,
     check_resume_extra,
     load_checkpoint,
@@ -225,6 +226,7 @@ class Trainer:
                    for k in allow if getattr(old, k) != getattr(cfg, k)]
         check_resume_extra(ckpt["extra"], self._batches(), where)
         check_same_model(ckpt["extra"].get(FP), self._fingerprint, reuse=False, where=where)
+        upgrade_checkpoint(ckpt, self.model, self.optimizer)  # a masked box saved densely, by an earlier seq2d
         check_model_state(ckpt["model"], self.model, where)
         new_optimizer = any(c["field"] == "optimizer" for c in changes)  # a new kind of optimizer starts from scratch
         if not new_optimizer:
