@@ -30,7 +30,7 @@ def _f(v, spec: str) -> str:
 
 
 def table(paths) -> str:
-    head = (["threads", "W (rows x cols), batch", "element density", "64-tiles touched"]
+    head = (["threads", "W (rows x cols), batch", "element density", "tiles touched (tile)"]
             + [f"{n} ms" for n in IMPLS] + [f"{a} / {b}" for a, b in RATIOS] + ["other processes", "load (1 min)"])
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     cases = []
@@ -43,7 +43,7 @@ def table(paths) -> str:
         t = {n: _ms(c["rows"], n) for n in IMPLS}
         shares = [r["others"] for r in c["rounds"] if r.get("used") and r.get("others") is not None]
         cells = [str(threads), f"{c.get('R', c['N'])} x {c['N']}, {c['batch']}", f"{c['density_actual']:.4f}",
-                 _f(c.get("tile_density"), ".4f") if c.get("tile_density") is not None else "no tile layout"]
+                 f"{c['tile_density']:.4f} ({c['tile']})" if c.get("tile_density") is not None else "no tile layout"]
         cells += [_f(t[n], ".1f") for n in IMPLS]
         cells += [_f(t[a] / t[b] if t[a] and t[b] else None, ".2f") for a, b in RATIOS]
         cells += [f"{100 * statistics.median(shares):.0f}%" if shares else "–", c["loadavg_after"][0]]
