@@ -2,6 +2,7 @@
 of ``benchmarks/blocksparse.py --mask element`` / ``--mask mnist-random-element``.
 
     python benchmarks/report_element.py benchmarks/results/blocksparse-cpu-element-2026-11-28-*.json
+    python benchmarks/report_element.py --mnist-blocks    # element density of each block of that model
 
 Every time printed is a median read from the JSON (interleaved rounds); the ratios are
 computed here from those medians. Ratios below 1: the row is faster than the one it is
@@ -51,11 +52,45 @@ def table(paths) -> str:
     return "\n".join(out)
 
 
+def mnist_blocks(seed: int = 0) -> str:
+    """Element density of each block (output slot x input slot) of the paper's random-element MNIST
+    model's dense-store box: the mask blocksparse.py ``--mask mnist-random-element`` times."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from blocksparse import mnist_random_element_box  # noqa: E402
+    from seq2d.mnist_comparison import SCALES
+
+    M = mnist_random_element_box(seed)
+    sizes = SCALES["full"]["sizes"]
+    off = [0]
+    for s in sizes:
+        off.append(off[-1] + s)
+    rows = sizes[1:]  # the box's rows: every slot but the input
+    out = [f"| rows \\ columns | " + " | ".join(f"slot {j} ({s})" for j, s in enumerate(sizes)) + " | row |",
+           "|" + "---|" * (len(sizes) + 2)]
+    r0 = 0
+    for i, r in enumerate(rows, start=1):
+        blk = [M[r0:r0 + r, off[j]:off[j + 1]].float().mean().item() for j in range(len(sizes))]
+        out.append(f"| slot {i} ({r}) | " + " | ".join(f"{d:.3f}" for d in blk)
+                   + f" | {M[r0:r0 + r].float().mean().item():.3f} |")
+        r0 += r
+    out.append(f"\nbox {tuple(M.shape)}: {int(M.sum())} entries, density {M.float().mean().item():.4f}")
+    return "\n".join(out)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("json", nargs="+", help="blocksparse.py JSON files (--mask element / mnist-random-element)")
+    ap.add_argument("json", nargs="*", help="blocksparse.py JSON files (--mask element / mnist-random-element)")
+    ap.add_argument("--mnist-blocks", action="store_true",
+                    help="print the element density of every block of the random-element MNIST model (seed 0)")
     args = ap.parse_args(argv)
-    print(table(args.json))
+    if args.json:
+        print(table(args.json))
+    if args.mnist_blocks:
+        print(mnist_blocks())
+    if not args.json and not args.mnist_blocks:
+        ap.error("give JSON files and/or --mnist-blocks")
     return 0
 
 
