@@ -5,13 +5,21 @@
     python benchmarks/blocksparse.py --sweep-crossover   # where dense starts to beat seq2d[cpu]
     python benchmarks/blocksparse.py --contend --densities 0.1 0.25   # the same, with a busy process beside it
     python benchmarks/blocksparse.py --device cuda --dtype bfloat16 --N 8192 --batch 8192 --tile 64 128
+    python benchmarks/blocksparse.py --mask element --densities 0.01 0.02 0.05 0.1 0.25   # random element masks
+    python benchmarks/blocksparse.py --mask mnist-random-element --batch 64   # the paper's random-element model
 
 For every case (N, batch, tile, density, dtype, device) a random tile mask is drawn
 (``torch.rand(Mt, Kt) < density`` from a generator seeded with ``--seed``) together with
 ``x`` (batch, N), a fixed upstream gradient ``dy`` (batch, N) and the tile values of ``W``
 (N, N; zero outside the stored tiles). One *step* of an implementation is the forward
 ``y = x @ W.T`` and the backward of ``dy``, giving ``dX`` (batch, N) and ``dW`` (on the
-stored tiles for the sparse implementations). What each implementation times per step:
+stored tiles for the sparse implementations). ``--mask element`` draws an element mask
+instead (``torch.rand(N, N) < density``, the placement of random-element models): W is zero
+outside its entries, the tile implementations store every tile holding at least one entry
+(at tile 64 that is every tile from element density 0.01 up: 1 - 0.99^4096 ~ 1), and
+densities, ``x ideal`` and GFLOP/s count entries. ``--mask mnist-random-element`` is the one
+dense-store box (810 x 3310, element density 0.511) of the paper's random-element MNIST
+model, which iterates that product 4 times per forward. What each implementation times per step:
 
 =====================  ====================================================================
 ``dense``              ``F.linear(x, W)``, W a dense (N, N) leaf, then ``y.backward(dy)``:
@@ -44,8 +52,15 @@ stored tiles for the sparse implementations). What each implementation times per
                        compressed form are timed, their layout metadata is not (one
                        ``layout_cache`` per call site, filled in the untimed first step, as is
                        the autotuning; ``BLKSPRS_AUTOTUNE`` is DEFAULT unless set).
-``torch_sparse``       PyG's torch_sparse: ``SparseTensor`` (element COO/CSR) with values
-                       requiring grad, ``(A @ x.T).T``, autograd backward.
+``torch_csr_autograd`` torch's own element CSR with autograd: a ``sparse_csr_tensor`` made
+                       each step from fixed (crow, col) and the leaf of stored values, then
+                       ``(A @ x.T).T`` and ``y.backward(dy)`` (torch's backward gives dX and
+                       the CSR gradient of the values).
+``torch_sparse``       (optional: PyG's torch_sparse, see benchmarks/README.md; n/a when not
+                       installed) ``SparseTensor`` (element CSR) whose row pointers and
+                       transpose (colptr, csr2csc) are built once, untimed (``fill_cache_``);
+                       each step puts the leaf of stored values in (``set_value``, keeps the
+                       caches), ``(A @ x.T).T``, autograd backward.
 ``seq2d[<kernel>]``    ``seq2d.sparse.bsmm(x, wp, layout, kernel)`` on a (P, T, T) leaf of
                        stored tiles, then ``y.backward(dy)``: kernels ``cpu`` (the ``runs``
                        strategy), ``cpu_gather``, ``cpu_bmm`` (one batched GEMM per pass),
@@ -132,6 +147,7 @@ TARGET = dict(N=[4096], batch=[256], tile=[64], density=[0.01, 0.05, 0.1, 0.25, 
 # CI smoke test: tiny, and it never waits for a quiet machine (its rounds are too short to tell)
 QUICK = dict(N=[256], batch=[16], tile=[16], density=[0.1, 1.0], repeats=2, warmup=1, max_others=1.0, max_wait=0.0)
 SWEEP = [round(0.3 + 0.1 * i, 1) for i in range(8)]  # --sweep-crossover: 0.3 .. 1.0
+MASKS = ("tile", "element", "mnist-random-element")  # --mask: what a density is a density of (Case)
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 warnings.filterwarnings("ignore", message=".*[Ss]parse.*")  # torch's "BSR support is in beta" etc.
@@ -143,42 +159,97 @@ class Unavailable(Exception):
 
 # ------------------------------------------------------------------------------ one case
 class Case:
-    """The shared operands of one (N, batch, tile, density, dtype, device) combination."""
+    """The shared operands of one (N, batch, tile, density, dtype, device) combination.
 
-    def __init__(self, N, batch, tile, density, dtype, device, seed):
-        if N % tile:
-            raise ValueError(f"N must be a multiple of the tile, got N={N}, tile={tile}")
-        self.N, self.B, self.T, self.density, self.dtype, self.device = N, batch, tile, density, dtype, device
+    ``mask`` (``--mask``) says what ``density`` is a density of: ``tile`` (the default) draws
+    the tile mask and stores whole tiles; ``element`` draws an (N, N) element mask, each entry
+    kept with probability ``density`` (random element placement), and the tile mask is then
+    the tiles holding at least one entry (what a tiled store would have to keep);
+    ``mnist-random-element`` is the dense store's box of the paper's random-element MNIST model
+    (``create_model("random", sizes=[2500, 500, 200, 100, 10], granularity="element",
+    seed=seed)``: 810 rows x 3310 columns, ``density`` and ``N`` ignored), which has no tile
+    layout (810 and 3310 are not multiples of a tile).
+    """
+
+    def __init__(self, N, batch, tile, density, dtype, device, seed, mask="tile"):
+        if mask not in MASKS:
+            raise ValueError(f"mask must be one of {MASKS}, got {mask!r}")
+        self.B, self.T, self.density, self.dtype, self.device, self.mask = batch, tile, density, dtype, device, mask
         g = torch.Generator().manual_seed(seed)
-        Mt = N // tile
-        self.tile_mask = torch.rand(Mt, Mt, generator=g) < density  # (Mt, Kt), rows = outputs
-        self.P = int(self.tile_mask.sum())
-        self.density_actual = self.P / (Mt * Mt)
+        if mask == "tile":
+            if N % tile:
+                raise ValueError(f"N must be a multiple of the tile, got N={N}, tile={tile}")
+            Mt = N // tile
+            self.tile_mask = torch.rand(Mt, Mt, generator=g) < density  # (Mt, Kt), rows = outputs
+            M = self.tile_mask.repeat_interleave(tile, 0).repeat_interleave(tile, 1)  # (N, N) bool
+        else:
+            M = torch.rand(N, N, generator=g) < density if mask == "element" else mnist_random_element_box(seed)
+            self.tile_mask = _tiles_touched(M, tile)
+        self.R, self.N = M.shape  # rows (outputs) x columns (inputs); N is the input size
+        self.nnz = int(M.sum())
+        self.density_actual = self.nnz / M.numel()  # stored entries / all entries (tile mask: stored tiles / all)
         # operands drawn on the CPU from the seeded generator (identical on every device)
-        self.M = self.tile_mask.repeat_interleave(tile, 0).repeat_interleave(tile, 1)  # (N, N) bool
-        W = torch.randn(N, N, generator=g) / N ** 0.5
-        self.W = (W * self.M).to(device, dtype)  # (N, N), zero outside the stored tiles
-        self.x = torch.randn(batch, N, generator=g).to(device, dtype)
-        self.dy = torch.randn(batch, N, generator=g).to(device, dtype)
-        self.M = self.M.to(device)
-        self.layout = layout_from_tile_mask(tile, self.tile_mask).to(device)
-        # GEMM calls of seq2d's CPU "runs" strategy: maximal runs of adjacent stored tiles in a tile-row
-        m = self.tile_mask
-        self.runs = int((m & ~torch.cat([torch.zeros(Mt, 1, dtype=torch.bool), m[:, :-1]], 1)).sum())
+        W = torch.randn(self.R, self.N, generator=g) / self.N ** 0.5
+        self.W = (W * M).to(device, dtype)  # (R, N), zero outside the stored entries
+        self.x = torch.randn(batch, self.N, generator=g).to(device, dtype)
+        self.dy = torch.randn(batch, self.R, generator=g).to(device, dtype)
+        self.M = M.to(device)
+        self.P = self.layout = self.runs = self.tile_density = None
+        if self.tile_mask is not None:
+            Mt, Kt = self.tile_mask.shape
+            self.P = int(self.tile_mask.sum())
+            self.tile_density = self.P / (Mt * Kt)
+            self.layout = layout_from_tile_mask(tile, self.tile_mask).to(device)
+            # GEMM calls of seq2d's CPU "runs" strategy: maximal runs of adjacent stored tiles in a tile-row
+            m = self.tile_mask
+            self.runs = int((m & ~torch.cat([torch.zeros(Mt, 1, dtype=torch.bool), m[:, :-1]], 1)).sum())
 
     @property
     def useful_flops(self) -> int:
-        return 3 * 2 * self.B * self.P * self.T * self.T
+        return 3 * 2 * self.B * self.nnz  # tile mask: nnz = P x T x T
 
     def describe(self) -> str:
-        return (f"N={self.N} batch={self.B} tile={self.T} density={self.density:g} "
-                f"(actual {self.density_actual:.4f}: {self.P}/{self.tile_mask.numel()} tiles in {self.runs} runs, "
-                f"mean run {self.P / max(self.runs, 1):.2f} tiles) {str(self.dtype).replace('torch.', '')} {self.device}")
+        dt = f"{str(self.dtype).replace('torch.', '')} {self.device}"
+        if self.mask == "tile":
+            return (f"N={self.N} batch={self.B} tile={self.T} density={self.density:g} "
+                    f"(actual {self.density_actual:.4f}: {self.P}/{self.tile_mask.numel()} tiles in {self.runs} runs, "
+                    f"mean run {self.P / max(self.runs, 1):.2f} tiles) {dt}")
+        what = (f"element density={self.density:g}" if self.mask == "element"
+                else "mnist-random-element box")
+        tiles = (f"tiles of {self.T} touched: {self.P}/{self.tile_mask.numel()} = {self.tile_density:.4f}"
+                 if self.tile_mask is not None else f"no tile layout ({self.R} x {self.N} is not a multiple of {self.T})")
+        return (f"{self.R}x{self.N} batch={self.B} {what} (actual {self.density_actual:.4f}: {self.nnz} entries; "
+                f"{tiles}) {dt}")
 
     def reference(self):
-        """float64 masked-dense y, dX, dW (dW zero outside the stored tiles)."""
+        """float64 masked-dense y, dX, dW (dW zero outside the stored entries)."""
         W, x, dy = (t.double() for t in (self.W, self.x, self.dy))
         return x @ W.T, dy @ W, (dy.T @ x) * self.M
+
+
+def _tiles_touched(M, tile: int):
+    """(Mt, Kt) bool: the T x T tiles of the element mask ``M`` holding at least one entry
+    (None when M's shape is not a multiple of the tile)."""
+    R, K = M.shape
+    if R % tile or K % tile:
+        return None
+    return M.view(R // tile, tile, K // tile, tile).any(3).any(1)
+
+
+def mnist_random_element_box(seed: int):
+    """The (810, 3310) bool mask of the dense store's one box of the paper's random-element
+    MNIST model (seq2d.mnist_comparison.MODELS["random-element"] at the full scale's sizes):
+    every non-input row x every column, 1,371,000 trainable weights + 810 biases."""
+    from seq2d.core import core_of
+    from seq2d.mnist_comparison import MODELS, SCALES
+    from seq2d.models.registry import create_model
+
+    spec = {k: v for k, v in MODELS["random-element"].items() if k != "model"}
+    model = create_model(MODELS["random-element"]["model"], sizes=SCALES["full"]["sizes"], seed=seed, **spec)
+    masks = [b for n, b in core_of(model, "mnist_random_element_box").named_buffers() if n.startswith("store.mask_")]
+    if len(masks) != 1:
+        raise RuntimeError(f"expected the random-element model to have one dense-store box mask, got {len(masks)}")
+    return masks[0].cpu()
 
 
 def _sync(device):
@@ -231,10 +302,10 @@ def _bsr_pair(c: Case):
     L = c.layout
     idx = torch.int32 if c.device.type == "cuda" else torch.int64
     vals = _tile_values(c, c.W).contiguous()  # (P, T_out, T_in)
-    W_bsr = torch.sparse_bsr_tensor(L.row_ptr.to(idx), L.col.to(idx), vals, (c.N, c.N))
+    W_bsr = torch.sparse_bsr_tensor(L.row_ptr.to(idx), L.col.to(idx), vals, (c.R, c.N))
     # W.T: tile (c, r) of W.T is tile (r, c) of W transposed; positions grouped by tile-column
     WT_bsr = torch.sparse_bsr_tensor(L.col_ptr.to(idx), L.row[L.t_pos].to(idx),
-                                     vals[L.t_pos].transpose(1, 2).contiguous(), (c.N, c.N))
+                                     vals[L.t_pos].transpose(1, 2).contiguous(), (c.N, c.R))
     return W_bsr, WT_bsr
 
 
@@ -257,9 +328,16 @@ def _refused(c: Case, step, what: str) -> None:
         raise Unavailable(f"{what} refuses {str(c.dtype).replace('torch.', '')} on {c.device.type}: {reason}") from None
 
 
-def build_torch_bsr(c: Case):
+def _stored_tiles(c: Case) -> None:
+    """Raise Unavailable for a tile implementation when the case has no tile layout or no tile."""
+    if c.layout is None:
+        raise Unavailable(f"no tile layout: {c.R} x {c.N} is not a multiple of the tile {c.T}")
     if c.P == 0:
         raise Unavailable("no stored tiles")
+
+
+def build_torch_bsr(c: Case):
+    _stored_tiles(c)
     W_bsr, WT_bsr = _bsr_pair(c)
     out = {}
 
@@ -274,8 +352,8 @@ def build_torch_bsr(c: Case):
 
 
 def build_torch_csr(c: Case):
-    if c.P == 0:
-        raise Unavailable("no stored tiles")
+    if c.nnz == 0:
+        raise Unavailable("no stored entries")
     W_csr = c.W.to_sparse_csr()
     WT_csr = c.W.T.contiguous().to_sparse_csr()
     out = {}
@@ -299,8 +377,7 @@ def build_torch_bsr_triton(c: Case):
         from torch.sparse._triton_ops import bsr_dense_mm, sampled_addmm
     except ImportError as e:
         raise Unavailable(f"not installed ({e})") from None
-    if c.P == 0:
-        raise Unavailable("no stored tiles")
+    _stored_tiles(c)
     W_bsr, WT_bsr = _bsr_pair(c)
     out = {}
 
@@ -326,8 +403,7 @@ def build_stk(c: Case):
         import stk
     except ImportError:
         raise Unavailable("not installed") from None
-    if c.P == 0:
-        raise Unavailable("no stored tiles")
+    _stored_tiles(c)
     W = stk.ops.to_sparse(c.W, blocking=c.T)  # (out, in); stores the nonzero tiles
     W.requires_grad_(True)
     x = c.x.clone().requires_grad_()
@@ -358,6 +434,7 @@ def build_blksprs(c: Case):
         import blksprs as bs
     except ImportError:
         raise Unavailable("not installed") from None
+    _stored_tiles(c)
     return _blksprs_step(c, bs)
 
 
@@ -399,33 +476,68 @@ def _blksprs_step(c: Case, bs):
     return step, lambda: (out["y"], x.grad, bs.ops.to_dense(w.grad, lay_w, T, **kw["dw"])[0].T)
 
 
-def build_torch_sparse(c: Case):
-    try:
-        from torch_sparse import SparseTensor
-    except ImportError:
-        raise Unavailable("not installed") from None
-    row, col = c.M.nonzero(as_tuple=True)
-    value = c.W[row, col].clone().requires_grad_()
+def _element_values(c: Case):
+    """(row, col, values) of W's stored entries in row-major (CSR) order; values a fresh leaf."""
+    row, col = c.M.nonzero(as_tuple=True)  # row-major: sorted by row, then column
+    return row, col, c.W[row, col].clone().requires_grad_()
+
+
+def _element_result(c: Case, out, x, row, col, value):
+    dw = torch.zeros(c.R, c.N, dtype=c.dtype, device=c.device)
+    dw[row, col] = value.grad
+    return out["y"], x.grad, dw
+
+
+def build_torch_csr_autograd(c: Case):
+    if c.nnz == 0:
+        raise Unavailable("no stored entries")
+    row, col, value = _element_values(c)
+    idx = torch.int32 if c.device.type == "cuda" else torch.int64
+    crow = torch.zeros(c.R + 1, dtype=idx, device=c.device)
+    crow[1:] = torch.bincount(row, minlength=c.R).cumsum(0)
+    col = col.to(idx)
     x = c.x.clone().requires_grad_()
     out = {}
 
     def step():
         value.grad = x.grad = None
-        A = SparseTensor(row=row, col=col, value=value, sparse_sizes=(c.N, c.N), is_sorted=True)
+        A = torch.sparse_csr_tensor(crow, col, value, (c.R, c.N))  # a view of the leaf: gradient flows to it
         y = (A @ x.T).T
         y.backward(c.dy)
         out["y"] = y
 
-    def result():
-        dw = torch.zeros(c.N, c.N, dtype=c.dtype, device=c.device)
-        dw[row, col] = value.grad
-        return out["y"], x.grad, dw
+    _refused(c, step, "torch CSR @ dense with autograd" + (" (cuSPARSE)" if c.device.type == "cuda" else ""))
+    return step, lambda: _element_result(c, out, x, row.long(), col.long(), value)
 
-    return step, result
+
+def build_torch_sparse(c: Case):
+    try:
+        from torch_sparse import SparseTensor
+    except ImportError:
+        raise Unavailable("torch_sparse not installed (optional; benchmarks/README.md says how)") from None
+    if c.nnz == 0:
+        raise Unavailable("no stored entries")
+    row, col, value = _element_values(c)
+    # The pattern is fixed, the values are the parameters: row pointers and the transpose's
+    # (colptr, csr2csc), which the backward needs for dX, are built once here, untimed, and
+    # every step only swaps the values in (set_value keeps them).
+    A0 = SparseTensor(row=row, col=col, value=value.detach(), sparse_sizes=(c.R, c.N), is_sorted=True).fill_cache_()
+    x = c.x.clone().requires_grad_()
+    out = {}
+
+    def step():
+        value.grad = x.grad = None
+        A = A0.set_value(value, layout="coo")
+        y = (A @ x.T).T
+        y.backward(c.dy)
+        out["y"] = y
+
+    return step, lambda: _element_result(c, out, x, row, col, value)
 
 
 def build_seq2d(name: str):
     def build(c: Case):
+        _stored_tiles(c)
         try:
             kernel = resolve_kernel(name, c.device, c.dtype, c.layout.density, c.layout.tile)
         except (RuntimeError, ValueError) as e:
@@ -452,6 +564,7 @@ def implementations(device: torch.device) -> dict:
         "masked_dense": build_masked_dense,
         "torch_bsr": build_torch_bsr,
         "torch_csr": build_torch_csr,
+        "torch_csr_autograd": build_torch_csr_autograd,
     }
     if device.type == "cuda":
         impls.update(torch_bsr_triton=build_torch_bsr_triton, stk=build_stk, blksprs=build_blksprs)
@@ -474,6 +587,7 @@ def build_pass(impl: str, which: str):
             W = c.W
             f = {"fwd": lambda: x @ W.T, "dX": lambda: dy @ W, "dW": lambda: dy.T @ x}[which]
         else:
+            _stored_tiles(c)
             try:
                 k = resolve_kernel(impl[6:-1], c.device, c.dtype, c.layout.density, c.layout.tile)
             except (RuntimeError, ValueError) as e:
@@ -772,7 +886,12 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, nargs="+", default=TARGET["batch"], help="batch rows of x; default 256")
     ap.add_argument("--tile", type=int, nargs="+", default=TARGET["tile"], help="tile size T; default 64")
     ap.add_argument("--densities", type=float, nargs="+", default=TARGET["density"],
-                    help="tile densities; default 0.01 0.05 0.1 0.25 0.5 0.75 1.0")
+                    help="densities of the --mask; default 0.01 0.05 0.1 0.25 0.5 0.75 1.0")
+    ap.add_argument("--mask", default="tile", choices=MASKS,
+                    help="tile (default): random tile masks; element: random element masks (the tile "
+                         "implementations then keep every tile holding an entry); mnist-random-element: the "
+                         "dense-store box of the paper's random-element MNIST model (810 x 3310; --N and "
+                         "--densities ignored)")
     ap.add_argument("--dtype", nargs="+", default=TARGET["dtype"], choices=sorted(DTYPES), help="default float32")
     ap.add_argument("--device", nargs="+", default=TARGET["device"], help="cpu and/or cuda; default cpu")
     ap.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (default 2)")
@@ -800,7 +919,7 @@ def main(argv=None) -> int:
                     help="CI smoke mode: N=256, batch=16, tile=16, densities 0.1 1.0, repeats 2, warmup 1, no waiting")
     ap.add_argument("--sweep-crossover", action="store_true",
                     help="densities 0.3..1.0 step 0.1, dense against the seq2d kernels; prints the crossover")
-    ap.add_argument("--json", help="output file (default benchmarks/results/blocksparse-<device>-<date>.json)")
+    ap.add_argument("--json", help="output file (default benchmarks/results/blocksparse-<device>[-<mask>]-<date>.json)")
     args = ap.parse_args(argv)
 
     if args.quick:
@@ -809,6 +928,8 @@ def main(argv=None) -> int:
         args.max_others, args.max_wait = QUICK["max_others"], QUICK["max_wait"]
     if args.sweep_crossover:
         args.densities = SWEEP
+    if args.mask == "mnist-random-element":
+        args.N, args.densities = args.N[:1], [float("nan")]  # one box, whatever --N and --densities say
     torch.set_num_threads(args.threads)
     devices = [torch.device(d) for d in args.device]
     for d in devices:
@@ -841,7 +962,8 @@ def main(argv=None) -> int:
                     for tile in args.tile:
                         for density in args.densities:
                             queue.append([len(queue), device, builders, dtype, N, batch, tile, density, 0])
-    path = Path(args.json or f"benchmarks/results/blocksparse-{'-'.join(args.device)}-{env['date']}"
+    masked = "" if args.mask == "tile" else f"-{args.mask}"
+    path = Path(args.json or f"benchmarks/results/blocksparse-{'-'.join(args.device)}{masked}-{env['date']}"
                              f"{'-contend' if args.contend else ''}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     best: dict[int, dict] = {}  # per case, the least disturbed attempt
@@ -849,7 +971,7 @@ def main(argv=None) -> int:
     while queue:
         item = queue.pop(0)
         order, device, builders, dtype, N, batch, tile, density, attempt = item
-        c = Case(N, batch, tile, density, DTYPES[dtype], device, args.seed)
+        c = Case(N, batch, tile, density, DTYPES[dtype], device, args.seed, args.mask)
         load_before = loadavg()
         rows, rounds = run_case(c, builders, args.repeats, args.warmup,
                                 args.max_others, args.max_rounds or 3 * args.repeats,
@@ -858,8 +980,10 @@ def main(argv=None) -> int:
         c.load = loadavg()
         used = [r["others"] or 0.0 for r in rounds if r["used"]]
         disturbance = statistics.median(used) if used else 0.0
-        rec = dict(N=N, batch=batch, tile=tile, density=density, density_actual=c.density_actual,
-                   stored_tiles=c.P, runs=c.runs, dtype=dtype, device=str(device), attempt=attempt + 1,
+        rec = dict(mask=args.mask, R=c.R, N=c.N, batch=batch, tile=tile,  # W is R x N (outputs x inputs)
+                   density=density if density == density else None, density_actual=c.density_actual,
+                   nnz=c.nnz, stored_tiles=c.P, tile_density=c.tile_density, runs=c.runs,
+                   dtype=dtype, device=str(device), attempt=attempt + 1,
                    loadavg_before=load_before, loadavg_after=c.load, disturbance=disturbance,
                    rounds=[{k: r[k] for k in ("others", "contender", "used") if k in r} for r in rounds],
                    rows=rows)
