@@ -192,3 +192,18 @@ def test_a_checkpoint_saved_with_the_dense_box_resumes_as_it_would_have(tmp_path
     torch.testing.assert_close(core.slot_bias.bias.detach(), want["slot_bias"], rtol=1e-5, atol=1e-6)
     moments = sum(st["exp_avg"].numel() for st in trainer.optimizer.state.values())
     assert moments == trainer.model.num_parameters()
+
+
+def test_blocks_of_a_compact_box_stay_trainable_in_a_new_model():
+    """Handles bound to a compact box, reused to build another Sequential2D (as seq2d.lm's
+    multi-layer tanh RNN does to wrap its inter-layer blocks in dropout), keep their values and
+    stay trainable: the store asks the handle's store, not its weight (a copy made under no_grad)."""
+    torch.manual_seed(0)
+    mask = torch.tensor([[0, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1]], dtype=torch.bool)
+    old = seq2d.from_mask([3, 4, 4, 4], mask, dtype=D)
+    blocks = {(i, j): blk for i, j, _, blk in old.positions()}
+    new = Sequential2D(old.sizes, blocks, bias=[None] + [old.bias(i) for i in (1, 2, 3)],
+                       activations=[None, "tanh", "tanh", "tanh"], inputs=[0], outputs=[3], dtype=D)
+    assert numel(new) == numel(old) == new.num_parameters() == 4 * 3 + 5 * 16 + 3 * 4
+    assert torch.equal(new.linear_weight(), old.linear_weight())
+    assert all(p.requires_grad for p in new.parameters())

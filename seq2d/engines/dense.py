@@ -204,7 +204,7 @@ class DenseStore(Engine):
                 if blk.weight.dtype != dt or blk.weight.device != dev:
                     raise InvalidType(f"all linear blocks of one model must share dtype and device: got "
                                     f"{blk.weight.dtype} on {blk.weight.device} and {dt} on {dev}")
-                if blk.weight.requires_grad:
+                if blk._weight_requires_grad():  # a compact handle's weight is a copy: ask its store, not the copy (no_grad here)
                     m = blk.trainable_mask().to(dev)
                     weights[b][sl] = blk.weight.detach() * m
                     masks[b][sl] = m
