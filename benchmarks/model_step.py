@@ -4,6 +4,7 @@
     python benchmarks/model_step.py --quick --json /tmp/x.json       # CI smoke test (< 30 s)
     python benchmarks/model_step.py --threads 1 --slots 16 --densities 0.1 --repeats 3
     python benchmarks/model_step.py --contend both       # quiet and contended rounds side by side
+    python benchmarks/model_step.py --threads 1 --slots 16 --densities 0.1 --sections grid --compile  # + compiled
 
 The setting (issue 9): ``n`` slots of equal size ``S`` with ``n * S = N`` (4096) features,
 ``n`` in {4, 16, 64, 256}; a random *block mask*: exactly ``round(d * n * n)`` of the
@@ -545,7 +546,7 @@ def contention_ratios(rows_by_mode: dict, names, ref="dense") -> dict:
 
 
 # ------------------------------------------------------------------------------ compiling (--compile)
-def _clear_compiler_caches() -> None:
+def clear_compiler_caches() -> None:
     """Inductor's in-memory caches (loaded modules and kernels): what a new process starts without."""
     try:
         from torch._inductor.utils import clear_caches
@@ -566,7 +567,7 @@ def compile_warmup(backend: str, cache_dir: str) -> float:
     paid once here so that no setting is charged for them."""
     t0 = time.perf_counter()
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
-    _clear_compiler_caches()
+    clear_compiler_caches()
     x = torch.randn(4, 4, requires_grad=True)
     torch.compile(lambda t: torch.relu(t * 2).sum(), fullgraph=True, backend=backend)(x).backward()
     torch._dynamo.reset()
@@ -577,7 +578,7 @@ def cold_first_call(impl: Impl, cache_dir: str) -> float:
     """Seconds of the first call of a compiled implementation, inductor's cache directory fresh and
     empty and its in-memory caches cleared (Dynamo is reset by the caller, once per setting)."""
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
-    _clear_compiler_caches()
+    clear_compiler_caches()
     impl.reset()
     t0 = time.perf_counter()
     impl.step()
@@ -596,7 +597,7 @@ def probe(spec: dict) -> None:
         with tempfile.TemporaryDirectory() as d:
             compile_warmup(spec["backend"], d)
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = spec["cache_dir"]
-        _clear_compiler_caches()
+        clear_compiler_caches()
     impl.reset()
     print("ready", flush=True)
     t0 = time.perf_counter()

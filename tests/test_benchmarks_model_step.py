@@ -144,6 +144,17 @@ def test_quick_compile_rows_and_costs(tmp_path, capsys):
         assert "cache_dir" not in c  # a temporary directory, gone
     assert r["compile_graphs_timing"] == 0  # nothing recompiled while timing
     assert "compiled (aot_eager): default" in capsys.readouterr().out
+    # the docs' table, from the JSON
+    spec = importlib.util.spec_from_file_location("report_model_step", ROOT / "benchmarks" / "report_model_step.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    report.main(["--compiled", str(tmp_path / "model_step.json")])
+    table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 1 | 4 x 64 |")]
+    assert len(table) == 1
+    cells = [c.strip() for c in table[0].strip("|").split("|")]
+    assert float(cells[4]) == pytest.approx(quiet["rows"]["default"]["median_ms"], abs=0.06)
+    assert float(cells[8]) == pytest.approx(quiet["rows"]["tiled_compiled"]["median_ms"], abs=0.06)
+    assert cells[12] == "0"
 
 
 def test_compile_needs_one_thread_count(tmp_path):

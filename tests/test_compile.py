@@ -179,11 +179,13 @@ def test_cpu_kernels_are_custom_ops_that_pass_opcheck(kernel):
 
 
 @pytest.mark.parametrize("tiled", [False, True], ids=["dense", "tiled"])
-def test_the_captured_step_recipe_refuses_what_a_replay_would_ignore(tiled, doc_recipe):
+def test_the_captured_step_recipe_refuses_what_a_replay_would_ignore(tiled):
     """docs/training.md's CapturedStep compares ``step_signature`` before every replay (CUDA only,
     tests/test_cuda.py); its signature, checked here on the CPU: a training step leaves it as it
     was, a mask edited in place or replaced, a replaced parameter and a new learning rate change it."""
-    signature = doc_recipe("training.md", "compiled-and-captured-step")["step_signature"]
+    from doc_code import graph_step_recipe
+
+    signature = graph_step_recipe()["step_signature"]
     torch.manual_seed(4)
     m = seq2d.create_model("random_mask", sizes=[20, 24, 10], density=0.3, dtype=D)
     if tiled:

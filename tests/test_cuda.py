@@ -13,7 +13,7 @@ lent GPU runs them (``benchmarks/gpu/suite.sh install-and-test``).
     randomized model on the Triton kernel), against the same run on the CPU;
 (d) DistributedDataParallel: nccl in a one-rank process group, and the gloo path
     (``torchrun --nproc_per_node=2``, both ranks on one GPU) against one process;
-(e) issue 35's recipe of docs/training.md (run from the page): ``torch.compile(mode=
+(e) issue 35: the recipe of docs/training.md (run from the page): ``torch.compile(mode=
     "reduce-overhead", fullgraph=True)`` against eager, and a training step captured with
     ``torch.cuda.graph`` (capturable Adam) against an eager loop, on the dense store and the
     tiled store (``kernel="auto"`` and ``"triton"``); a mask edited after capture is refused,
@@ -403,8 +403,10 @@ GRAPH_STORES = ["dense", "tiled-auto", "tiled-triton"]
 GRAPH_B, GRAPH_CLASSES = 16, 32
 
 
-def _recipe(doc_recipe):
-    return doc_recipe("training.md", "compiled-and-captured-step")
+def _recipe():
+    from doc_code import graph_step_recipe
+
+    return graph_step_recipe()
 
 
 def _graph_model(store):
@@ -443,7 +445,7 @@ def _mask_of(m):
 
 
 @pytest.mark.parametrize("store", GRAPH_STORES)
-def test_graph_step_compiled_equals_eager_and_sees_a_mask_edit(store, precision, doc_recipe, request):
+def test_graph_step_compiled_equals_eager_and_sees_a_mask_edit(store, precision, request):
     """compiled_loss (reduce-overhead, fullgraph): loss and gradients equal eager ones over calls
     that warm up, record and replay, each on a new batch, with no CUDA graph skipped; then a mask
     edited in place is seen by the next replay (one compile per store: the GPU session's time)."""
@@ -455,7 +457,7 @@ def test_graph_step_compiled_equals_eager_and_sees_a_mask_edit(store, precision,
     ref = copy.deepcopy(m)
     torch._dynamo.reset()
     skips = counters["inductor"]["cudagraph_skips"]
-    loss_of = _recipe(doc_recipe)["compiled_loss"](m)
+    loss_of = _recipe()["compiled_loss"](m)
     for k in range(5):
         x, y = _graph_batch(k)
         torch.compiler.cudagraph_mark_step_begin()
@@ -482,7 +484,7 @@ def test_graph_step_compiled_equals_eager_and_sees_a_mask_edit(store, precision,
 
 
 @pytest.mark.parametrize("store", GRAPH_STORES)
-def test_graph_step_captured_equals_eager_loop(store, precision, doc_recipe):
+def test_graph_step_captured_equals_eager_loop(store, precision):
     import torch.nn.functional as F
 
     m = _graph_model(store)
@@ -490,7 +492,7 @@ def test_graph_step_captured_equals_eager_loop(store, precision, doc_recipe):
     start = [p.detach().clone() for p in m.parameters()]
     batches = [_graph_batch(k) for k in range(6)]
     opt = torch.optim.Adam(m.parameters(), lr=1e-3, capturable=True)
-    step = _recipe(doc_recipe)["CapturedStep"](m, opt, *batches[0], warmup=3)  # 3 steps on batch 0
+    step = _recipe()["CapturedStep"](m, opt, *batches[0], warmup=3)  # 3 steps on batch 0
     losses = [step(x, y).item() for x, y in batches[1:]]
     opt_ref = torch.optim.Adam(ref.parameters(), lr=1e-3)  # the ordinary (not capturable) Adam
     losses_ref = []
@@ -507,10 +509,10 @@ def test_graph_step_captured_equals_eager_loop(store, precision, doc_recipe):
 
 
 @pytest.mark.parametrize("store", GRAPH_STORES)
-def test_graph_step_capture_refuses_a_mask_edit_then_recaptures(store, precision, doc_recipe):
+def test_graph_step_capture_refuses_a_mask_edit_then_recaptures(store, precision):
     import torch.nn.functional as F
 
-    recipe = _recipe(doc_recipe)
+    recipe = _recipe()
     m = _graph_model(store)
     opt = torch.optim.Adam(m.parameters(), lr=1e-3, capturable=True)
     (x0, y0), (x1, y1) = _graph_batch(0), _graph_batch(1)
