@@ -4,6 +4,7 @@
     python benchmarks/model_step.py --quick --json /tmp/x.json       # CI smoke test (< 30 s)
     python benchmarks/model_step.py --threads 1 --slots 16 --densities 0.1 --repeats 3
     python benchmarks/model_step.py --contend both       # quiet and contended rounds side by side
+    python benchmarks/model_step.py --threads 1 --slots 16 --densities 0.1 --sections grid --compile  # + compiled
 
 The setting (issue 9): ``n`` slots of equal size ``S`` with ``n * S = N`` (4096) features,
 ``n`` in {4, 16, 64, 256}; a random *block mask*: exactly ``round(d * n * n)`` of the
@@ -81,6 +82,26 @@ against the ``nn.RNN`` it copied, input (35, 20, 200), ``out, h = m(x)``, loss o
 h, backward; and for context ``seq2d.from_torch(nn.TransformerEncoderLayer(256, 8, 1024,
 dropout=0, batch_first=True))`` against the torch layer on (16, 64, 256), train mode.
 
+``--compile [BACKEND]`` (issue 35; one ``--threads`` value, since inductor fixes the thread
+count when it generates code) adds two implementations, the library paths compiled:
+``default_compiled`` and ``tiled_compiled`` call ``torch.compile(f, fullgraph=True,
+backend=BACKEND)`` (default ``inductor``; ``aot_eager`` traces without generating code, for
+smoke tests) of ``f(state) = loss`` (the model call and the loss above), then
+``.backward()`` (AOTAutograd's compiled backward). They are timed in the same interleaved
+rounds as the eager paths; ratios ``default_compiled/default`` and ``tiled_compiled/tiled``.
+What compiling costs up front, per setting (``compile`` in the JSON): ``cold_s``, the first
+call (trace, code generation, C++ build, one step) with a cold cache: ``torch._dynamo.reset()``
+at the start of the setting, a fresh empty ``TORCHINDUCTOR_CACHE_DIR`` per implementation and
+inductor's in-memory caches cleared; ``warm_s``, the first call of a second process (a child,
+timed after its imports and build, as the probe below) that reads the cache the cold call
+wrote (``--no-compile-warm`` leaves it out); ``graphs``, the graphs Dynamo compiled for the
+setting (2 expected: no recompilation during the timing, which would otherwise hide in the
+medians). Before the first setting one tiny function is compiled, untimed, so the compiler's
+one-time imports (``process_warmup_s``) are not charged to the first setting. The compiled
+first call is outside the budget check; later calls are not. This script times the CPU; its
+GPU counterpart (``benchmarks/gpu/model_step_cuda.py --compile``) compiles with
+``mode="reduce-overhead"`` (CUDA graphs).
+
 ``--quick``: N=256, batch 8, n in {4, 16}, 1 repeat, 1 thread, a small RNN and layer, no
 waiting (flags given explicitly still win). Results, raw times, the environment (torch,
 CPU, load, date, seeds, command line, git commit) go to ``--json`` (default
@@ -97,6 +118,7 @@ import gc
 import hashlib
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -119,6 +141,7 @@ from machine import busy_cpu_s, proc_cpu_s  # noqa: E402
 # ------------------------------------------------------------------------------ defaults
 IMPLS = ("default", "tiled", "kernel", "dense", "masked_dense", "loss")
 LIBRARY = ("default", "tiled")  # the paths of the library under test: probed in a child when they may be slow
+COMPILED = tuple(f"{k}_compiled" for k in LIBRARY)  # with --compile: the library paths under torch.compile
 FULL = dict(N=4096, batch=256, slots=[4, 16, 64, 256], densities=[0.1, 0.25], threads=[1, 2], repeats=7,
             seq_repeats=25, max_wait=5.0, max_others=0.1)
 QUICK = dict(N=256, batch=8, slots=[4, 16], densities=[0.1, 0.25], threads=[1], repeats=1, seq_repeats=1,
@@ -211,8 +234,9 @@ class Setting:
     def tile_density(self):
         return None if self.layout is None else float(self.layout.density)
 
-    def _run(self, model):
-        out = model.step(self.state) if self.call == "step" else model(self.state, steps=1)
+    def _run(self, model, state=None):
+        state = self.state if state is None else state
+        out = model.step(state) if self.call == "step" else model(state, steps=1)
         terms = [(out[i] * self.w[i]).sum() for i in self.reached if out[i] is not None]
         return out, torch.stack(terms).sum() if len(terms) > 1 else terms[0]
 
@@ -224,6 +248,17 @@ class Setting:
             self._run(model)[1].backward()
 
         return Impl(step, _clear(params + self.state))
+
+    def compiled_impl(self, which: str, backend: str) -> Impl:
+        """``which`` (default / tiled) with the model call and the loss compiled as one graph."""
+        model = self.model if which == "default" else self.tiled
+        params = [p for p in model.parameters() if p.requires_grad]
+        loss = torch.compile(lambda state: self._run(model, state)[1], fullgraph=True, backend=backend)
+
+        def step():
+            loss(self.state).backward()
+
+        return Impl(step, _clear(params + self.state), backend=backend)
 
     def kernel_impl(self) -> Impl:
         eng, L = self.engine, self.layout
@@ -269,9 +304,11 @@ class Setting:
 
         return Impl(step, _clear(list(outs.values())))
 
-    def impl(self, name: str) -> Impl:
+    def impl(self, name: str, backend: str = "inductor") -> Impl:
         if name in ("default", "tiled"):
             return self.model_impl(name)
+        if name in COMPILED:
+            return self.compiled_impl(name.removesuffix("_compiled"), backend)
         return {"kernel": self.kernel_impl, "dense": self.dense_impl, "masked_dense": self.masked_dense_impl,
                 "loss": self.loss_impl}[name]()
 
@@ -488,6 +525,8 @@ def grid_ratios(rows: dict, tile_density) -> dict:
         "tiled-loss/kernel": _div(_sub(med(rows, "tiled"), med(rows, "loss")), med(rows, "kernel")),
         "default-loss/masked_dense": _div(_sub(med(rows, "default"), med(rows, "loss")), med(rows, "masked_dense")),
         "ideal_ms": ideal,
+        **{f"{k}/{k.removesuffix('_compiled')}": _div(med(rows, k), med(rows, k.removesuffix("_compiled")))
+           for k in COMPILED if k in rows},
     }
 
 
@@ -506,13 +545,59 @@ def contention_ratios(rows_by_mode: dict, names, ref="dense") -> dict:
     return out
 
 
+# ------------------------------------------------------------------------------ compiling (--compile)
+def clear_compiler_caches() -> None:
+    """Inductor's in-memory caches (loaded modules and kernels): what a new process starts without."""
+    try:
+        from torch._inductor.utils import clear_caches
+    except ImportError:  # pragma: no cover - another torch
+        return
+    clear_caches()
+
+
+def compiled_graphs() -> int:
+    """Graphs Dynamo has compiled in this process so far."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+def compile_warmup(backend: str, cache_dir: str) -> float:
+    """Seconds to compile and run a tiny function: the compiler's one-time imports and start-up,
+    paid once here so that no setting is charged for them."""
+    t0 = time.perf_counter()
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
+    clear_compiler_caches()
+    x = torch.randn(4, 4, requires_grad=True)
+    torch.compile(lambda t: torch.relu(t * 2).sum(), fullgraph=True, backend=backend)(x).backward()
+    torch._dynamo.reset()
+    return time.perf_counter() - t0
+
+
+def cold_first_call(impl: Impl, cache_dir: str) -> float:
+    """Seconds of the first call of a compiled implementation, inductor's cache directory fresh and
+    empty and its in-memory caches cleared (Dynamo is reset by the caller, once per setting)."""
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
+    clear_compiler_caches()
+    impl.reset()
+    t0 = time.perf_counter()
+    impl.step()
+    return time.perf_counter() - t0
+
+
 # ------------------------------------------------------------------------------ probing (child process)
 def probe(spec: dict) -> None:
-    """Child side: build the setting, say "ready", run one call of one implementation, print its time."""
+    """Child side: build the setting, say "ready", run one call of one implementation, print its time
+    (for a compiled implementation with ``cache_dir``: the first call of a second process reading that cache)."""
     torch.set_num_threads(spec["threads"])
     s = Setting(spec["N"], spec["batch"], spec["n"], spec["density"], spec["seed"], spec["activation"],
-                spec["call"], build_tiled=spec["impl"] != "default")
-    impl = s.impl(spec["impl"])
+                spec["call"], build_tiled=not spec["impl"].startswith("default"))
+    impl = s.impl(spec["impl"], spec.get("backend", "inductor"))
+    if spec.get("cache_dir"):  # a compiled implementation: the compiler's start-up first, untimed
+        with tempfile.TemporaryDirectory() as d:
+            compile_warmup(spec["backend"], d)
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = spec["cache_dir"]
+        clear_compiler_caches()
     impl.reset()
     print("ready", flush=True)
     t0 = time.perf_counter()
@@ -528,7 +613,10 @@ def run_probe(spec: dict, budget_s: float, allowance_s: float) -> tuple[bool, st
 
     cmd = [sys.executable, str(Path(__file__).resolve()), "--probe-spec", json.dumps(spec)]
     with tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, text=True)
+        # the child imports the seq2d this process runs (a checkout beside an installed copy, say)
+        root = str(Path(seq2d.__file__).resolve().parents[1])
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, text=True, env=env)
         try:
             until = time.perf_counter() + allowance_s
             line = ""
@@ -575,6 +663,23 @@ GRID_HEAD = (f"{'thr':>3} {'n':>4} {'S':>5} {'d':>5} {'blk':>5} {'tiles':>6} {'m
              + " |" + "".join(f"{h:>10}" for h in ("def/dense", "def/mask", "tile/kern", "tile/idl", "kern/idl",
                                                    "net t/k", "net d/m"))
              + f" |{'others':>7}")
+
+
+def print_compiled_row(rec: dict, mode: str) -> None:
+    """One line per setting under --compile: compiled medians, their ratio to eager, the up-front cost."""
+    rows, ratios = rec["modes"][mode]["rows"], rec["modes"][mode]["ratios"]
+    cells = []
+    for k in COMPILED:
+        base = k.removesuffix("_compiled")
+        c = rec.get("compile", {}).get(base, {})
+        cost = (f"first call cold {_r(c.get('cold_s'), '.1f')} s, warm {_r(c.get('warm_s'), '.1f')} s"
+                if "cold_s" in c else c.get("error", rows[k].get("reason", rows[k]["status"]))[:120])
+        cells.append(f"{base} {_ms(rows[k])} ms ({_r(ratios.get(f'{k}/{base}'))}x eager; {cost})")
+    backend = next((c["backend"] for c in rec.get("compile", {}).values()), "?")
+    print(f"      compiled ({backend}): " + "; ".join(cells)
+          + f"; graphs {sum(c.get('graphs', 0) for c in rec.get('compile', {}).values())}"
+          + f" (+{rec.get('compile_graphs_timing', 0)} while timing)")
+    sys.stdout.flush()
 
 
 def print_grid_row(rec: dict, mode: str) -> None:
@@ -641,7 +746,49 @@ def environment(args) -> dict:
 
 
 # ------------------------------------------------------------------------------ sections
+def compile_cold(args, s: Setting, live: dict, build_err: dict, cache_root: str) -> dict:
+    """The first call of each compiled implementation in ``live``, cold (see the docstring); one that
+    fails moves from ``live`` to ``build_err``. Returns {eager path: {backend, cold_s, cache_dir, graphs}}."""
+    torch._dynamo.reset()  # the last setting's graphs go: every setting compiles from nothing
+    out = {}
+    for impl in COMPILED:
+        if impl not in live:
+            continue
+        base = impl.removesuffix("_compiled")
+        cache = tempfile.mkdtemp(prefix=f"{base}-n{s.n}-d{s.density:g}-", dir=cache_root)
+        g0 = compiled_graphs()
+        try:
+            cold = cold_first_call(live[impl], cache)
+        except Exception as e:  # noqa: BLE001  (record and go on: an untraceable path is a finding)
+            build_err[impl] = {"status": "error", "error": f"{type(e).__name__}: {str(e)[:500]}"}
+            del live[impl]
+            out[base] = {"backend": args.compile, "error": build_err[impl]["error"]}
+            continue
+        out[base] = {"backend": args.compile, "cold_s": cold, "cache_dir": cache, "graphs": compiled_graphs() - g0}
+    return out
+
+
+def compile_warm(args, s: Setting, compiled: dict, threads: int) -> None:
+    """Each compiled path's first call in a second process reading the cache its cold call wrote
+    (``warm_s``, None with the reason in ``warm_note`` when the child gave no time)."""
+    for base, c in compiled.items():
+        if "cold_s" not in c:
+            continue
+        if not args.compile_warm:
+            c["warm_note"] = "not measured (--no-compile-warm)"
+            continue
+        spec = {"N": s.N, "batch": s.B, "n": s.n, "density": s.density, "seed": args.seed, "activation": args.activation,
+                "call": args.call, "impl": f"{base}_compiled", "threads": threads, "backend": c["backend"],
+                "cache_dir": c["cache_dir"]}
+        _, note, dt = run_probe(spec, budget_s=max(args.budget_s, 2 * c["cold_s"] + 30),
+                                allowance_s=60 + 3 * sum(s.build_s.values()))
+        c["warm_s"], c["warm_note"] = dt, note
+    for c in compiled.values():
+        c.pop("cache_dir", None)  # a temporary directory, removed at the end of the run
+
+
 def grid_section(args, meter, contender, modes, result, path) -> None:
+    names = IMPLS + (COMPILED if args.compile else ())
     print(f"\n## grid: N={args.N}, batch {args.batch}, float32, fwd+bwd, median ms "
           f"(skip: > {args.budget_s:g}s/call; tiles = stored-tile density of the tiled layout)")
     print(GRID_HEAD)
@@ -676,7 +823,7 @@ def grid_section(args, meter, contender, modes, result, path) -> None:
             info["check_max_abs_err"] = None
             info.setdefault("errors", {})["check"] = f"{type(e).__name__}: {e}"
         pre_skipped: dict[str, dict] = {}
-        for impl in IMPLS:
+        for impl in names:
             for sk in skips:
                 if sk["impl"] == impl and n >= sk["n"] and d >= sk["density"]:
                     pre_skipped[impl] = {"status": "skipped", "reason": f"> {args.budget_s:g}s/call",
@@ -701,9 +848,13 @@ def grid_section(args, meter, contender, modes, result, path) -> None:
             if not ok:
                 pre_skipped[impl] = {"status": "skipped", "reason": f"> {args.budget_s:g}s/call", "note": note}
                 skips.append({"impl": impl, "n": n, "density": d, "threads": args.threads[0], "note": note})
+        for impl in COMPILED:  # a compiled path goes where its eager path goes
+            base = impl.removesuffix("_compiled")
+            if args.compile and base in pre_skipped and impl not in pre_skipped:
+                pre_skipped[impl] = dict(pre_skipped[base], note=f"as {base}: " + pre_skipped[base].get("note", ""))
         impls = {}
         build_err = {}
-        for impl in IMPLS:
+        for impl in names:
             if impl in pre_skipped:
                 continue
             try:
@@ -728,6 +879,8 @@ def grid_section(args, meter, contender, modes, result, path) -> None:
                 return Impl(step, impl.reset)
 
             live = {k: (timed(k, v) if k in LIBRARY else v) for k, v in live.items()}
+            compiled = compile_cold(args, s, live, build_err, args.compile_cache) if args.compile else {}
+            graphs0 = compiled_graphs() if compiled else 0
             rows, rounds = run_case(live, modes=modes, repeats=args.repeats, warmup=args.warmup,
                                     budget_s=args.budget_s, max_others=args.max_others, max_wait=args.max_wait,
                                     max_case_s=args.max_case_s, meter=meter, contender=contender)
@@ -735,9 +888,13 @@ def grid_section(args, meter, contender, modes, result, path) -> None:
                 rate[k] = max(rate.get(k, (0, 0.0)), (s.blocks, t / s.blocks))
             rec = {**info, "threads": threads, "loadavg_before": load_before, "loadavg_after": loadavg(),
                    "modes": {}, "rounds": [{"others": r["others"], "used": r["used"]} for r in rounds]}
+            if compiled:
+                rec["compile_graphs_timing"] = compiled_graphs() - graphs0  # 0 unless something recompiled
+                compile_warm(args, s, compiled, threads)
+                rec["compile"] = compiled
             for m in modes:
                 mrows = {}
-                for impl in IMPLS:
+                for impl in names:
                     if impl in pre_skipped:
                         mrows[impl] = dict(pre_skipped[impl])
                     elif impl in build_err:
@@ -751,7 +908,7 @@ def grid_section(args, meter, contender, modes, result, path) -> None:
                 shares = [r["others"].get(m) for r in rounds if r["used"] and r["others"].get(m) is not None]
                 rec["modes"][m] = {"rows": mrows, "ratios": grid_ratios(mrows, s.tile_density),
                                    "others": statistics.median(shares) if shares else None}
-            for impl in IMPLS:
+            for impl in names:
                 r = rec["modes"][modes[0]]["rows"][impl]
                 if r["status"] == "skipped" and "call_s" in r and not any(
                         sk["impl"] == impl and n >= sk["n"] and d >= sk["density"] for sk in skips):
@@ -762,6 +919,8 @@ def grid_section(args, meter, contender, modes, result, path) -> None:
             result["grid"].append(rec)
             for m in modes:
                 print_grid_row(rec, m)
+            if compiled:
+                print_compiled_row(rec, modes[0])
             path.write_text(json.dumps(result, indent=1))  # an interrupted run keeps its cases
         del s, impls
     print("\nchecks (no grad): max |tiled - default| of the step outputs per (n, d), and the store from_mask chose: "
@@ -959,6 +1118,11 @@ def main(argv=None) -> int:
     ap.add_argument("--activation", choices=["relu", "tanh"], default="relu", help="from_mask activations (default relu)")
     ap.add_argument("--call", choices=["step", "forward"], default="step",
                     help="model.step(state) (default) or model(state, steps=1)")
+    ap.add_argument("--compile", nargs="?", const="inductor", default=None, metavar="BACKEND",
+                    help="also time the library paths under torch.compile(fullgraph=True, backend=BACKEND) "
+                         "(default inductor; aot_eager: no code generation), with the first call's cost cold and warm")
+    ap.add_argument("--no-compile-warm", dest="compile_warm", action="store_false",
+                    help="with --compile: leave out the warm first call (a child process reading the cache)")
     ap.add_argument("--sections", nargs="+", choices=["grid", "sequence", "transformer"],
                     default=["grid", "sequence", "transformer"], help="what to run (default all)")
     ap.add_argument("--seed", type=int, default=0, help="seed of masks, models and operands (default 0)")
@@ -980,6 +1144,9 @@ def main(argv=None) -> int:
             ap.error(f"--slots {n}: N={args.N} must split into n slots of size S with min(64, S) in "
                      f"{seq2d.sparse.TILE_SIZES}")
     modes = {"off": ["quiet"], "on": ["contended"], "both": ["quiet", "contended"]}[args.contend]
+    if args.compile and len(args.threads) != 1:
+        ap.error(f"--compile times one thread count (inductor fixes it when it generates code); got --threads "
+                 f"{' '.join(map(str, args.threads))}: give one value")
 
     env = environment(args)
     path = Path(args.json) if args.json else (
@@ -988,7 +1155,8 @@ def main(argv=None) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     config = {k: getattr(args, k) for k in ("N", "batch", "slots", "densities", "threads", "repeats", "seq_repeats",
                                            "warmup", "budget_s", "probe", "contend", "max_others", "max_wait",
-                                           "max_case_s", "activation", "call", "sections", "seed", "quick")}
+                                           "max_case_s", "activation", "call", "sections", "seed", "quick",
+                                           "compile", "compile_warm")}
     config["sequence"] = SEQ["quick" if args.quick else "full"]
     config["transformer"] = TRF["quick" if args.quick else "full"]
     result = {"environment": env, "config": config, "modes": modes, "grid": [], "autograd_nodes": []}
@@ -1005,7 +1173,13 @@ def main(argv=None) -> int:
             pass
     t_start = time.perf_counter()
     threads_before = torch.get_num_threads()
+    cache_env = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    args.compile_cache = tempfile.mkdtemp(prefix="model_step-inductor-") if args.compile else None
     try:
+        if args.compile and "grid" in args.sections:
+            torch.set_num_threads(args.threads[0])
+            result["compile"] = {"backend": args.compile, "process_warmup_s": compile_warmup(
+                args.compile, tempfile.mkdtemp(prefix="warmup-", dir=args.compile_cache))}
         if contender:
             contender.start()
             contender.set(False)
@@ -1027,6 +1201,12 @@ def main(argv=None) -> int:
         for sig, h in old.items():
             signal.signal(sig, h)
         torch.set_num_threads(threads_before)
+        if args.compile_cache:
+            shutil.rmtree(args.compile_cache, ignore_errors=True)
+            if cache_env is None:
+                os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+            else:
+                os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_env
     result["targets"] = evaluate_targets(result, modes)
     print_targets(result["targets"])
     env["loadavg_end"] = loadavg()

@@ -52,6 +52,31 @@ def grid_table(data: dict, mode: str = "quiet") -> str:
     return "\n".join(out)
 
 
+def compiled_table(datas: list[dict], mode: str = "quiet") -> str:
+    """``--compile`` runs (one or several JSON files): eager vs compiled medians of the library paths,
+    and the first call's cost, cold and warm."""
+    out = ["| threads | n x S | d | tile | default ms | compiled ms | compiled / eager | tiled ms | compiled ms | "
+           "compiled / eager | first call cold s (default / tiled) | warm s (default / tiled) | graphs while timing | "
+           "other processes |", "|" + "---|" * 14]
+    for data in datas:
+        for g in data.get("grid", []):
+            m = g.get("modes", {}).get(mode)
+            if not m or "compile" not in g:
+                continue
+            rows, c = m["rows"], g["compile"]
+            cells = [str(g["threads"]), f"{g['n']} x {g['S']}", f"{g['density']}", str(g["tile"])]
+            for base in ("default", "tiled"):
+                a, b = _ms(rows, base), _ms(rows, f"{base}_compiled")
+                cells += [f"{a:.1f}" if a else "–", f"{b:.1f}" if b else "–", f"{b / a:.2f}" if a and b else "–"]
+
+            def secs(key):
+                return " / ".join(f"{c[k][key]:.1f}" if c.get(k, {}).get(key) is not None else "–" for k in ("default", "tiled"))
+
+            cells += [secs("cold_s"), secs("warm_s"), str(g.get("compile_graphs_timing", "–")), _others(g, mode)]
+            out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
 def contention_table(data: dict) -> str:
     out = ["| threads | n x S | d | impl | quiet ms | contended ms | contended / quiet | ÷ dense's ratio |",
            "|---|---|---|---|---|---|---|---|"]
@@ -84,7 +109,18 @@ def nodes_table(data: dict) -> str:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("json", nargs="+", type=Path)
+    ap.add_argument("--compiled", action="store_true",
+                    help="only the compiled-vs-eager table of --compile runs, one table over all the files")
     args = ap.parse_args(argv)
+    if args.compiled:
+        datas = [json.loads(p.read_text()) for p in args.json]
+        for p, d in zip(args.json, datas):
+            env, c = d.get("environment", {}), d.get("compile", {})
+            print(f"- `{p.name}`: `{env.get('command', '')}`, {env.get('date', '')}, {env.get('cpu', '')} "
+                  f"({env.get('cpu_capability', '')}), torch {env.get('torch', '')}, backend {c.get('backend')}, "
+                  f"compiler start-up {c.get('process_warmup_s', 0):.1f} s; {env.get('uptime_start', '')}")
+        print(f"\n{compiled_table(datas)}")
+        return
     for p in args.json:
         data = json.loads(p.read_text())
         env = data.get("environment", {})

@@ -121,3 +121,42 @@ def test_budget_skips_and_probes(tmp_path, capsys):
             assert row["status"] == "skipped" and row["reason"].startswith(">"), row
     assert "n=16 d=0.1" in second["modes"]["quiet"]["rows"]["dense"]["note"]
     assert "skipped (>" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_quick_compile_rows_and_costs(tmp_path, capsys):
+    """--compile (issue 35): the compiled library paths are timed beside the eager ones, each compiled
+    once per setting (no recompilation while timing), with a cold and a warm first call; the
+    compiler's cache directory of the caller is left as it was. aot_eager: no code generation."""
+    before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    _, res = _run(tmp_path, "--compile", "aot_eager", "--slots", "4", "--densities", "0.25", "--sections", "grid")
+    assert os.environ.get("TORCHINDUCTOR_CACHE_DIR") == before
+    assert res["config"]["compile"] == "aot_eager" and res["compile"]["process_warmup_s"] > 0
+    (r,) = res["grid"]
+    quiet = r["modes"]["quiet"]
+    for name in ("default", "tiled", "default_compiled", "tiled_compiled"):
+        _positive_ms(quiet["rows"][name])
+    for base in ("default", "tiled"):
+        assert quiet["ratios"][f"{base}_compiled/{base}"] > 0
+        c = r["compile"][base]
+        assert c["backend"] == "aot_eager" and c["graphs"] == 1, c
+        assert c["cold_s"] > 0 and c["warm_s"] > 0, c  # the warm call ran in a child process
+        assert "cache_dir" not in c  # a temporary directory, gone
+    assert r["compile_graphs_timing"] == 0  # nothing recompiled while timing
+    assert "compiled (aot_eager): default" in capsys.readouterr().out
+    # the docs' table, from the JSON
+    spec = importlib.util.spec_from_file_location("report_model_step", ROOT / "benchmarks" / "report_model_step.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    report.main(["--compiled", str(tmp_path / "model_step.json")])
+    table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 1 | 4 x 64 |")]
+    assert len(table) == 1
+    cells = [c.strip() for c in table[0].strip("|").split("|")]
+    assert float(cells[4]) == pytest.approx(quiet["rows"]["default"]["median_ms"], abs=0.06)
+    assert float(cells[8]) == pytest.approx(quiet["rows"]["tiled_compiled"]["median_ms"], abs=0.06)
+    assert cells[12] == "0"
+
+
+def test_compile_needs_one_thread_count(tmp_path):
+    with pytest.raises(SystemExit):
+        _load().main(["--quick", "--compile", "--threads", "1", "2", "--json", str(tmp_path / "x.json")])

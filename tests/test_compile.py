@@ -176,3 +176,42 @@ def test_cpu_kernels_are_custom_ops_that_pass_opcheck(kernel):
     torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(torch.autograd.grad(y.square().sum(), (x, wp)),
                                torch.autograd.grad(ref.square().sum(), (x, wp)), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("tiled", [False, True], ids=["dense", "tiled"])
+def test_the_captured_step_recipe_refuses_what_a_replay_would_ignore(tiled):
+    """docs/training.md's CapturedStep compares ``step_signature`` before every replay (CUDA only,
+    tests/test_cuda.py); its signature, checked here on the CPU: a training step leaves it as it
+    was, a mask edited in place or replaced, a replaced parameter and a new learning rate change it."""
+    from doc_code import graph_step_recipe
+
+    signature = graph_step_recipe()["step_signature"]
+    torch.manual_seed(4)
+    m = seq2d.create_model("random_mask", sizes=[20, 24, 10], density=0.3, dtype=D)
+    if tiled:
+        m.to_blocksparse(16, kernel="cpu")
+    opt = torch.optim.Adam(m.parameters(), lr=1e-3)
+    x = torch.randn(B, 20, dtype=D)
+    s0 = signature(m, opt)
+    for _ in range(2):  # what a replay does: forward, backward, optimizer step
+        opt.zero_grad(set_to_none=True)
+        m(x).square().mean().backward()
+        opt.step()
+    assert signature(m, opt) == s0
+    mask = m.engine.tmask if tiled else m.block(1, 0).mask
+    with torch.no_grad():
+        mask[:, :3] = False  # in place (a block's mask is a view of the store's buffer)
+    s1 = signature(m, opt)
+    assert s1 != s0
+    if tiled:
+        m.engine.tmask = m.engine.tmask.clone()  # replaced
+    else:
+        m.block(1, 0).mask = torch.rand(m.block(1, 0).mask.shape) < 0.5
+    s2 = signature(m, opt)
+    assert s2 != s1
+    opt.param_groups[0]["lr"] = 1e-4  # a scheduler's step
+    assert signature(m, opt) != s2
+    if not tiled:
+        s3 = signature(m, opt)
+        m.to_blocksparse(16, kernel="cpu")  # new parameters
+        assert signature(m, opt) != s3

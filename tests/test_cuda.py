@@ -12,7 +12,12 @@ lent GPU runs them (``benchmarks/gpu/suite.sh install-and-test``).
 (c) one trainer epoch on CUDA on the bundled MNIST subset (a dense MLP, and a tile-sparse
     randomized model on the Triton kernel), against the same run on the CPU;
 (d) DistributedDataParallel: nccl in a one-rank process group, and the gloo path
-    (``torchrun --nproc_per_node=2``, both ranks on one GPU) against one process.
+    (``torchrun --nproc_per_node=2``, both ranks on one GPU) against one process;
+(e) issue 35: the recipe of docs/training.md (run from the page): ``torch.compile(mode=
+    "reduce-overhead", fullgraph=True)`` against eager, and a training step captured with
+    ``torch.cuda.graph`` (capturable Adam) against an eager loop, on the dense store and the
+    tiled store (``kernel="auto"`` and ``"triton"``); a mask edited after capture is refused,
+    and a compiled step sees it.
 
 Tolerances are relative Frobenius errors ``||out - ref|| / ||ref||`` against a float64
 reference computed from the *same* (already rounded) inputs, so only accumulation and the
@@ -465,3 +470,150 @@ def test_ddp_torchrun_on_cuda_matches_one_process(tmp_path, backend, nproc, prec
     worst = max((ck[k].cpu() - ref[k].cpu()).abs().max().item() for k in ref)
     assert worst <= 1e-4, f"DDP ({backend}) weights differ from the single-process run by {worst:.3g}"
     assert abs(rows[0]["test_acc"] - single["final_test_acc"]) <= 0.005
+
+
+
+# ---------------------------------------------------------------------------- (e) compiled and captured steps
+# What is expected (issue 35, 2026-11-28; nothing here has run on a GPU yet): every case passes on
+# the dense store, and raw capture passes on the tiled store (it records the Triton launches like
+# any kernel). torch.compile(fullgraph=True) of a tiled model whose kernel resolves to Triton needs
+# the Triton kernels as torch.library.triton_op (under way): until the triton backend defines its
+# own ``product`` (as the CPU kernels' custom ops do), those cases are marked xfail (not strict),
+# and their report names the tracing failure.
+GRAPH_STORES = ["dense", "tiled-auto", "tiled-triton"]
+GRAPH_B, GRAPH_CLASSES = 16, 32
+
+
+def _recipe():
+    from doc_code import graph_step_recipe
+
+    return graph_step_recipe()
+
+
+def _graph_model(store):
+    """A cyclic model with element masks (so a tiled store keeps a tile mask), float32 on CUDA."""
+    torch.manual_seed(0)
+    m = seq2d.create_model("random_mask", sizes=[64, 128, 128, GRAPH_CLASSES], density=0.3, device=DEVICE)
+    if store != "dense":
+        m.to_blocksparse(32, kernel=store.removeprefix("tiled-"))
+    return m
+
+
+def _graph_batch(k):
+    g = torch.Generator(device=DEVICE).manual_seed(100 + k)
+    return (torch.randn(GRAPH_B, 64, device=DEVICE, generator=g),
+            torch.randint(0, GRAPH_CLASSES, (GRAPH_B,), device=DEVICE, generator=g))
+
+
+def _expect_compile(request, m):
+    """xfail (not strict) a compiled tiled model whose kernel is Triton while Triton is no torch op."""
+    from seq2d.sparse import resolve_kernel
+    from seq2d.sparse.backends.base import KernelBackend
+
+    eng = getattr(m, "engine", None)
+    if eng is None:
+        return
+    L = eng.layout
+    k = resolve_kernel(eng.kernel, DEVICE, eng.data.dtype, L.density, L.tile)
+    if k.name.startswith("triton") and type(k).product is KernelBackend.product:
+        request.applymarker(pytest.mark.xfail(strict=False, reason=(
+            f"kernel {k.name!r} runs inside an autograd.Function: fullgraph compile needs it as a "
+            "torch.library.triton_op (issue 35, under way)")))
+
+
+def _mask_of(m):
+    return m.engine.tmask if getattr(m, "engine", None) is not None else m.block(1, 0).mask
+
+
+@pytest.mark.parametrize("store", GRAPH_STORES)
+def test_graph_step_compiled_equals_eager_and_sees_a_mask_edit(store, precision, request):
+    """compiled_loss (reduce-overhead, fullgraph): loss and gradients equal eager ones over calls
+    that warm up, record and replay, each on a new batch, with no CUDA graph skipped; then a mask
+    edited in place is seen by the next replay (one compile per store: the GPU session's time)."""
+    import torch.nn.functional as F
+    from torch._dynamo.utils import counters
+
+    m = _graph_model(store)
+    _expect_compile(request, m)
+    ref = copy.deepcopy(m)
+    torch._dynamo.reset()
+    skips = counters["inductor"]["cudagraph_skips"]
+    loss_of = _recipe()["compiled_loss"](m)
+    for k in range(5):
+        x, y = _graph_batch(k)
+        torch.compiler.cudagraph_mark_step_begin()
+        m.zero_grad(set_to_none=True)
+        ref.zero_grad(set_to_none=True)
+        loss = loss_of(x, y)
+        loss.backward()
+        loss_ref = F.cross_entropy(ref(x), y)
+        loss_ref.backward()
+        assert rel_err(loss.detach(), loss_ref.detach()) <= 1e-5, f"call {k}: loss"
+        for (name, p), q in zip(m.named_parameters(), ref.parameters()):
+            assert rel_err(p.grad, q.grad) <= 1e-4, f"call {k}: gradient of {name}"
+    assert counters["inductor"]["cudagraph_skips"] == skips, "inductor skipped CUDA graphs (see its log)"
+
+    x, y = _graph_batch(0)  # grad mode as above: no guard fails, the recorded graph replays
+    before = F.cross_entropy(m(x), y).item()
+    with torch.no_grad():
+        _mask_of(m)[:, :8] = False
+    eager = F.cross_entropy(m(x), y).item()  # eager, the edited mask
+    torch.compiler.cudagraph_mark_step_begin()
+    compiled = loss_of(x, y).item()
+    assert eager != before, "the edit must change the loss (else this test checks nothing)"
+    assert compiled == pytest.approx(eager, rel=1e-5), f"compiled {compiled}, eager {eager}, before the edit {before}"
+
+
+@pytest.mark.parametrize("store", GRAPH_STORES)
+def test_graph_step_captured_equals_eager_loop(store, precision):
+    import torch.nn.functional as F
+
+    m = _graph_model(store)
+    ref = copy.deepcopy(m)
+    start = [p.detach().clone() for p in m.parameters()]
+    batches = [_graph_batch(k) for k in range(6)]
+    opt = torch.optim.Adam(m.parameters(), lr=1e-3, capturable=True)
+    step = _recipe()["CapturedStep"](m, opt, *batches[0], warmup=3)  # 3 steps on batch 0
+    losses = [step(x, y).item() for x, y in batches[1:]]
+    opt_ref = torch.optim.Adam(ref.parameters(), lr=1e-3)  # the ordinary (not capturable) Adam
+    losses_ref = []
+    for x, y in [batches[0]] * 3 + batches[1:]:
+        opt_ref.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(ref(x), y)
+        loss.backward()
+        opt_ref.step()
+        losses_ref.append(loss.item())
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(losses_ref[3:]), rtol=1e-5, atol=1e-6)
+    for (name, p), q, p0 in zip(m.named_parameters(), ref.parameters(), start):
+        assert not torch.equal(p.detach(), p0), f"{name} did not train"
+        torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-5, atol=1e-6, msg=f"{name} after 5 replays")
+
+
+@pytest.mark.parametrize("store", GRAPH_STORES)
+def test_graph_step_capture_refuses_a_mask_edit_then_recaptures(store, precision):
+    import torch.nn.functional as F
+
+    recipe = _recipe()
+    m = _graph_model(store)
+    opt = torch.optim.Adam(m.parameters(), lr=1e-3, capturable=True)
+    (x0, y0), (x1, y1) = _graph_batch(0), _graph_batch(1)
+    step = recipe["CapturedStep"](m, opt, x0, y0, warmup=1)
+    step(x1, y1)
+    with torch.no_grad():
+        _mask_of(m)[:, :8] = False
+    with pytest.raises(RuntimeError, match="build a new CapturedStep"):
+        step(x1, y1)  # a replay would multiply by the float copy of the old mask
+    with pytest.raises(ValueError, match="takes batches of shapes"):
+        step(x1[:4], y1[:4])
+    # a new capture uses the edited mask: one warm-up step and one replay equal two eager steps
+    ref = copy.deepcopy(m)
+    opt_ref = torch.optim.Adam(ref.parameters(), lr=1e-3, capturable=True)
+    opt_ref.load_state_dict(opt.state_dict())
+    step = recipe["CapturedStep"](m, opt, x0, y0, warmup=1)
+    step(x1, y1)
+    for x, y in ((x0, y0), (x1, y1)):
+        opt_ref.zero_grad(set_to_none=True)
+        F.cross_entropy(ref(x), y).backward()
+        opt_ref.step()
+    for (name, p), q in zip(m.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-5, atol=1e-6, msg=name)

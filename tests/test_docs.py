@@ -4,6 +4,8 @@ import pathlib
 import re
 
 import seq2d
+from doc_code import python_blocks as _python_blocks
+from doc_code import run_blocks as _run_blocks
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -121,22 +123,6 @@ def test_value_range_is_the_text_a_page_quotes():
     assert value_range([3.14159, 3.14161], ".3f") == "3.142"  # both ends print alike: one number
     assert value_range([-1.25, 0.5], "+.1f") == "-1.2 to +0.5"
     assert value_range([None]) == value_range([]) == "n/a"
-
-
-def _python_blocks(page: str, heading: str) -> list[str]:
-    """The ```python blocks of the section of ``docs/<page>`` that starts at ``heading`` (to the next ``## ``)."""
-    text = (ROOT / "docs" / page).read_text()
-    assert heading in text, (page, heading)
-    section = text.split(heading, 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"^```python\n(.*?)^```$", section, re.S | re.M)
-
-
-def _run_blocks(page: str, heading: str, blocks: list[str]) -> dict:
-    """Run the blocks in order in one namespace, as a reader pasting them would; the namespace."""
-    ns: dict = {}
-    for k, code in enumerate(blocks, 1):
-        exec(compile(code, f"docs/{page} '{heading}' block {k}", "exec"), ns)
-    return ns
 
 
 def test_stability_page_tanh_rnn_recipe_runs(capsys):

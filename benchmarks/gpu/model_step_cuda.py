@@ -15,6 +15,14 @@ same loss), the same implementations, timed on one GPU:
 ``loss``          the per-slot loss terms alone (the model paths pay it, the kernels do not)
 ================  ===============================================================
 
+``--compile`` (issue 35) adds ``default_compiled`` and ``tiled_compiled``: the model call and
+the loss as ``torch.compile(f, mode="reduce-overhead", fullgraph=True)`` (CUDA graphs of the
+forward and of AOTAutograd's backward), ``torch.compiler.cudagraph_mark_step_begin()`` before
+each call; their first call (``first_ms``: trace, code generation, CUDA-graph warm-up, with a
+fresh ``TORCHINDUCTOR_CACHE_DIR`` per setting and ``torch._dynamo.reset()``) is outside the
+budget check, and at least two more untimed calls (recording, then a replay) precede the timing.
+The CPU counterpart with inductor: ``benchmarks/model_step.py --compile``.
+
 Timing: wall clock with ``torch.cuda.synchronize()`` before and after each call (so Python
 launch overhead counts, as it does in training); ``--warmup`` untimed calls, then
 ``--repeats`` rounds running every implementation once in a rotating order; the median is
@@ -32,9 +40,11 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -45,7 +55,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for model_step.block_mask
 
 import seq2d  # noqa: E402
-from model_step import block_mask  # noqa: E402
+from model_step import COMPILED, block_mask, clear_compiler_caches  # noqa: E402
 
 IMPLS = ("default", "tiled", "kernel", "dense", "masked_dense", "loss")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -92,6 +102,15 @@ class Setting:
 
             def step():
                 self._loss(model.step(self.state)).backward()
+            return step, params
+        if name in COMPILED:
+            model = self.model if name == "default_compiled" else self.tiled
+            params = [p for p in model.parameters() if p.requires_grad] + self.state
+            loss = torch.compile(lambda state: self._loss(model.step(state)), mode="reduce-overhead", fullgraph=True)
+
+            def step():
+                torch.compiler.cudagraph_mark_step_begin()
+                loss(self.state).backward()
             return step, params
         if name == "kernel":
             L, T = self.layout, self.layout.tile
@@ -157,12 +176,17 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--budget-s", type=float, default=5.0, help="drop an implementation whose first call is slower")
-    ap.add_argument("--impls", nargs="+", default=list(IMPLS), choices=IMPLS)
+    ap.add_argument("--impls", nargs="+", default=list(IMPLS), choices=IMPLS + COMPILED)
+    ap.add_argument("--compile", action="store_true",
+                    help="also the library paths compiled with mode='reduce-overhead' (default_compiled, tiled_compiled)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda", help="cuda (default); cpu only to smoke-test this script")
     ap.add_argument("--json", default=None, help="output (default benchmarks/results/model_step-cuda-<date>.json)")
     args = ap.parse_args(argv)
     dev, dtype = torch.device(args.device), DTYPES[args.dtype]
+    if args.compile:
+        args.impls += [k for k in COMPILED if k not in args.impls]
+    cache_root = tempfile.mkdtemp(prefix="model_step_cuda-inductor-") if any(k in COMPILED for k in args.impls) else None
     if dev.type == "cuda" and not torch.cuda.is_available():
         ap.error("no CUDA device is available")
     name, sms = ((torch.cuda.get_device_properties(dev).name, torch.cuda.get_device_properties(dev).multi_processor_count)
@@ -187,6 +211,10 @@ def main(argv=None) -> int:
         for n in args.slots:
             for d in args.densities:
                 s = Setting(args.N, B, n, d, args.seed, dtype, dev, args.tile)
+                if cache_root:  # every setting compiles cold: no graph of the last one, an empty cache
+                    torch._dynamo.reset()
+                    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(dir=cache_root)
+                    clear_compiler_caches()
                 impls = {k: s.impl(k) for k in args.impls}
                 rec = dict(batch=B, n=n, S=s.S, density=d, blocks=s.blocks, tile=s.tile, stored_tiles=int(s.layout.nnz),
                            tile_density=float(s.layout.density), default_store=s.default_store,
@@ -195,13 +223,20 @@ def main(argv=None) -> int:
                 alive = {}
                 for k, (step, params) in impls.items():
                     t0 = time.perf_counter()
-                    first = timed(step, params)
+                    try:
+                        first = timed(step, params)
+                        if k in COMPILED:  # the budget applies from the call after the compile
+                            t0 = time.perf_counter()
+                            timed(step, params)
+                    except Exception as e:  # noqa: BLE001  (a path that does not compile is a finding)
+                        rec["rows"][k] = {"error": f"{type(e).__name__}: {str(e)[:500]}"}
+                        continue
                     rec["rows"][k] = {"first_ms": first}
                     if time.perf_counter() - t0 > args.budget_s:
                         rec["rows"][k]["skipped"] = f"first call {first / 1e3:.1f} s > --budget-s"
                         continue
                     alive[k] = (step, params)
-                    for _ in range(args.warmup - 1):
+                    for _ in range(args.warmup - 1 if k not in COMPILED else max(args.warmup - 2, 1)):
                         timed(step, params)
                 times = {k: [] for k in alive}
                 names = list(alive)
@@ -219,7 +254,9 @@ def main(argv=None) -> int:
                                  "tiled/ideal": ratio(med.get("tiled"), ideal),
                                  "kernel/ideal": ratio(med.get("kernel"), ideal),
                                  "default/dense": ratio(med.get("default"), med.get("dense")),
-                                 "default/masked_dense": ratio(med.get("default"), med.get("masked_dense"))}
+                                 "default/masked_dense": ratio(med.get("default"), med.get("masked_dense")),
+                                 **{f"{k}/{k.removesuffix('_compiled')}": ratio(med.get(k), med.get(k.removesuffix("_compiled")))
+                                    for k in COMPILED if k in args.impls}}
                 results.append(rec)
                 cells = " ".join(f"{med[k]:12.3f}" if med.get(k) is not None else f"{'skipped':>12}" for k in args.impls)
                 rr = rec["ratios"]
@@ -231,6 +268,10 @@ def main(argv=None) -> int:
                 del s, impls, alive
                 if dev.type == "cuda":
                     torch.cuda.empty_cache()
+    if cache_root:
+        import shutil
+
+        shutil.rmtree(cache_root, ignore_errors=True)
     print(f"wrote {path}")
     return 0
 
