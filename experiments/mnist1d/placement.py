@@ -72,7 +72,7 @@ from torch import nn
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "placement"))
 from run import mlp_count, structure  # noqa: E402  (the MNIST placement study's helpers)
-from study import collect as collect_runs  # noqa: E402
+import grid  # noqa: E402  (cell selection, connectivity, launch and collect, shared with experiments/placement/study.py)
 
 sys.path.insert(0, str(HERE))
 from baselines import plateau_epoch  # noqa: E402  (the baselines' plateau rule: the first epoch within 1 point of the last)
@@ -319,12 +319,7 @@ def finished(folder: Path, epochs: int) -> bool:
 def connectivity(cell: dict, draws: int) -> dict:
     """Over seeds 0..draws-1 of a random cell (untrained): how many draws leave the output row
     empty and how many have no input -> output walk within the cell's iterations."""
-    empty = no_walk = 0
-    for seed in range(draws):
-        st = structure(build(cell, seed), cell)
-        empty += bool(st["output_fixed"])
-        no_walk += not st["input_reaches_output"]
-    return {"cell": cell["cell"], "draws": draws, "empty_output_row": empty, "no_input_output_walk": no_walk}
+    return grid.connectivity(cell, draws, build)
 
 
 # ---------------------------------------------------------------------- the pilot
@@ -378,12 +373,8 @@ def main(argv=None) -> int:
     if args.cache:
         os.environ["SEQ2D_CACHE"] = args.cache
     if args.collect:
-        n = collect_runs(Path(args.collect), Path(args.dest))
-        if (Path(args.collect) / "pilot.json").is_file():
-            import shutil
-
-            shutil.copy2(Path(args.collect) / "pilot.json", Path(args.dest) / "pilot.json")
-        return 0 if n >= 0 else 1
+        grid.collect(Path(args.collect), Path(args.dest), KEEP, extra=("connectivity.json", "pilot.json"))
+        return 0
     launcher = launcher_from_args(args, ap.error)
     if "-" in args.seeds:
         lo, hi = map(int, args.seeds.split("-"))
@@ -401,39 +392,25 @@ def main(argv=None) -> int:
         todo = [c for c in todo if c["cell"] in ("mlp", "tile-h100-no-shortcut-i3", "block-h176-default-i3", "gru",
                                                  "trnn-k2")]
     elif args.cells:
-        names = args.cells.split(",")
-        unknown = sorted(set(names) - {c["cell"] for c in todo})
-        if unknown:
-            ap.error(f"unknown cell(s) {unknown}; choose from {', '.join(c['cell'] for c in todo)}")
-        todo = [c for c in todo if c["cell"] in names]
+        todo = grid.select(todo, args.cells, ap.error)
     elif args.item != "all":
         todo = todo[:n2] if args.item == "2" else todo[n2:]
     torch.set_num_threads(1)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    rand = [c for c in todo if c["family"] == "random"]
-    if rand and not (out / "connectivity.json").is_file():
-        counts = [connectivity(c, args.draws) for c in rand]
-        (out / "connectivity.json").write_text(json.dumps(counts, indent=1))
+    grid.write_connectivity(out, [c for c in todo if c["family"] == "random"], args.draws, build)
     protocol = {**PROTOCOL, "epochs": args.epochs, "source": source}
     item2 = {c["cell"] for c in cells()[:n2]}  # item 2's cells for every seed first, then item 4's
     groups = [[c for c in todo if c["cell"] in item2], [c for c in todo if c["cell"] not in item2]]
     tasks = [(c, s, str(out), protocol) for g in groups for s in seeds for c in g]
-    tasks = [t for t in tasks if not finished(out / t[0]["cell"] / f"seed{t[1]}", args.epochs)]
-    print(f"{len(tasks)} run(s) to train", flush=True)
-    res = launcher.run(run_one, tasks, tags=[f"[{c['cell']} seed {s}]" for c, s, *_ in tasks], folder=out, threads=1,
-                       log=lambda s: print(s, flush=True)) if tasks else []
-    for row in res:
-        if isinstance(row, dict):
-            print(f"{row['cell']} seed {row['seed']}: {100 * row['test_acc']:.2f}%", flush=True)
+    res = grid.launch(launcher, run_one, tasks, out, done=lambda folder: finished(folder, args.epochs))
     if args.pilot:
         summary = pilot_summary(out, PILOT_CELLS, seeds, args.epochs)
         (out / "pilot.json").write_text(json.dumps(summary, indent=1) + "\n")
         for name, c in summary["cells"].items():
             print(f"pilot {name}: plateau epoch {c['plateau_epoch']}, final mean {c['final_mean_test_acc']:.2f}%")
         print(f"grid epochs by the rule: {summary.get('grid_epochs')}")
-    bad = [r for r in res if not isinstance(r, dict)]
-    return 1 if bad else 0
+    return grid.failed(res)
 
 
 if __name__ == "__main__":
