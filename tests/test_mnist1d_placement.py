@@ -96,8 +96,10 @@ def _protocol(epochs):
 
 
 @pytest.mark.parametrize("name", ["tile-h100-no-shortcut-i3", "trnn-k2"])
-def test_a_tiny_run_finishes_resumes_and_collects(tmp_path, name):
+def test_a_tiny_run_finishes_resumes_and_collects(tmp_path, name, monkeypatch):
     from seq2d.train import Trainer, read_metrics
+
+    monkeypatch.setattr(P, "DYN_BATCH", 4)  # the dynamics' own test is below: here only its file matters
 
     cell = next(c for c in CELLS if c["cell"] == name)
     straight = P.run_one(cell, 0, str(tmp_path / "a"), _protocol(2))
@@ -125,8 +127,66 @@ def test_a_tiny_run_finishes_resumes_and_collects(tmp_path, name):
     (tmp_path / "a" / "other" / "seed0" / "checkpoint.pt").write_bytes(b"x")
     assert P.main(["--collect", str(tmp_path / "a"), "--dest", str(tmp_path / "dest")]) == 0
     kept = sorted(p.name for p in (tmp_path / "dest" / name / "seed0").iterdir())
-    assert kept == sorted(f for f in P.KEEP if (folder / f).is_file()) and "row.json" in kept
+    assert kept == sorted(f for f in P.KEEP if (folder / f).is_file()) and {"row.json", "dynamics.json"} <= set(kept)
     assert not (tmp_path / "dest" / "other").exists()
+
+
+@pytest.mark.parametrize("name", ["tile-h100-default-i3", "trnn-k3", "mlp"])
+def test_a_finished_run_records_its_iteration_dynamics(tmp_path, name, monkeypatch):
+    # item 5: dynamics.json is written with row.json, computed again from the checkpoint when missing
+    # (without training), deterministic, and its readout after the trained step count scores the run
+    monkeypatch.setattr(P, "DYN_BATCH", 16)  # 15 increment pairs x 16 = 240 columns >= the 210 updated units
+    cell = next(c for c in CELLS if c["cell"] == name)
+    row = P.run_one(cell, 0, str(tmp_path), _protocol(1))
+    folder = tmp_path / name / "seed0"
+    dyn = json.loads((folder / "dynamics.json").read_text())
+    assert dyn["epochs"] == row["epochs"] == 1 and dyn["batch"] == 16
+    if cell["family"] == "trnn":
+        r = dyn["recurrent_jacobian_radius"]
+        assert 0 <= r["median"] <= r["max"] and "dmd_spectral_radius" not in dyn
+    else:
+        assert len(dyn["change"]) == len(dyn["test_acc_by_steps"]) == P.DYN_HORIZON
+        assert dyn["test_acc_by_steps"][cell["iterations"] - 1] == pytest.approx(row["test_acc"], abs=1e-6)
+        assert len(dyn["dmd_abs_eigenvalues_top"]) == P.DYN_TOP and dyn["dmd_rank"] >= P.DYN_TOP
+        if name == "mlp":  # acyclic: a nilpotent Jacobian, and no change once the depth is reached
+            assert dyn["jacobian_radius_at_horizon"]["max"] == 0 and max(dyn["change"][3:]) == 0
+        else:
+            assert dyn["jacobian_radius_at_iterations"]["mean"] > 0
+    metrics = (folder / "metrics.jsonl").read_bytes()
+    (folder / "dynamics.json").unlink()
+    assert not P.finished(folder, 1)  # a run finished before item 5 is not finished while its model can be read
+    assert P.run_one(cell, 0, str(tmp_path), _protocol(1)) == row
+    assert (folder / "metrics.jsonl").read_bytes() == metrics and P.finished(folder, 1)  # not trained again
+    again = json.loads((folder / "dynamics.json").read_text())
+    assert again.keys() == dyn.keys()
+    for k in dyn:  # the model loaded from the checkpoint against the one fit() left in memory
+        assert again[k] == (dyn[k] if isinstance(dyn[k], str) else pytest.approx(dyn[k], rel=1e-5, abs=1e-6))
+
+
+def test_the_recurrent_radius_is_the_closed_form_jacobian():
+    # the trnn's one-step map rebuilt from its tied blocks against diag(1 - h^2) W_hh by hand
+    torch.manual_seed(0)
+    cell = next(c for c in CELLS if c["cell"] == "trnn-k4")
+    model = P.build(cell, 3)
+    x = torch.randn(6, 40, 1)
+    core = model.body.core
+    W_ih, W_hh, b = core.block(4, 0).weight, core.block(5, 4).weight, core.bias(4)
+    h = torch.zeros(6, P.RNN_H)
+    with torch.no_grad():
+        for t in range(36, 40):  # the window: the last 4 samples from a zero state
+            h = torch.tanh(x[:, t] @ W_ih.T + h @ W_hh.T + b)
+            if t == 38:
+                h_prev = h
+        torch.testing.assert_close(model.readout(h), model(x), rtol=1e-5, atol=1e-6)
+    h_last = torch.tanh(x[:, 39] @ W_ih.T + h_prev @ W_hh.T + b)
+    J = (1 - h_last.double() ** 2)[:, :, None] * W_hh.detach().double()
+    by_hand = torch.linalg.eigvals(J.detach()).abs().amax(-1)
+    got = P.iteration_dynamics(model, cell, {"test": (x, torch.zeros(6, dtype=torch.long))})
+    assert got["recurrent_jacobian_radius"]["max"] == pytest.approx(float(by_hand.max()), rel=1e-5)
+    assert got["recurrent_jacobian_radius"]["mean"] == pytest.approx(float(by_hand.mean()), rel=1e-5)
+    k1 = next(c for c in CELLS if c["cell"] == "trnn-k1")  # no W_hh: nothing recurs
+    assert P.iteration_dynamics(P.build(k1, 0), k1, {"test": (x, torch.zeros(6, dtype=torch.long))})[
+        "recurrent_jacobian_radius"] is None
 
 
 def test_the_pilot_rule_on_made_up_curves(tmp_path):
