@@ -402,8 +402,7 @@ def render(rows: dict[str, list[dict]], grid: list[dict], connectivity: dict, ba
     ans = answers(v, grid)
     fams = iteration_families(grid)
     sv = spectrum_verdict(rows, fams)
-    out = []
-    # the verdict first
+    out = ["## Verdict\n"]
     if v["pending"]:
         out.append(f"**No verdict yet.** Item 2 asks whether random placement at the MLP's trainable-parameter count "
                    f"behaves like the MLP, like the recurrent model, or like neither; the answer needs "
