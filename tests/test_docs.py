@@ -83,7 +83,8 @@ def test_results_pages_open_with_their_verdict():
     """Each results page's first section is its generated verdict (docs/results/mnist.md opens with
     the 100-epoch run's status until that run is complete)."""
     for page, marker in (("results/stability.md", "verdict"), ("results/param_budget.md", "param-budget-verdict"),
-                         ("stability.md", "stability-verdict"), ("results/placement.md", "placement-verdict")):
+                         ("stability.md", "stability-verdict"), ("results/placement.md", "placement-verdict"),
+                         ("results/mnist1d.md", "mnist1d-placement")):
         text = (ROOT / "docs" / page).read_text()
         heads = _h2(text)
         assert heads[0][1] == "## Verdict", (page, heads[0])

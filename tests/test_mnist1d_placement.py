@@ -4,6 +4,7 @@ the plain RNN, and a tiny run (synthetic data, seconds) finishes, resumes, exten
 
 import importlib.util
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -96,8 +97,10 @@ def _protocol(epochs):
 
 
 @pytest.mark.parametrize("name", ["tile-h100-no-shortcut-i3", "trnn-k2"])
-def test_a_tiny_run_finishes_resumes_and_collects(tmp_path, name):
+def test_a_tiny_run_finishes_resumes_and_collects(tmp_path, name, monkeypatch):
     from seq2d.train import Trainer, read_metrics
+
+    monkeypatch.setattr(P, "DYN_BATCH", 4)  # the dynamics' own test is below: here only its file matters
 
     cell = next(c for c in CELLS if c["cell"] == name)
     straight = P.run_one(cell, 0, str(tmp_path / "a"), _protocol(2))
@@ -125,8 +128,66 @@ def test_a_tiny_run_finishes_resumes_and_collects(tmp_path, name):
     (tmp_path / "a" / "other" / "seed0" / "checkpoint.pt").write_bytes(b"x")
     assert P.main(["--collect", str(tmp_path / "a"), "--dest", str(tmp_path / "dest")]) == 0
     kept = sorted(p.name for p in (tmp_path / "dest" / name / "seed0").iterdir())
-    assert kept == sorted(f for f in P.KEEP if (folder / f).is_file()) and "row.json" in kept
+    assert kept == sorted(f for f in P.KEEP if (folder / f).is_file()) and {"row.json", "dynamics.json"} <= set(kept)
     assert not (tmp_path / "dest" / "other").exists()
+
+
+@pytest.mark.parametrize("name", ["tile-h100-default-i3", "trnn-k3", "mlp"])
+def test_a_finished_run_records_its_iteration_dynamics(tmp_path, name, monkeypatch):
+    # item 5: dynamics.json is written with row.json, computed again from the checkpoint when missing
+    # (without training), deterministic, and its readout after the trained step count scores the run
+    monkeypatch.setattr(P, "DYN_BATCH", 16)  # 15 increment pairs x 16 = 240 columns >= the 210 updated units
+    cell = next(c for c in CELLS if c["cell"] == name)
+    row = P.run_one(cell, 0, str(tmp_path), _protocol(1))
+    folder = tmp_path / name / "seed0"
+    dyn = json.loads((folder / "dynamics.json").read_text())
+    assert dyn["epochs"] == row["epochs"] == 1 and dyn["batch"] == 16
+    if cell["family"] == "trnn":
+        r = dyn["recurrent_jacobian_radius"]
+        assert 0 <= r["median"] <= r["max"] and "dmd_spectral_radius" not in dyn
+    else:
+        assert len(dyn["change"]) == len(dyn["test_acc_by_steps"]) == P.DYN_HORIZON
+        assert dyn["test_acc_by_steps"][cell["iterations"] - 1] == pytest.approx(row["test_acc"], abs=1e-6)
+        assert len(dyn["dmd_abs_eigenvalues_top"]) == P.DYN_TOP and dyn["dmd_rank"] >= P.DYN_TOP
+        if name == "mlp":  # acyclic: a nilpotent Jacobian, and no change once the depth is reached
+            assert dyn["jacobian_radius_at_horizon"]["max"] == 0 and max(dyn["change"][3:]) == 0
+        else:
+            assert dyn["jacobian_radius_at_iterations"]["mean"] > 0
+    metrics = (folder / "metrics.jsonl").read_bytes()
+    (folder / "dynamics.json").unlink()
+    assert not P.finished(folder, 1)  # a run finished before item 5 is not finished while its model can be read
+    assert P.run_one(cell, 0, str(tmp_path), _protocol(1)) == row
+    assert (folder / "metrics.jsonl").read_bytes() == metrics and P.finished(folder, 1)  # not trained again
+    again = json.loads((folder / "dynamics.json").read_text())
+    assert again.keys() == dyn.keys()
+    for k in dyn:  # the model loaded from the checkpoint against the one fit() left in memory
+        assert again[k] == (dyn[k] if isinstance(dyn[k], str) else pytest.approx(dyn[k], rel=1e-5, abs=1e-6))
+
+
+def test_the_recurrent_radius_is_the_closed_form_jacobian():
+    # the trnn's one-step map rebuilt from its tied blocks against diag(1 - h^2) W_hh by hand
+    torch.manual_seed(0)
+    cell = next(c for c in CELLS if c["cell"] == "trnn-k4")
+    model = P.build(cell, 3)
+    x = torch.randn(6, 40, 1)
+    core = model.body.core
+    W_ih, W_hh, b = core.block(4, 0).weight, core.block(5, 4).weight, core.bias(4)
+    h = torch.zeros(6, P.RNN_H)
+    with torch.no_grad():
+        for t in range(36, 40):  # the window: the last 4 samples from a zero state
+            h = torch.tanh(x[:, t] @ W_ih.T + h @ W_hh.T + b)
+            if t == 38:
+                h_prev = h
+        torch.testing.assert_close(model.readout(h), model(x), rtol=1e-5, atol=1e-6)
+    h_last = torch.tanh(x[:, 39] @ W_ih.T + h_prev @ W_hh.T + b)
+    J = (1 - h_last.double() ** 2)[:, :, None] * W_hh.detach().double()
+    by_hand = torch.linalg.eigvals(J.detach()).abs().amax(-1)
+    got = P.iteration_dynamics(model, cell, {"test": (x, torch.zeros(6, dtype=torch.long))})
+    assert got["recurrent_jacobian_radius"]["max"] == pytest.approx(float(by_hand.max()), rel=1e-5)
+    assert got["recurrent_jacobian_radius"]["mean"] == pytest.approx(float(by_hand.mean()), rel=1e-5)
+    k1 = next(c for c in CELLS if c["cell"] == "trnn-k1")  # no W_hh: nothing recurs
+    assert P.iteration_dynamics(P.build(k1, 0), k1, {"test": (x, torch.zeros(6, dtype=torch.long))})[
+        "recurrent_jacobian_radius"] is None
 
 
 def test_the_pilot_rule_on_made_up_curves(tmp_path):
@@ -173,25 +234,121 @@ def test_the_permutation_p_value_exact_and_sampled():
     assert abs(sampled - exact) < 0.02 and 0 < exact < 1
 
 
+def _fake_run(root, cell, seed, acc, epochs=3, metrics=True, dynamics=None, **extra):
+    f = root / cell / f"seed{seed}"
+    f.mkdir(parents=True)
+    f.joinpath("row.json").write_text(json.dumps({"cell": cell, "seed": seed, "test_acc": acc / 100, "params": 15210,
+                                                  "epochs": epochs, "trained": True, "diverged": None, **extra}))
+    if metrics:
+        f.joinpath("metrics.jsonl").write_text("".join(json.dumps({"epoch": e + 1, "test_acc": acc / 100 - 0.01 * (epochs - 1 - e)})
+                                                       + "\n" for e in range(epochs)))
+    if dynamics is not None:
+        f.joinpath("dynamics.json").write_text(json.dumps(dynamics))
+
+
 def test_the_verdict_on_made_up_rows(tmp_path):
     R = _report()
-
-    def rows(cell, accs):
-        for s, a in enumerate(accs):
-            f = tmp_path / cell / f"seed{s}"
-            f.mkdir(parents=True)
-            f.joinpath("row.json").write_text(json.dumps({"cell": cell, "seed": s, "test_acc": a / 100, "params": 15210,
-                                                          "epochs": 5, "trained": True, "diverged": None}))
-
-    rows("mlp", [66 + 0.1 * i for i in range(10)])
-    rows("gru", [90 + 0.1 * i for i in range(10)])
-    rows("element-h100-default-i3", [66.05 + 0.1 * i for i in range(10)])  # the MLP's accuracies
-    rows("tile-h100-default-i3", [80 + 0.1 * i for i in range(10)])  # between: neither
-    rows("block-h100-default-i3", [70] * 3)  # too few seeds: listed, not judged
-    v = R.verdicts(R.load_rows(tmp_path))
+    for s in range(10):
+        _fake_run(tmp_path, "mlp", s, 66 + 0.3 * s)
+        _fake_run(tmp_path, "gru", s, 90 + 0.3 * s)
+        _fake_run(tmp_path, "element-h100-default-i3", s, 66.2 + 0.3 * s)  # the MLP's accuracies: like the MLP
+        _fake_run(tmp_path, "tile-h100-default-i3", s, 80 + 0.3 * s)  # between: like neither
+        _fake_run(tmp_path, "element-h176-default-i3", s, 64.5 + 0.3 * s)  # 1.5 below: different, not shown within 2
+    for s in range(3):
+        _fake_run(tmp_path, "block-h100-default-i3", s, 70)  # too few seeds: pending, judged nowhere
+    rows = R.load_rows(tmp_path)
+    names = ["element-h100-default-i3", "tile-h100-default-i3", "element-h176-default-i3", "block-h100-default-i3"]
+    v = R.verdicts(rows, names)
     assert v["cells"]["element-h100-default-i3"]["verdict"] == "like the MLP"
     assert v["cells"]["tile-h100-default-i3"]["verdict"] == "like neither"
-    assert "block-h100-default-i3" not in v["cells"]
+    assert v["cells"]["element-h176-default-i3"]["verdict"] == "like neither"  # equivalence is not "no difference found"
+    assert "block-h100-default-i3" not in v["cells"] and v["pending"] == ["block-h100-default-i3"]
+    assert R.answers(v, CELLS)["element"] == "pending"  # two of its four item-2 cells have no run
+    v = R.verdicts({k: r for k, r in rows.items() if k != "gru"}, names)
+    assert v["cells"] == {} and "gru" in v["pending"]  # no reference, no verdict
     assert R.main(["--results", str(tmp_path), "--doc", str(tmp_path / "page.md")]) == 0
     page = (tmp_path / "page.md").read_text()
-    assert "like the MLP" in page and "<!-- mnist1d-placement:begin -->" in page and "| block-h100-default-i3 |" in page
+    assert "**No verdict yet.**" in page and "like the MLP" in page and "| block-h100-default-i3 |" in page
+    assert "Pending (" in page and "block-h100-default-i3" in page.split("Pending (")[1].split("\n")[0]
+    assert not (tmp_path / "page" / "iterations.png").exists()  # no family complete: no plot, said so
+    assert "No plot yet" in page
+
+
+def test_the_equivalence_p_value():
+    R = _report()
+    a = [66 + 0.3 * i for i in range(10)]
+    assert R.equivalence_p(a, [x + 0.1 for x in a]) < 0.01  # 0.1 apart, sd 0.9: well inside +-2
+    assert R.equivalence_p(a, [x + 3 for x in a]) > 0.5  # 3 apart: not within 2
+    assert R.equivalence_p(a, [x + 0.1 for x in a], seed=1) < 0.01
+
+
+def test_a_run_without_its_metrics_is_an_error(tmp_path):
+    R = _report()
+    _fake_run(tmp_path, "mlp", 0, 66, metrics=False)
+    with pytest.raises(FileNotFoundError, match="metrics.jsonl is missing"):
+        R.load_rows(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        R.main(["--results", str(tmp_path), "--doc", str(tmp_path / "page.md")])
+    assert not (tmp_path / "page.md").exists()
+    _fake_run(tmp_path, "gru", 0, 90, epochs=3)
+    (tmp_path / "gru/seed0/metrics.jsonl").write_text(json.dumps({"epoch": 1, "test_acc": 0.9}) + "\n")
+    (tmp_path / "mlp/seed0/row.json").unlink()
+    with pytest.raises(ValueError, match="1 test evaluations"):
+        R.load_rows(tmp_path)
+
+
+def test_a_complete_made_up_grid_answers_every_item(tmp_path):
+    R = _report()
+    fams = R.iteration_families(CELLS)
+    for s in range(10):
+        _fake_run(tmp_path, "mlp", s, 66 + 0.3 * s)
+        _fake_run(tmp_path, "gru", s, 90 + 0.3 * s)
+        for c in R.item2_cells(CELLS):
+            _fake_run(tmp_path, c, s, 66.1 + 0.3 * s) if c.startswith("element") else None
+            _fake_run(tmp_path, c, s, 80 + 0.3 * s) if c.startswith("tile") else None
+            if c.startswith("block"):  # bimodal: 4 of 10 at chance
+                _fake_run(tmp_path, c, s, 10 if s < 4 else 60 + s, input_reaches_output=s >= 4)
+        for fam, by_t in fams.items():
+            for t, c in by_t.items():
+                if (tmp_path / c / f"seed{s}").exists():
+                    continue
+                if fam.startswith("trnn"):
+                    _fake_run(tmp_path, c, s, 30 + t, dynamics={"family": "trnn", "iterations": t,
+                                                                "recurrent_jacobian_radius": {"mean": 0.5}})
+                    continue
+                rho = 0.1 * (1 + s % 5)  # runs with a larger radius need more steps (made up so)
+                need = min(t, 1 + s % 5)
+                curve = [0.5 + 0.1 * min(k, need) / need for k in range(1, 17)]
+                dyn = {"family": "random", "iterations": t, "jacobian_radius_at_horizon": {"mean": rho},
+                       "jacobian_radius_at_iterations": {"mean": rho}, "dmd_spectral_radius": rho,
+                       "dmd_reconstruction_error": 0.01, "test_acc_by_steps": curve}
+                _fake_run(tmp_path, c, s, 100 * curve[t - 1], dynamics=dyn)
+    rows = R.load_rows(tmp_path)
+    v = R.verdicts(rows, R.item2_cells(CELLS))
+    ans = R.answers(v, CELLS)
+    assert ans["element"] == "like the MLP" and ans["tile"] == "like neither" and not v["pending"]
+    sv = R.spectrum_verdict(rows, fams)
+    assert sv["answer"] == "yes" and sv["spearman"] > 0.9 and sv["n"] == 60
+    assert R.main(["--results", str(tmp_path), "--doc", str(tmp_path / "page.md")]) == 0
+    page = (tmp_path / "page.md").read_text()
+    assert "element: **like the MLP**" in page and "**yes**" in page and "No verdict" not in page
+    assert (tmp_path / "page" / "iterations.png").stat().st_size > 0 and "![accuracy vs iterations](page/iterations.png)" in page
+    block = next(d for d in R.counts(rows, R.item2_cells(CELLS), {}) if d["cell"] == "block-h100-default-i3")
+    assert (block["chance"], block["no_walk"], block["n"]) == (4, 4, 10)
+    assert block["p"] == pytest.approx(2 * 210 / 4845)  # Fisher: 4 of 10 against 0 of 10, both tails
+
+
+def test_the_page_regenerates_from_a_clean_checkout(tmp_path):
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_mnist_report import _archive  # the committed tree (HEAD) unpacked: what a clean checkout holds
+
+    repo = _archive(tmp_path)
+    page, pics = repo / "docs/results/mnist1d.md", repo / "docs/results/mnist1d"
+    before = {p.name: p.read_bytes() for p in [page, *sorted(pics.glob("*.png"))]}
+    env = {"PYTHONPATH": str(repo), "MPLBACKEND": "Agg", "PATH": "/usr/bin:/bin"}
+    subprocess.run([sys.executable, "experiments/mnist1d/placement_report.py"], cwd=repo, env=env, check=True,
+                   capture_output=True)
+    after = {p.name: p.read_bytes() for p in [page, *sorted(pics.glob("*.png"))]}
+    assert after.keys() == before.keys()
+    changed = [k for k in before if before[k] != after[k]]
+    assert not changed, f"regenerating changed {changed}: run `{_report().COMMAND}` and commit the result"

@@ -51,6 +51,11 @@ recurrent cells the sequence layout (N, 40, 1) of the same set.
     python experiments/mnist1d/placement.py --collect /root/m1d_runs                           # small files -> results/placement
     python experiments/mnist1d/placement.py --quick --out /tmp/m1d_placement_quick              # CI: seconds
 
+Item 5 (the iteration map as a dynamical system): every run ends by writing ``dynamics.json``,
+the trained model's iteration map on a fixed batch of test inputs (:func:`iteration_dynamics`:
+seq2d.dynamics' DMD and Jacobian spectral radius, the change per step, the accuracy by step
+count; a few seconds), so the page can set the spectral radius beside the iteration curves.
+
 A run folder ``OUT/<cell>/seed<k>/`` holds the Trainer's files (resumed from its checkpoint when
 interrupted) and ``row.json`` when finished (then skipped). The checkpoint is kept (at most about
 2 MB a run): a later call with a larger ``--epochs`` extends the finished runs instead of
@@ -72,7 +77,7 @@ from torch import nn
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "placement"))
 from run import mlp_count, structure  # noqa: E402  (the MNIST placement study's helpers)
-from study import collect as collect_runs  # noqa: E402
+import grid  # noqa: E402  (cell selection, connectivity, launch and collect, shared with experiments/placement/study.py)
 
 sys.path.insert(0, str(HERE))
 from baselines import plateau_epoch  # noqa: E402  (the baselines' plateau rule: the first epoch within 1 point of the last)
@@ -104,7 +109,12 @@ PILOT_RULE = ("the grid's epochs E = the largest plateau epoch among the pilot c
               "the one at lr 1e-3")
 LEARNS = 20.0  # percent: a seed-mean test accuracy never above this is "not learning" (chance is 10%)
 RESULTS = HERE / "results" / "placement"
-KEEP = ("row.json", "metrics.jsonl", "test_predictions.npz")  # what --collect copies (never checkpoints)
+KEEP = ("row.json", "metrics.jsonl", "test_predictions.npz", "dynamics.json")  # what --collect copies (never checkpoints)
+DYN_BATCH = 64  # item 5: the trained model's iteration map on the first 64 test inputs (fixed, no sampling): the DMD
+# fits 15 increment pairs x 64 = 960 columns to at most 362 updated units; the exact Jacobians' eigenvalues cost
+# most (about 0.1 s a sample at 362 units)
+DYN_HORIZON = 16  # steps recorded for every Sequential2D run: twice the sweep's longest (8)
+DYN_TOP = 8  # the largest DMD eigenvalue magnitudes kept
 
 
 # ---------------------------------------------------------------------- the recurrent cells
@@ -262,6 +272,111 @@ def config_for(cell: dict, seed: int, folder: Path, protocol: dict):
                        name=f"{cell['cell']}-s{seed}", num_threads=1, quiet=True, **proto)
 
 
+# ---------------------------------------------------------------------- item 5: the trained iteration map
+def _radius(r) -> dict:
+    """Per-sample spectral radii ``(B,)`` as their mean, median and max."""
+    r = r.cpu()
+    return {"mean": float(r.mean()), "median": float(r.median()), "max": float(r.max())}
+
+
+def _recurrent_core(model: nn.Module):
+    """The one-step RNN map (slots: the input sample, held; the hidden state) with ``model``'s
+    weights: the RNN's own core, or for the truncated RNN an RNN built from its tied blocks
+    (None for k = 1: no W_hh, nothing recurs)."""
+    from seq2d import rnn
+
+    body = model.body
+    if model.kind == "rnn":
+        return body.core
+    c, k = body.core, body.k
+    if k == 1:
+        return None
+    out = rnn(1, body.hidden_size, batch_first=True)
+    wih, whh = out.layer_blocks(1)
+    with torch.no_grad():
+        wih.weight.copy_(c.block(k, 0).weight)  # h_1 <- x_1
+        whh.weight.copy_(c.block(k + 1, k).weight)  # h_2 <- h_1
+        out.core.bias(1).copy_(c.bias(k))
+    return out.core
+
+
+def iteration_dynamics(model: nn.Module, cell: dict, data: dict) -> dict:
+    """Item 5 on one trained run: its iteration map on the first :data:`DYN_BATCH` test inputs
+    (deterministic: a fixed batch, exact Jacobians, no sampling).
+
+    Sequential2D cells (the MLP, the random placements): ``seq2d.dynamics.iteration_spectrum``
+    over :data:`DYN_HORIZON` steps (the DMD of the updated slots' increments: its top-
+    :data:`DYN_TOP` eigenvalue magnitudes, spectral radius and reconstruction error; the
+    Jacobian's spectral radius at the last state; the change per step), the Jacobian's radius
+    also at the state after the run's own iteration count (the state it reads its output from),
+    and the test accuracy of the trained model read out after 1 .. DYN_HORIZON steps (a
+    still-absent output slot reads as zeros, i.e. class 0). The DMD is fitted over the horizon
+    only: at a trained count of 3 a batch gives 2 increment pairs per sample, fewer columns than
+    the 210-362 updated units when the batch is small, and an exactly fitted DMD of that says
+    nothing (it gave the MLP, whose map is nilpotent, a radius of 1.02 on a 100-sample batch).
+    The recurrent cells: the spectral radius of the hidden-to-hidden Jacobian at the last
+    transition the model makes (sample 40 after 39, or after the window's k - 1 from a zero
+    state for ``trnn-k``); no DMD: the RNN is
+    driven by a new sample each step, which one linear operator of the hidden state does not
+    describe. The GRU: nothing (not a Sequential2D)."""
+    from seq2d.core import core_of
+    from seq2d.dynamics import iteration_spectrum, jacobian_spectral_radius, record_states
+
+    x_all, y_all = data["test"]
+    x = x_all[:DYN_BATCH]
+    f = cell["family"]
+    out = {"cell": cell["cell"], "family": f, "batch": int(x.shape[0]), "horizon": DYN_HORIZON}
+    model.eval()
+    if f in ("mlp", "random"):
+        core = core_of(model)
+        t = cell["iterations"]
+        sp = iteration_spectrum(core, x, DYN_HORIZON)
+        mags = sorted((float(v) for v in sp.dmd.eigenvalues.abs().cpu()), reverse=True)
+        out.update({"iterations": t, "dmd_steps": DYN_HORIZON, "dmd_rank": sp.dmd.rank,
+                    "dmd_spectral_radius": sp.dmd.spectral_radius, "dmd_abs_eigenvalues_top": mags[:DYN_TOP],
+                    "dmd_reconstruction_error": sp.dmd.reconstruction_error, "dmd_residual": sp.dmd.residual,
+                    "jacobian_radius_at_horizon": _radius(sp.jacobian_radius),
+                    "jacobian_radius_at_iterations": _radius(jacobian_spectral_radius(core, sp.states[t])),
+                    "change": [float(c) for c in sp.change.cpu()]})
+        states = record_states(core, x_all, DYN_HORIZON)  # (H + 1, N_test, N)
+        o = core.outputs[0]
+        logits = states[1:, :, core.offsets[o]:core.offsets[o] + core.sizes[o]]
+        out["test_acc_by_steps"] = [float((lg.argmax(-1) == y_all).float().mean()) for lg in logits]
+    elif f in ("rnn", "trnn"):
+        rc = _recurrent_core(model)
+        out["iterations"] = cell["iterations"]
+        if rc is None:
+            out["recurrent_jacobian_radius"] = None
+        else:
+            seq = x[:, -cell["iterations"]:, :] if f == "trnn" else x  # what the model reads
+            with torch.no_grad():
+                hs = model.body(seq)[0] if f == "rnn" else _RNNView(rc)(seq)  # (B, T, H): h_1 .. h_T
+            out["recurrent_jacobian_radius"] = _radius(jacobian_spectral_radius(rc, [seq[:, -1, :], hs[:, -2, :]]))
+    return out
+
+
+class _RNNView(nn.Module):
+    """The hidden states ``h_1 .. h_T`` of the one-step map ``core`` run from a zero state."""
+
+    def __init__(self, core) -> None:
+        super().__init__()
+        self.core = core
+
+    def forward(self, seq):
+        h, hs = None, []
+        for t in range(seq.shape[1]):
+            h = self.core([seq[:, t, :], h], steps=1)[1]
+            hs.append(h)
+        return torch.stack(hs, dim=1)
+
+
+def write_dynamics(folder: Path, model: nn.Module, cell: dict, data: dict, epochs: int) -> None:
+    from seq2d.fileio import atomic_write
+
+    d = {**iteration_dynamics(model, cell, data), "epochs": epochs}
+    atomic_write(folder / "dynamics.json", json.dumps(d, indent=1))
+
+
 def run_one(cell: dict, seed: int, out: str, protocol: dict) -> dict:
     """Train one run to the end (resuming its checkpoint) or read its finished row.json."""
     from seq2d.fileio import atomic_write
@@ -270,9 +385,12 @@ def run_one(cell: dict, seed: int, out: str, protocol: dict) -> dict:
 
     folder = Path(out) / cell["cell"] / f"seed{seed}"
     done = folder / "row.json"
-    if finished(folder, protocol["epochs"]):
-        return json.loads(done.read_text())
     source = protocol.get("source", "mnist1d")
+    row = json.loads(done.read_text()) if done.is_file() else None
+    if row is not None and trained_enough(folder, row, protocol["epochs"]):
+        if dynamics_missing(folder, row):  # a run finished before item 5: its model from the checkpoint
+            write_dynamics(folder, trained_model(cell, seed, folder, row), cell, data_for(cell, source), row["epochs"])
+        return row
     model = build(cell, seed)
     params = num_parameters(model)
     if params != expected_count(cell):
@@ -298,8 +416,24 @@ def run_one(cell: dict, seed: int, out: str, protocol: dict) -> dict:
            "final_train_acc": h[-1]["train_acc"] if h else None, "time_per_epoch_s": s["time_per_epoch_s"],
            "trained": not st["output_fixed"], "diverged": diverged, "protocol": {**protocol, "lr": cell.get("lr", protocol["lr"])},
            **{k: v for k, v in st.items() if k not in ("density",)}}
+    if not diverged:  # before row.json: a finished run always has its dynamics (a diverged model has none)
+        write_dynamics(folder, model, cell, data_for(cell, source), s["epochs"])
     atomic_write(done, json.dumps(row, indent=1))  # the checkpoint stays: a later, longer --epochs extends the run
     return row
+
+
+def trained_model(cell: dict, seed: int, folder: Path, row: dict) -> nn.Module:
+    """The finished run's model: built by :func:`build` and loaded from its checkpoint (an
+    untrained run, ``row["trained"]`` false, is its initial model)."""
+    from seq2d.train import load_checkpoint
+    from seq2d.train.checkpoint import upgrade_checkpoint
+
+    model = build(cell, seed)
+    if row["trained"]:
+        ckpt = load_checkpoint(folder / "checkpoint.pt")
+        upgrade_checkpoint(ckpt, model)
+        model.load_state_dict(ckpt["model"])
+    return model
 
 
 def finished(folder: Path, epochs: int) -> bool:
@@ -307,24 +441,33 @@ def finished(folder: Path, epochs: int) -> bool:
     trained at least that long, or it cannot train (a constant output, a divergence), or its
     checkpoint is gone (then it cannot be extended). A shorter finished run with its checkpoint
     is extended by :func:`run_one`: ``epochs`` may change on resume, and with a constant learning
-    rate and a data order fixed by (seed, epoch), the extended run is the longer run."""
+    rate and a data order fixed by (seed, epoch), the extended run is the longer run. A run that
+    finished before its ``dynamics.json`` was recorded (item 5) is not finished while its model
+    can still be read: :func:`run_one` then records the dynamics without training."""
     done = folder / "row.json"
     if not done.is_file():
         return False
     row = json.loads(done.read_text())
+    return trained_enough(folder, row, epochs) and not dynamics_missing(folder, row)
+
+
+def trained_enough(folder: Path, row: dict, epochs: int) -> bool:
+    """The finished ``row`` needs no more training for ``epochs`` (see :func:`finished`)."""
     return (row["epochs"] >= epochs or not row["trained"] or bool(row["diverged"])
             or not (folder / "checkpoint.pt").is_file())
+
+
+def dynamics_missing(folder: Path, row: dict) -> bool:
+    """The run has no ``dynamics.json`` and its model can still be read (not diverged; untrained,
+    or trained with its checkpoint kept)."""
+    return (not (folder / "dynamics.json").is_file() and not row["diverged"]
+            and (not row["trained"] or (folder / "checkpoint.pt").is_file()))
 
 
 def connectivity(cell: dict, draws: int) -> dict:
     """Over seeds 0..draws-1 of a random cell (untrained): how many draws leave the output row
     empty and how many have no input -> output walk within the cell's iterations."""
-    empty = no_walk = 0
-    for seed in range(draws):
-        st = structure(build(cell, seed), cell)
-        empty += bool(st["output_fixed"])
-        no_walk += not st["input_reaches_output"]
-    return {"cell": cell["cell"], "draws": draws, "empty_output_row": empty, "no_input_output_walk": no_walk}
+    return grid.connectivity(cell, draws, build)
 
 
 # ---------------------------------------------------------------------- the pilot
@@ -378,12 +521,8 @@ def main(argv=None) -> int:
     if args.cache:
         os.environ["SEQ2D_CACHE"] = args.cache
     if args.collect:
-        n = collect_runs(Path(args.collect), Path(args.dest))
-        if (Path(args.collect) / "pilot.json").is_file():
-            import shutil
-
-            shutil.copy2(Path(args.collect) / "pilot.json", Path(args.dest) / "pilot.json")
-        return 0 if n >= 0 else 1
+        grid.collect(Path(args.collect), Path(args.dest), KEEP, extra=("connectivity.json", "pilot.json"))
+        return 0
     launcher = launcher_from_args(args, ap.error)
     if "-" in args.seeds:
         lo, hi = map(int, args.seeds.split("-"))
@@ -401,39 +540,25 @@ def main(argv=None) -> int:
         todo = [c for c in todo if c["cell"] in ("mlp", "tile-h100-no-shortcut-i3", "block-h176-default-i3", "gru",
                                                  "trnn-k2")]
     elif args.cells:
-        names = args.cells.split(",")
-        unknown = sorted(set(names) - {c["cell"] for c in todo})
-        if unknown:
-            ap.error(f"unknown cell(s) {unknown}; choose from {', '.join(c['cell'] for c in todo)}")
-        todo = [c for c in todo if c["cell"] in names]
+        todo = grid.select(todo, args.cells, ap.error)
     elif args.item != "all":
         todo = todo[:n2] if args.item == "2" else todo[n2:]
     torch.set_num_threads(1)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    rand = [c for c in todo if c["family"] == "random"]
-    if rand and not (out / "connectivity.json").is_file():
-        counts = [connectivity(c, args.draws) for c in rand]
-        (out / "connectivity.json").write_text(json.dumps(counts, indent=1))
+    grid.write_connectivity(out, [c for c in todo if c["family"] == "random"], args.draws, build)
     protocol = {**PROTOCOL, "epochs": args.epochs, "source": source}
     item2 = {c["cell"] for c in cells()[:n2]}  # item 2's cells for every seed first, then item 4's
     groups = [[c for c in todo if c["cell"] in item2], [c for c in todo if c["cell"] not in item2]]
     tasks = [(c, s, str(out), protocol) for g in groups for s in seeds for c in g]
-    tasks = [t for t in tasks if not finished(out / t[0]["cell"] / f"seed{t[1]}", args.epochs)]
-    print(f"{len(tasks)} run(s) to train", flush=True)
-    res = launcher.run(run_one, tasks, tags=[f"[{c['cell']} seed {s}]" for c, s, *_ in tasks], folder=out, threads=1,
-                       log=lambda s: print(s, flush=True)) if tasks else []
-    for row in res:
-        if isinstance(row, dict):
-            print(f"{row['cell']} seed {row['seed']}: {100 * row['test_acc']:.2f}%", flush=True)
+    res = grid.launch(launcher, run_one, tasks, out, done=lambda folder: finished(folder, args.epochs))
     if args.pilot:
         summary = pilot_summary(out, PILOT_CELLS, seeds, args.epochs)
         (out / "pilot.json").write_text(json.dumps(summary, indent=1) + "\n")
         for name, c in summary["cells"].items():
             print(f"pilot {name}: plateau epoch {c['plateau_epoch']}, final mean {c['final_mean_test_acc']:.2f}%")
         print(f"grid epochs by the rule: {summary.get('grid_epochs')}")
-    bad = [r for r in res if not isinstance(r, dict)]
-    return 1 if bad else 0
+    return grid.failed(res)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 from pathlib import Path
 
@@ -49,6 +48,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from run import TILE, mlp_count, mlp_sizes, spread_width, structure  # noqa: E402  (the 1-epoch study's helpers)
+import grid  # noqa: E402  (what this study shares with experiments/mnist1d/placement.py)
 
 from seq2d.launch import add_launcher_args, launcher_from_args  # noqa: E402
 from seq2d.parallel import jobs_arg  # noqa: E402
@@ -91,12 +91,7 @@ def build(cell: dict, seed: int):
 def connectivity(cell: dict, draws: int) -> dict:
     """Over seeds 0..draws-1 of a random placement (untrained): how many draws leave the output
     row empty and how many have no input -> output walk within the iterations."""
-    empty = no_walk = 0
-    for seed in range(draws):
-        st = structure(build(cell, seed), {"placement": cell["placement"]})
-        empty += bool(st["output_fixed"])
-        no_walk += not st["input_reaches_output"]
-    return {"cell": cell["cell"], "draws": draws, "empty_output_row": empty, "no_input_output_walk": no_walk}
+    return grid.connectivity(cell, draws, build)
 
 
 def run_one(cell: dict, seed: int, out: str, protocol: dict) -> dict:
@@ -134,18 +129,7 @@ def run_one(cell: dict, seed: int, out: str, protocol: dict) -> dict:
 
 def collect(runs: Path, dest: Path) -> int:
     """Copy every finished run's small files (:data:`KEEP`) and the connectivity counts to ``dest``."""
-    n = 0
-    for row in sorted(runs.glob("*/seed*/row.json")):
-        target = dest / row.parent.relative_to(runs)
-        target.mkdir(parents=True, exist_ok=True)
-        for f in KEEP:
-            if (row.parent / f).is_file():
-                shutil.copy2(row.parent / f, target / f)
-        n += 1
-    if (runs / "connectivity.json").is_file():
-        shutil.copy2(runs / "connectivity.json", dest / "connectivity.json")
-    print(f"{n} finished run(s) copied to {dest}")
-    return n
+    return grid.collect(runs, dest, KEEP)
 
 
 def main(argv=None) -> int:
@@ -173,33 +157,16 @@ def main(argv=None) -> int:
         seeds, args.epochs, data, args.draws = [0], 1, "subset", 3
         todo = [c for c in todo if c["cell"] in ("mlp", "element-d0.1-no-shortcut", "block-d0.1")]
     elif args.cells:
-        names = args.cells.split(",")
-        unknown = sorted(set(names) - {c["cell"] for c in todo})
-        if unknown:
-            ap.error(f"unknown cell(s) {unknown}; choose from {', '.join(c['cell'] for c in todo)}")
-        todo = [c for c in todo if c["cell"] in names]
+        todo = grid.select(todo, args.cells, ap.error)
     torch.set_num_threads(1)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    blocks = [c for c in todo if c["placement"] == "block"]
-    if blocks and not (out / "connectivity.json").is_file():
-        counts = [connectivity(c, args.draws) for c in blocks]
-        (out / "connectivity.json").write_text(json.dumps(counts, indent=1))
-        for c in counts:
-            print(f"{c['cell']}: of {c['draws']} draws, {c['empty_output_row']} leave the output row empty, "
-                  f"{c['no_input_output_walk']} have no input -> output walk", flush=True)
+    grid.write_connectivity(out, [c for c in todo if c["placement"] == "block"], args.draws, build, log=True)
     protocol = {"data": data, "epochs": args.epochs, "batch_size": 64, "lr": 1e-3, "optimizer": "adam",
                 "image_size": 28, "num_threads": 1, "quiet": True}
     tasks = [(c, s, str(out), protocol) for s in seeds for c in todo]
-    tasks = [t for t in tasks if not (out / t[0]["cell"] / f"seed{t[1]}" / "row.json").is_file()]
-    print(f"{len(tasks)} run(s) to train", flush=True)
-    res = launcher.run(run_one, tasks, tags=[f"[{c['cell']} seed {s}]" for c, s, *_ in tasks], folder=out, threads=1,
-                       log=lambda s: print(s, flush=True)) if tasks else []
-    for row in res:
-        if isinstance(row, dict):
-            print(f"{row['cell']} seed {row['seed']}: {100 * row['test_acc']:.2f}%", flush=True)
-    bad = [r for r in res if not isinstance(r, dict)]
-    return 1 if bad else 0
+    res = grid.launch(launcher, run_one, tasks, out, done=lambda folder: (folder / "row.json").is_file())
+    return grid.failed(res)
 
 
 if __name__ == "__main__":

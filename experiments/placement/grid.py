@@ -1,0 +1,89 @@
+"""What the placement grids share: experiments/placement/study.py (MNIST, issue 33 item 3) and
+experiments/mnist1d/placement.py (MNIST-1D, items 2 and 4) pick cells by name, count the
+connectivity of untrained random draws, launch one task per (cell, seed) that is not finished
+yet, and copy the finished runs' small files into the repository. Each script keeps its own
+cells, models, protocol and ``run_one``; this module holds only the steps that are the same.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from run import structure  # the 1-epoch study's path-length / reach measure of a built model
+
+
+def select(todo: list[dict], names: str, error: Callable[[str], None]) -> list[dict]:
+    """The cells named in the comma-separated ``names``, in grid order; an unknown name is an
+    error (``error``: argparse's ``ap.error``) that lists the valid ones."""
+    wanted = names.split(",")
+    unknown = sorted(set(wanted) - {c["cell"] for c in todo})
+    if unknown:
+        error(f"unknown cell(s) {unknown}; choose from {', '.join(c['cell'] for c in todo)}")
+    return [c for c in todo if c["cell"] in wanted]
+
+
+def connectivity(cell: dict, draws: int, build: Callable[[dict, int], object]) -> dict:
+    """Over seeds 0..draws-1 of a random cell (untrained, ``build(cell, seed)``): how many draws
+    leave the output row empty and how many have no input -> output walk within the cell's
+    iterations."""
+    empty = no_walk = 0
+    for seed in range(draws):
+        st = structure(build(cell, seed), {"placement": cell["placement"]})
+        empty += bool(st["output_fixed"])
+        no_walk += not st["input_reaches_output"]
+    return {"cell": cell["cell"], "draws": draws, "empty_output_row": empty, "no_input_output_walk": no_walk}
+
+
+def write_connectivity(out: Path, cells: list[dict], draws: int, build, *, log: bool = False) -> None:
+    """``out/connectivity.json`` for ``cells`` (kept when it exists: the counts depend only on the
+    seeds); ``log``: one line per cell on stdout."""
+    if not cells or (out / "connectivity.json").is_file():
+        return
+    counts = [connectivity(c, draws, build) for c in cells]
+    (out / "connectivity.json").write_text(json.dumps(counts, indent=1))
+    if log:
+        for c in counts:
+            print(f"{c['cell']}: of {c['draws']} draws, {c['empty_output_row']} leave the output row empty, "
+                  f"{c['no_input_output_walk']} have no input -> output walk", flush=True)
+
+
+def launch(launcher, run_one: Callable, tasks: list[tuple], out: Path, done: Callable[[Path], bool]) -> list:
+    """Run ``run_one(cell, seed, *rest)`` for every task ``(cell, seed, *rest)`` whose folder
+    ``out/<cell>/seed<k>`` is not ``done``, through ``launcher`` (seq2d.launch, one thread per
+    run); print each finished run's test accuracy. Returns the launcher's results (a row dict per
+    finished run, anything else for a failed one)."""
+    tasks = [t for t in tasks if not done(out / t[0]["cell"] / f"seed{t[1]}")]
+    print(f"{len(tasks)} run(s) to train", flush=True)
+    res = launcher.run(run_one, tasks, tags=[f"[{c['cell']} seed {s}]" for c, s, *_ in tasks], folder=out, threads=1,
+                       log=lambda s: print(s, flush=True)) if tasks else []
+    for row in res:
+        if isinstance(row, dict):
+            print(f"{row['cell']} seed {row['seed']}: {100 * row['test_acc']:.2f}%", flush=True)
+    return res
+
+
+def failed(results: Iterable) -> int:
+    """1 when some run of :func:`launch` failed, else 0 (the script's exit status)."""
+    return 1 if any(not isinstance(r, dict) for r in results) else 0
+
+
+def collect(runs: Path, dest: Path, keep: Iterable[str], extra: Iterable[str] = ("connectivity.json",)) -> int:
+    """Copy every finished run's (``row.json``) small files ``keep`` (never a checkpoint) and the
+    grid-level files ``extra`` that exist to ``dest``; returns the number of runs copied."""
+    n = 0
+    for row in sorted(runs.glob("*/seed*/row.json")):
+        target = dest / row.parent.relative_to(runs)
+        target.mkdir(parents=True, exist_ok=True)
+        for f in keep:
+            if (row.parent / f).is_file():
+                shutil.copy2(row.parent / f, target / f)
+        n += 1
+    for f in extra:
+        if (runs / f).is_file():
+            dest.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(runs / f, dest / f)
+    print(f"{n} finished run(s) copied to {dest}")
+    return n
