@@ -208,17 +208,27 @@ def _fmt(v, nd=2) -> str:
     return "--" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.{nd}f}"
 
 
-def _train(folder: Path, cfg: dict, args, data: dict, command: str, say) -> dict:
+def initial_model(cfg: dict):
+    """``(model, stabilize, description)``: the run of ``cfg``'s model at its initial weights, as
+    training starts from them (every generator seeded with the run's seed, then the model drawn,
+    then projected once for a stable condition); ``stabilize`` is None for an unstable one. Built
+    from the config alone, so a finished run's untrained control is its own start (fig2.py)."""
     seed_everything(cfg["seed"])  # torch, random, numpy; a resumed run gets its generators from the checkpoint
-    margs = argparse.Namespace(**vars(args))
-    margs.adaptive_softmax = cfg["adaptive_cutoffs"] is not None
-    margs.cutoffs = ",".join(map(str, cfg["adaptive_cutoffs"] or []))
-    margs.lstm_projection = cfg.get("lstm_projection", "ours")
+    margs = argparse.Namespace(
+        emb=cfg["emb"], hidden=cfg["hidden"], layers=cfg["layers"], dropout=cfg["dropout"],
+        adaptive_softmax=cfg["adaptive_cutoffs"] is not None, cutoffs=",".join(map(str, cfg["adaptive_cutoffs"] or [])),
+        div_value=cfg["div_value"], rnn_lambda=cfg.get("rnn_lambda"), embedding_clip=cfg.get("embedding_clip"),
+        lstm_projection=cfg.get("lstm_projection", "ours"))
     model, stable = wx.build_model(model_condition(cfg["condition"]), cfg["corpus"]["vocab"], margs)
     stabilize, desc = None, None
     if stable:
         stabilize, desc = wx.make_stabilizer(model, margs)
         stabilize()  # start feasible
+    return model, stabilize, desc
+
+
+def _train(folder: Path, cfg: dict, args, data: dict, command: str, say) -> dict:
+    model, stabilize, desc = initial_model(cfg)
     info = train_lm(model, data["train"], data["valid"], epochs=cfg["epochs"], lr=cfg["lr"], clip=cfg["clip"],
                     bptt=cfg["bptt"], stabilize=stabilize, max_batches=cfg["max_batches"], patience=cfg["patience"],
                     test=data["test"], checkpoint=LMCheckpoint(folder / CHECKPOINT, cfg),
