@@ -87,6 +87,9 @@ RESULT, RECORD, CHECKPOINT, LOG = "result.json", "run.json", "checkpoint.pt", "l
 FULL = dict(emb=200, hidden=200, layers=2, dropout=0.2, tokens=None, eval_tokens=None, epochs=15, patience=2,
             max_batches=None, checkpoint_every=500)
 SEARCH_EPOCHS = 2  # the learning-rate search's short schedule (its --epochs default)
+#: The main runs of issue 34 item 1 as planned: three seeds of each of the four models, the author's LSTM
+#: normalisation with one (docs/results/stability.md lists each, "pending" until it is collected).
+PLAN = {**{c: (0, 1, 2) for c in wx.CONDITIONS}, AUTHOR: (0,)}
 QUICK = dict(emb=16, hidden=16, layers=2, dropout=0.2, tokens=20_000, eval_tokens=3_000, epochs=2, patience=2,
              max_batches=8, checkpoint_every=3)
 
