@@ -277,7 +277,7 @@ def fig2_section(rec: dict | None, fig2_path: str, png_rel: str) -> str:
               "the bound of wikitext.py's `certified_lambda` (below 1: provably contracting).", "",
               "The tests, as stated before the runs (the record's copy of `fig2.py`'s `PREDICTIONS`):", ""]
     lines += predictions_lines(rec["predictions"])
-    lines += ["", f"| model | kind | seed | test ppl | D (1%) | g(0) | data lambda max / mean | certified lambda | "
+    lines += ["", "| model | kind | seed | test ppl | D (1%) | g(0) | data lambda max / mean | certified lambda | "
               "counted |", "|---|---|---:|---:|---:|---:|---|---:|---|"]
     order = list(_mod("wikitext_runs").PLAN)
     for e in sorted(rec["entries"], key=lambda e: (order.index(e["condition"]) if e["condition"] in order else len(order),
