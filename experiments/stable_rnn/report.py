@@ -246,7 +246,8 @@ def _rng(v, fmt="+.1f") -> str:
 def verdict_section(assets: Path, wikitext: tuple[list[str], list[str]] | None = None) -> str | None:
     """The verdict at the top of the page: what holds, what does not, at what scale, every number read
     from the JSON committed next to the page (``docs/results/stability/*.json``); ``wikitext``: the
-    (holds, fails) lines of the WikiText-2 runs and Fig. 2 (report_wikitext.verdict_lines)."""
+    (holds, fails) lines of the WikiText-2 runs and Fig. 2 (report_wikitext.verdict_lines; by default from
+    the repository's experiments/stable_rnn/results/, so every script that writes the verdict writes the same)."""
     from seq2d.lm import VANISH_FRACTION, vanishing_distance
 
     def load(name):
@@ -356,6 +357,12 @@ def verdict_section(assets: Path, wikitext: tuple[list[str], list[str]] | None =
         if lam:
             fails.append(f"**Our per-step Jacobian measure** (data lambda, not the source's criterion; {name}): the "
                          f"unstable models stay above 1 on data (max {_rng(lam, '.2f')}).")
+    if wikitext is None:
+        rw = _module("report_wikitext")
+        root = Path(__file__).resolve().parents[2]
+        f2 = root / rw.DEFAULT_FIG2
+        wikitext = rw.verdict_lines(rw.load_results(root / rw.DEFAULT_RESULTS),
+                                    json.loads(f2.read_text()) if f2.is_file() else None)
     if wikitext:
         holds += wikitext[0]
         fails += wikitext[1]
