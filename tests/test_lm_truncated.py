@@ -10,7 +10,7 @@ from torch import nn
 
 from seq2d.data.wikitext import Corpus, batchify
 from seq2d.errors import InvalidInput
-from seq2d.lm import (RNNLM, evaluate, grad_norm_carried, lm_data_lambda, output_nll, output_scores, train_lm,
+from seq2d.lm import (RNNLM, evaluate, grad_norm_carried, grad_norm_windows, lm_data_lambda, output_nll, output_scores, train_lm,
                       weight_distance)
 from seq2d.stability import LSTMProjection, lstm_contraction_bound, lstm_state_map
 from seq2d.stability import SpectralClip, certified_lambda, data_lambda
@@ -149,6 +149,45 @@ def test_grad_norm_carried_equals_brute_force(cell):
     with pytest.raises(ValueError, match="max_distance"):
         grad_norm_carried(lm, source, max_distance=-1)
 
+
+def windows_reference(lm, source, K, stride):
+    """Brute force: every column from a zero state through its target row t in one piece, the
+    gradient of loss_t with respect to every input taken directly; the targets t = K, K + stride, ..."""
+    N, B = source.shape
+    rows = []
+    for b in range(B):
+        col = source[:, b]
+        for t in range(K, N - 1, stride):
+            x = lm.encoder(col[:t + 1].unsqueeze(1)).detach().requires_grad_(True)
+            out, _ = lm.rnn(x)
+            loss = lm.nll(out[t], col[t + 1:t + 2], "sum")
+            (g,) = torch.autograd.grad(loss, x)
+            rows.append(torch.stack([g[t - k, 0].norm() for k in range(K + 1)]))
+    r = torch.stack(rows)  # (targets, K + 1)
+    return r.mean(0).tolist(), r.std(0).tolist(), r.shape[0]
+
+
+@pytest.mark.parametrize("cell", ["tanh", "lstm"])
+@pytest.mark.parametrize("stride, chunk", [(1, 256), (3, 4), (5, 1)])
+def test_grad_norm_windows_equals_brute_force(cell, stride, chunk):
+    lm = lm64(cell, adaptive_cutoffs=[10])
+    source = batchify(torch.randint(0, 30, (46,), generator=torch.Generator().manual_seed(3)), 2)  # 23 rows
+    got = grad_norm_windows(lm, source, max_distance=6, stride=stride, chunk=chunk)
+    mean, sd, n = windows_reference(lm, source, 6, stride)
+    assert got["targets"] == n == 2 * len(range(6, 22, stride)) and got["first_row"] == 6 and got["rows"] == 23
+    assert max(abs(a - b) for a, b in zip(got["curve"], mean)) <= 1e-12
+    assert max(abs(a - b) for a, b in zip(got["sd"], sd)) <= 1e-9
+    assert lm.training is False
+
+
+def test_grad_norm_windows_refuses_what_it_cannot_measure():
+    lm = lm64("tanh")
+    source = batchify(torch.randint(0, 30, (20,), generator=torch.Generator().manual_seed(3)), 2)  # 10 rows
+    assert grad_norm_windows(lm, source, max_distance=8)["targets"] == 2  # row 8 only: row 9 has no next token
+    for kw, match in (({"max_distance": 9}, "N >= max_distance \\+ 2"), ({"stride": 0}, "stride"),
+                      ({"max_distance": -1}, "max_distance"), ({"chunk": 0}, "chunk")):
+        with pytest.raises(ValueError, match=match):
+            grad_norm_windows(lm, source, **kw)
 
 def test_lstm_step_jacobian_matches_autograd():
     torch.manual_seed(0)

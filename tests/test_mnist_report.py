@@ -2,10 +2,8 @@
 report's statistics behave: a missing metrics file is an error, predictions must score the run."""
 
 import json
-import shutil
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -17,20 +15,8 @@ sys.path.insert(0, str(SCRIPT.parent))
 import report  # noqa: E402  (the experiment script, as a module)
 
 
-def _archive(tmp_path: Path) -> Path:
-    """The committed tree (HEAD) unpacked into ``tmp_path/repo``: what a clean checkout holds."""
-    if shutil.which("git") is None or not (ROOT / ".git").exists():
-        pytest.skip("not a git checkout")
-    tar = tmp_path / "head.tar"
-    subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", "-o", str(tar), "HEAD"], check=True)
-    repo = tmp_path / "repo"
-    with tarfile.open(tar) as t:
-        t.extractall(repo, filter="data")
-    return repo
-
-
-def test_the_page_regenerates_byte_identically_from_a_clean_checkout(tmp_path):
-    repo = _archive(tmp_path)
+def test_the_page_regenerates_byte_identically_from_a_clean_checkout(committed_tree):
+    repo = committed_tree  # conftest.py: HEAD unpacked
     page, pics = repo / "docs/results/mnist.md", repo / "docs/results/mnist"
     before = {p.name: p.read_bytes() for p in [page, *sorted(pics.glob("*.png"))]}
     env = {"PYTHONPATH": str(repo), "MPLBACKEND": "Agg", "PATH": "/usr/bin:/bin"}
@@ -43,8 +29,8 @@ def test_the_page_regenerates_byte_identically_from_a_clean_checkout(tmp_path):
     assert report.COMMAND in page.read_text()
 
 
-def test_the_param_budget_page_regenerates_from_its_committed_json(tmp_path):
-    repo = _archive(tmp_path)
+def test_the_param_budget_page_regenerates_from_its_committed_json(committed_tree):
+    repo = committed_tree
     page = repo / "docs/results/param_budget.md"
     before = page.read_bytes()
     env = {"PYTHONPATH": str(repo), "MPLBACKEND": "Agg", "PATH": "/usr/bin:/bin"}

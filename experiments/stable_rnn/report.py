@@ -243,9 +243,11 @@ def _rng(v, fmt="+.1f") -> str:
     return value_range(v, fmt)
 
 
-def verdict_section(assets: Path) -> str | None:
+def verdict_section(assets: Path, wikitext: tuple[list[str], list[str]] | None = None) -> str | None:
     """The verdict at the top of the page: what holds, what does not, at what scale, every number read
-    from the JSON committed next to the page (``docs/results/stability/*.json``)."""
+    from the JSON committed next to the page (``docs/results/stability/*.json``); ``wikitext``: the
+    (holds, fails) lines of the WikiText-2 runs and Fig. 2 (report_wikitext.verdict_lines; by default from
+    the repository's experiments/stable_rnn/results/, so every script that writes the verdict writes the same)."""
     from seq2d.lm import VANISH_FRACTION, vanishing_distance
 
     def load(name):
@@ -355,6 +357,15 @@ def verdict_section(assets: Path) -> str | None:
         if lam:
             fails.append(f"**Our per-step Jacobian measure** (data lambda, not the source's criterion; {name}): the "
                          f"unstable models stay above 1 on data (max {_rng(lam, '.2f')}).")
+    if wikitext is None:
+        rw = _module("report_wikitext")
+        root = Path(__file__).resolve().parents[2]
+        f2 = root / rw.DEFAULT_FIG2
+        wikitext = rw.verdict_lines(rw.load_results(root / rw.DEFAULT_RESULTS),
+                                    json.loads(f2.read_text()) if f2.is_file() else None)
+    if wikitext:
+        holds += wikitext[0]
+        fails += wikitext[1]
     if wq:
         div = [n for n, r in wq["models"].items() if r.get("diverged")]
         ok = {n: r["test_ppl"] for n, r in wq["models"].items() if not r.get("diverged")}
@@ -397,7 +408,15 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", default="runs/stable_rnn", help="folder holding truncation.json / gradient_gaps.json")
     ap.add_argument("--doc", default="docs/results/stability.md")
+    ap.add_argument("--wikitext-results", default=None, metavar="DIR",
+                    help="wikitext_runs.py collect's destination (default experiments/stable_rnn/results/wikitext; "
+                         "planned runs not there are listed as pending)")
+    ap.add_argument("--fig2", default=None, metavar="JSON",
+                    help="fig2.py's record (default experiments/stable_rnn/results/fig2.json; absent: the section says pending)")
     args = ap.parse_args(argv)
+    rw = _module("report_wikitext")
+    wt_dir = args.wikitext_results or rw.DEFAULT_RESULTS
+    f2_path = args.fig2 or rw.DEFAULT_FIG2
     runs, doc = Path(args.runs), Path(args.doc)
     assets = doc.parent / "stability"
     assets.mkdir(parents=True, exist_ok=True)
@@ -416,7 +435,14 @@ def main(argv=None) -> int:
         done.append("gaps")
     if not done:
         raise SystemExit(f"report.py: no truncation.json or gradient_gaps.json in {runs}")
-    verdict = verdict_section(assets)
+    results = rw.load_results(Path(wt_dir))
+    write_section(doc, "wikitext-runs", rw.table_section(results, wt_dir))
+    rec = json.loads(Path(f2_path).read_text()) if Path(f2_path).is_file() else None
+    if rec is not None:
+        rw.plot_fig2(rec, assets / rw.FIG2_PNG)
+    write_section(doc, "fig2", rw.fig2_section(rec, f2_path, f"{assets.name}/{rw.FIG2_PNG}"))
+    done += ["wikitext-runs", "fig2"]
+    verdict = verdict_section(assets, rw.verdict_lines(results, rec))
     if verdict:
         write_section(doc, "verdict", verdict)
         done.append("verdict")

@@ -87,6 +87,9 @@ RESULT, RECORD, CHECKPOINT, LOG = "result.json", "run.json", "checkpoint.pt", "l
 FULL = dict(emb=200, hidden=200, layers=2, dropout=0.2, tokens=None, eval_tokens=None, epochs=15, patience=2,
             max_batches=None, checkpoint_every=500)
 SEARCH_EPOCHS = 2  # the learning-rate search's short schedule (its --epochs default)
+#: The main runs of issue 34 item 1 as planned: three seeds of each of the four models, the author's LSTM
+#: normalisation with one (docs/results/stability.md lists each, "pending" until it is collected).
+PLAN = {**{c: (0, 1, 2) for c in wx.CONDITIONS}, AUTHOR: (0,)}
 QUICK = dict(emb=16, hidden=16, layers=2, dropout=0.2, tokens=20_000, eval_tokens=3_000, epochs=2, patience=2,
              max_batches=8, checkpoint_every=3)
 
@@ -208,17 +211,27 @@ def _fmt(v, nd=2) -> str:
     return "--" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.{nd}f}"
 
 
-def _train(folder: Path, cfg: dict, args, data: dict, command: str, say) -> dict:
+def initial_model(cfg: dict):
+    """``(model, stabilize, description)``: the run of ``cfg``'s model at its initial weights, as
+    training starts from them (every generator seeded with the run's seed, then the model drawn,
+    then projected once for a stable condition); ``stabilize`` is None for an unstable one. Built
+    from the config alone, so a finished run's untrained control is its own start (fig2.py)."""
     seed_everything(cfg["seed"])  # torch, random, numpy; a resumed run gets its generators from the checkpoint
-    margs = argparse.Namespace(**vars(args))
-    margs.adaptive_softmax = cfg["adaptive_cutoffs"] is not None
-    margs.cutoffs = ",".join(map(str, cfg["adaptive_cutoffs"] or []))
-    margs.lstm_projection = cfg.get("lstm_projection", "ours")
+    margs = argparse.Namespace(
+        emb=cfg["emb"], hidden=cfg["hidden"], layers=cfg["layers"], dropout=cfg["dropout"],
+        adaptive_softmax=cfg["adaptive_cutoffs"] is not None, cutoffs=",".join(map(str, cfg["adaptive_cutoffs"] or [])),
+        div_value=cfg["div_value"], rnn_lambda=cfg.get("rnn_lambda"), embedding_clip=cfg.get("embedding_clip"),
+        lstm_projection=cfg.get("lstm_projection", "ours"))
     model, stable = wx.build_model(model_condition(cfg["condition"]), cfg["corpus"]["vocab"], margs)
     stabilize, desc = None, None
     if stable:
         stabilize, desc = wx.make_stabilizer(model, margs)
         stabilize()  # start feasible
+    return model, stabilize, desc
+
+
+def _train(folder: Path, cfg: dict, args, data: dict, command: str, say) -> dict:
+    model, stabilize, desc = initial_model(cfg)
     info = train_lm(model, data["train"], data["valid"], epochs=cfg["epochs"], lr=cfg["lr"], clip=cfg["clip"],
                     bptt=cfg["bptt"], stabilize=stabilize, max_batches=cfg["max_batches"], patience=cfg["patience"],
                     test=data["test"], checkpoint=LMCheckpoint(folder / CHECKPOINT, cfg),

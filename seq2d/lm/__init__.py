@@ -16,10 +16,10 @@ or truncated, with a patience rule and resume from a :class:`~seq2d.lm.LoopCheck
 """
 
 from .evaluate import (VANISH_FRACTION, divergence, evaluate, evaluate_truncated, grad_norm_carried,
-                       grad_norm_vs_distance, lm_data_lambda, perplexity, vanishing_distance)
+                       grad_norm_vs_distance, grad_norm_windows, lm_data_lambda, perplexity, vanishing_distance)
 from .model import CELLS, RNNLM, TruncatedLM, clip_embedding_, output_nll, output_scores
 from .train import LoopCheckpoint, recurrent_weights, train_lm, weight_distance
 
 __all__ = ["CELLS", "VANISH_FRACTION", "LoopCheckpoint", "RNNLM", "TruncatedLM", "clip_embedding_", "divergence", "evaluate",
-           "evaluate_truncated", "grad_norm_carried", "grad_norm_vs_distance", "lm_data_lambda", "output_nll",
+           "evaluate_truncated", "grad_norm_carried", "grad_norm_vs_distance", "grad_norm_windows", "lm_data_lambda", "output_nll",
            "output_scores", "perplexity", "recurrent_weights", "train_lm", "vanishing_distance", "weight_distance"]

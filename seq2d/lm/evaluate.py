@@ -6,7 +6,11 @@ r"""Evaluation of the word-level LMs on a batchified token stream (``seq2d.data.
 * :func:`grad_norm_vs_distance`: ``||d loss_{t+i} / d x_t||`` at a few positions, each from a
   zero state ``burn_in`` tokens before ``t``.
 * :func:`grad_norm_carried`: the same curve averaged over a whole stream, the hidden state
-  carried from the stream's start (Miller & Hardt's Fig. 2 over a whole held-out set).
+  carried from the stream's start (Miller & Hardt's Fig. 2 over a whole held-out set), with
+  ``t`` one input position in every ``max_distance + 1``.
+* :func:`grad_norm_windows`: ``||d loss_t / d x_{t-k}||`` for ``k = 0 .. K`` over a stated
+  uniform sample of target positions ``t`` (every ``stride``-th; ``stride=1``: every position),
+  each with its real carried history, every distance averaged over the same targets.
 * :func:`lm_data_lambda`: :func:`seq2d.stability.data_lambda` of the recurrent part along the
   model's own trajectory on a stream.
 * :func:`vanishing_distance`: where a gradient-vs-distance curve has fallen below a fraction of
@@ -27,7 +31,7 @@ from ..errors import InvalidValue
 from .model import RNNLM, TruncatedLM
 
 __all__ = ["VANISH_FRACTION", "divergence", "evaluate", "evaluate_truncated", "grad_norm_carried", "grad_norm_vs_distance",
-           "lm_data_lambda", "perplexity", "vanishing_distance"]
+           "grad_norm_windows", "lm_data_lambda", "perplexity", "vanishing_distance"]
 
 #: Our threshold for "the gradient has vanished" when a gradient-vs-distance curve is read against
 #: the source's stable-regime criterion (Fig. 2 in the slides: the gradient with respect to the
@@ -157,6 +161,80 @@ def grad_norm_carried(model: RNNLM, source: Tensor, max_distance: int = 50, *,
     model.train(was)
     curve = [float(sums[d] / counts[d]) if counts[d] else math.nan for d in range(D)]
     return {"curve": curve, "count": counts, "segments": n, "columns": B}
+
+
+def _cat_states(hs: list):
+    """Hidden states (``(layers, B, H)`` or the LSTM's ``(h, c)``) side by side in the batch."""
+    if isinstance(hs[0], tuple):
+        return tuple(torch.cat([h[i] for h in hs], dim=1) for i in range(len(hs[0])))
+    return torch.cat(hs, dim=1)
+
+
+def grad_norm_windows(model: RNNLM, source: Tensor, max_distance: int = 50, *, stride: int = 1,
+                      chunk: int = 256) -> dict:
+    r"""``||d loss_t / d x_{t-k}||_2`` for ``k = 0 .. K`` (``K = max_distance``; the paper's Fig. 2
+    read from the loss's side), averaged over a uniform sample of target positions of a
+    batchified stream ``source (N, B)``, the hidden state carried.
+
+    ``x_s`` is the embedding input at row ``s`` of a column, ``loss_t`` the cross-entropy of the
+    prediction made at row ``t`` (of the token at ``t + 1``). The targets are the rows
+    ``t = K, K + stride, K + 2 stride, ... <= N - 2`` of every column (``stride = 1``: every row
+    that has ``K`` rows before it; the first ``K`` rows of a column are never targets). Each
+    target's window, rows ``t - K .. t``, starts from the model's state after every row before it
+    in its column (carried, detached, from a zero state at the column's start, as
+    :func:`evaluate` runs the stream), so every gradient is the full model's: ``x_{t-k}`` reaches
+    ``loss_t`` only through the rows ``t - k .. t`` of the window. Every distance is averaged over
+    the same targets (unlike :func:`grad_norm_carried`, whose longer distances have fewer terms).
+    The windows run ``chunk`` at a time (rounded to whole window starts of ``B`` columns) as one
+    batch, one backward pass each. Eval mode.
+
+    Returns ``{"curve": [mean over targets per k], "sd": [standard deviation over targets per
+    k], "targets": n, "stride", "first_row": K, "rows": N, "columns": B}``."""
+    for what, v, least in (("max_distance", max_distance, 0), ("stride", stride, 1), ("chunk", chunk, 1)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < least:
+            raise InvalidValue(f"grad_norm_windows: {what} must be an int >= {least}, got {v!r}")
+    if not isinstance(source, Tensor) or source.dim() != 2:
+        raise InvalidValue(f"grad_norm_windows: expected a batchified stream (N, B), got {getattr(source, 'shape', type(source))}")
+    K, D = max_distance, max_distance + 1
+    N, B = source.shape
+    if N - 2 < K:
+        raise InvalidValue(f"grad_norm_windows: a stream of {N} rows has no target with {K} rows before it "
+                           f"(needs N >= max_distance + 2 = {K + 2}); lower max_distance or give a longer stream")
+    starts = list(range(0, N - 1 - K, stride))  # window starts b: target row b + K <= N - 2
+    was = model.training
+    model.eval()
+    sums = torch.zeros(D, dtype=torch.float64)
+    sq = torch.zeros(D, dtype=torch.float64)
+    offs = torch.arange(D, device=source.device)
+    hidden, pos = model.init_hidden(B), 0  # the carried state, at row pos of every column
+    per = max(1, chunk // B)  # window starts per batch: chunk windows (at least one start's B columns)
+    for c0 in range(0, len(starts), per):
+        bs = starts[c0:c0 + per]
+        states = []
+        with torch.no_grad():  # the carried state at each window start: one pass over the stream, cut there
+            for b in bs:
+                if b > pos:
+                    _, hidden = model.rnn(model.encoder(source[pos:b]), hidden)
+                    pos = b
+                states.append(hidden)
+        rows = torch.tensor(bs, device=source.device)[:, None] + offs  # (n, D)
+        inputs = source[rows.T.reshape(-1)].view(D, len(bs) * B)  # window j's column c at j * B + c
+        targets = source[rows[:, -1] + 1].reshape(-1)  # (n * B,)
+        h0 = _cat_states(states)
+        with _input_grads():
+            x = model.encoder(inputs).detach().requires_grad_(True)  # (D, n * B, emb)
+            out, _ = model.rnn(x, h0)
+            loss = model.nll(model.drop(out[-1]), targets, "none")  # (n * B,)
+            (g,) = torch.autograd.grad(loss.sum(), x)
+        norms = g.norm(dim=-1).double().flip(0)  # (D, n * B): row k is distance k
+        sums += norms.sum(dim=1).cpu()
+        sq += (norms ** 2).sum(dim=1).cpu()
+    model.train(was)
+    n = len(starts) * B
+    mean = sums / n
+    var = (sq / n - mean ** 2).clamp_min(0) * (n / (n - 1)) if n > 1 else torch.zeros(D, dtype=torch.float64)
+    return {"curve": mean.tolist(), "sd": var.sqrt().tolist(), "targets": n, "stride": stride, "first_row": K,
+            "rows": N, "columns": B}
 
 
 @torch.no_grad()
