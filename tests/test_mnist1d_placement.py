@@ -338,11 +338,8 @@ def test_a_complete_made_up_grid_answers_every_item(tmp_path):
     assert block["p"] == pytest.approx(2 * 210 / 4845)  # Fisher: 4 of 10 against 0 of 10, both tails
 
 
-def test_the_page_regenerates_from_a_clean_checkout(tmp_path):
-    sys.path.insert(0, str(ROOT / "tests"))
-    from test_mnist_report import _archive  # the committed tree (HEAD) unpacked: what a clean checkout holds
-
-    repo = _archive(tmp_path)
+def test_the_page_regenerates_from_a_clean_checkout(committed_tree):
+    repo = committed_tree  # conftest.py: the committed tree (HEAD) unpacked, what a clean checkout holds
     page, pics = repo / "docs/results/mnist1d.md", repo / "docs/results/mnist1d"
     before = {p.name: p.read_bytes() for p in [page, *sorted(pics.glob("*.png"))]}
     env = {"PYTHONPATH": str(repo), "MPLBACKEND": "Agg", "PATH": "/usr/bin:/bin"}
