@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from ..store_view import StoreView
 
-__all__ = ["compact_index", "place", "block_index", "block_region", "compact_boxes", "old_boxes"]
+__all__ = ["compact_index", "place", "take", "block_index", "block_region", "compact_boxes", "old_boxes"]
 
 
 def compact_index(mask: Tensor) -> Tensor:
@@ -39,6 +39,12 @@ def place(values: Tensor, index: Tensor, shape: tuple[int, int], frozen: Tensor 
     if not torch.compiler.is_compiling() and torch._C._functorch.is_functorch_wrapped_tensor(values):
         return zeros.index_copy(0, index, values).view(shape)  # vmapped copies (seq2d.train.vectorized): batched values
     return zeros.index_copy_(0, index, values).view(shape)  # in place: no copy of the zeros
+
+
+def take(box: Tensor, index: Tensor) -> Tensor:
+    """The entries of ``box`` at the flat positions ``index`` (:func:`compact_index` of a mask): the
+    values a compact box stores, the inverse of :func:`place`."""
+    return box.reshape(-1).index_select(0, index)
 
 
 def block_index(index: Tensor, C: int, r0: int, c0: int, h: int, w: int) -> tuple[Tensor, Tensor]:
@@ -86,5 +92,5 @@ def compact_boxes(stores: Iterable, state: dict) -> dict:
     ``state`` holds densely (with its mask: written before the compact layout) reduced to the
     entries that mask trains. Changes ``state`` in place and returns it."""
     for key, _, _, m in old_boxes(stores, state):
-        state[key] = state[key].reshape(-1)[m.reshape(-1).to(state[key].device)]
+        state[key] = take(state[key], compact_index(m.to(state[key].device)))
     return state

@@ -43,7 +43,7 @@ from torch import Tensor, nn
 from ..errors import InvalidType, InvalidValue
 from ..blocks import LinearBlock
 from .base import Engine, contiguous_runs
-from .compact import block_index, block_region, compact_boxes, compact_index, place
+from .compact import block_index, block_region, compact_boxes, compact_index, place, take
 from ..store_view import WriteBack
 
 __all__ = ["DenseStore"]
@@ -216,7 +216,7 @@ class DenseStore(Engine):
             m, f = masks[b], frozens[b]
             m = None if bool(m.all()) else m
             idx = None if m is None else compact_index(m)
-            self.weight.append(nn.Parameter(weights[b] if idx is None else weights[b].reshape(-1).index_select(0, idx)))
+            self.weight.append(nn.Parameter(weights[b] if idx is None else take(weights[b], idx)))
             self.register_buffer(f"mask_{k}", m)
             self.register_buffer(f"index_{k}", idx, persistent=False)
             self.register_buffer(f"frozen_{k}", f if bool((f != 0).any()) else None)
@@ -310,7 +310,7 @@ class DenseStore(Engine):
         if mask is not None and bool(mask.all()):
             mask = None
         idx = None if mask is None else compact_index(mask)
-        new = dense if idx is None else dense.reshape(-1).index_select(0, idx)
+        new = dense if idx is None else take(dense, idx)
         if mask is not None:
             new = new * 1  # a fresh tensor (the dense box may be W's own storage)
         if new.shape != W.shape:

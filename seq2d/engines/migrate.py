@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from ..errors import InvalidInput
 from ..blocks import LinearBlock
-from .compact import compact_boxes, old_boxes
+from .compact import compact_boxes, compact_index, old_boxes, take
 from .dense import DenseStore
 
 __all__ = ["migrate_state_dict", "compact_state_dict", "compact_optimizer_state"]
@@ -88,5 +88,5 @@ def compact_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, 
             continue
         for name, t in st.items():
             if isinstance(t, Tensor) and tuple(t.shape) == tuple(m.shape):
-                st[name] = t.reshape(-1)[m.reshape(-1).to(t.device)]
+                st[name] = take(t, compact_index(m.to(t.device)))
     return opt_state
