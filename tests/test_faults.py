@@ -201,6 +201,11 @@ def test_killed_run_resumes_bitwise_exact(phase, n, delay, reference, tmp_path, 
         rc = res.returncode
         assert rc == 137, f"the child was to die at {phase} #{n}: rc {rc}\n{res.stderr.decode()[-2000:]}"
     assert (out / "run.lock").exists() == (rc != 0)  # a killed run leaves its lock
+    if phase in ("forward", "backward", "optimizer") and (out / "checkpoint.pt").exists():
+        # killed mid-step: run.json's progress is the last checkpoint's, what a resume reports
+        record = json.loads((out / "run.json").read_text())
+        saved = load_checkpoint(out / "checkpoint.pt")
+        assert (record["status"], record["step"]) == ("running", saved["step"]), (record, saved["step"])
     capsys.readouterr()
 
     if (out / "checkpoint.pt").exists():

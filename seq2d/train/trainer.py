@@ -491,6 +491,7 @@ class Trainer:
                 extra=extra,
             )
             write_metrics(self.out_dir, rows)
+            self._record("running")  # run.json's progress = the checkpoint's (what a resume reports)
         self._last_good, self._last_good_at = self.checkpoint_path, (epoch, self.step, extra.get("batch", 0))
         barrier(self.dist)
 
