@@ -60,7 +60,9 @@ PLANNED = {
     "full-ours": {"mlp": 5, "random-element": 5, "random-tile": 5, "linear": 5, "linear-28": 5,
                   "random-element-feedforward": 3},
     "full-ms-thesis": {"mlp": 3, "random-density": 3},
-    "full-paper-test": {"mlp": 1, "random-element": 1},
+    # seed 0 first; seeds 1-2 of both models once a seed-0 model ended within 1 point of 92.7 (the
+    # rule stated before those runs; the mlp's seed 0 ended at 92.71 %)
+    "full-paper-test": {"mlp": 3, "random-element": 3},
 }
 
 
@@ -473,7 +475,7 @@ section "Method Summary" unless another is named; we have not read the paper its
 | randomized model | the MLP's parameter count in another sparsity pattern; granularity, region and iterations not stated | exactly 1,371,810 (weights and biases), element or 64 x 64 tile placement over every non-input row (cycles allowed), or element placement over the strictly lower block triangle (acyclic); `random-density` (`ms-thesis`): density 0.5108 per block, one bias per block, 1,373,557 parameters |
 | activations | not stated | ReLU on hidden slots (`ours`, `both+test`); on every slot incl. the logits (`ms-thesis`) |
 | iterations of the randomized model | not stated | 4 (the MLP's depth) |
-| seeds | not stated | 5 (main comparison, linear), 3 (acyclic control, `ms-thesis`), 1 (`both+test`, `erasing+test`) |
+| seeds | not stated | 5 (main comparison, linear), 3 (acyclic control, `ms-thesis`, `both+test`: seed 0, then seeds 1-2 because the mlp's seed 0 ended within 1 point of 92.7%), 1 (`erasing+test`) |
 | result per model | 92.7% final test accuracy for both ("Key Results") | mean +- std over the seeds; Welch, TOST with Holm, paired tests |
 | hardware | not stated | CPU, named with each group |
 """
