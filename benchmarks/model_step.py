@@ -781,7 +781,7 @@ def compile_warm(args, s: Setting, compiled: dict, threads: int) -> None:
                 "call": args.call, "impl": f"{base}_compiled", "threads": threads, "backend": c["backend"],
                 "cache_dir": c["cache_dir"]}
         _, note, dt = run_probe(spec, budget_s=max(args.budget_s, 2 * c["cold_s"] + 30),
-                                allowance_s=60 + 3 * sum(s.build_s.values()))
+                                allowance_s=args.probe_ready_s or 60 + 3 * sum(s.build_s.values()))
         c["warm_s"], c["warm_note"] = dt, note
     for c in compiled.values():
         c.pop("cache_dir", None)  # a temporary directory, removed at the end of the run
@@ -841,7 +841,7 @@ def grid_section(args, meter, contender, modes, result, path) -> None:
                 continue
             spec = {"N": args.N, "batch": args.batch, "n": n, "density": d, "seed": args.seed,
                     "activation": args.activation, "call": args.call, "impl": impl, "threads": args.threads[0]}
-            allowance = 30 + 3 * sum(s.build_s.values())  # import and build in the child
+            allowance = args.probe_ready_s or 30 + 3 * sum(s.build_s.values())  # import and build in the child
             ok, note, dt = run_probe(spec, args.budget_s, allowance)
             info.setdefault("probes", {})[impl] = {"fits": ok, "note": note, "call_s": dt,
                                                    "predicted_s": predicted}
@@ -1106,6 +1106,9 @@ def main(argv=None) -> int:
                     help="drop an implementation from a setting once a call takes longer (default 20)")
     ap.add_argument("--probe", choices=["auto", "always", "never"], default="auto",
                     help="probe the library paths in a child process first (default auto: when predicted slow)")
+    ap.add_argument("--probe-ready-s", type=float, default=None, metavar="S",
+                    help="how long a probe child may take to import and build before it is ignored (default: "
+                         "30 s + 3x the build time; a loaded machine may need more)")
     ap.add_argument("--contend", nargs="?", const="on", default="off", choices=["off", "on", "both"],
                     help="a competing busy process during the timing ('--contend' = on); 'both': quiet and "
                          "contended halves in every round, ratios reported")

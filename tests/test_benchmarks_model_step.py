@@ -111,7 +111,9 @@ def test_quick_contend_both(tmp_path):
 def test_budget_skips_and_probes(tmp_path, capsys):
     # a budget no call can meet: the library paths are probed in a child and skipped, the
     # others are skipped after their first call, and the larger density inherits the skips
-    _, res = _run(tmp_path, "--budget-s", "1e-9", "--probe", "always", "--slots", "16",
+    # (--probe-ready-s: on a loaded machine the child's import alone took over the default 37 s,
+    # and a probe that is not ready says nothing)
+    _, res = _run(tmp_path, "--budget-s", "1e-9", "--probe", "always", "--probe-ready-s", "600", "--slots", "16",
                   "--densities", "0.1", "0.25", "--sections", "grid")
     first, second = sorted(res["grid"], key=lambda r: r["density"])
     assert set(first["probes"]) == {"default", "tiled"}
