@@ -155,23 +155,22 @@ def _cmd_equivalence(args) -> int:
     return 0 if ok else 1
 
 
-_CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt")
-
-
 def _stability_model(text: str, kwargs: list[str]):
     """(model, description): a checkpoint written by seq2d.train (a file, or a run folder holding
     checkpoint.pt), rebuilt from its stored config; else a preset / spec / registered name."""
+    from .models.presets import CHECKPOINT_SUFFIXES, SPEC_SUFFIXES
+
     p = Path(text)
-    if text.lower().endswith(_CHECKPOINT_SUFFIXES) and not p.exists():
+    if text.lower().endswith(CHECKPOINT_SUFFIXES) and not p.exists():
         raise MissingFile(f"MODEL: checkpoint file {text!r} does not exist")
     if p.is_dir():
         if not (p / "checkpoint.pt").is_file():
             raise MissingFile(f"MODEL: the folder {text!r} holds no checkpoint.pt (expected a `seq2d train` run folder)")
         p = p / "checkpoint.pt"
-    if p.is_file() and p.suffix.lower() not in (".toml", ".json"):
+    if p.is_file() and p.suffix.lower() not in SPEC_SUFFIXES:
         with open(p, "rb") as f:
             zipped = f.read(4) == b"PK\x03\x04"  # torch.save's zip archive (a spec file is text)
-    if p.is_file() and p.suffix.lower() not in (".toml", ".json") and (zipped or p.suffix.lower() in _CHECKPOINT_SUFFIXES):
+    if p.is_file() and p.suffix.lower() not in SPEC_SUFFIXES and (zipped or p.suffix.lower() in CHECKPOINT_SUFFIXES):
         from .train.checkpoint import load_checkpoint
         from .train.config import config_from_dict
         from .train.trainer import build_model
