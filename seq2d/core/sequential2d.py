@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from ..arguments import check_factory
 from ..blocks import ContextModule, LinearBlock, block_kind, draw_device, takes_generator
-from ..engines import STORES, DenseStore, TiledStore, choose_store
+from ..engines import STORES, TiledStore, build_store, choose_store
 from ..engines.migrate import migrate_state_dict
 from ..errors import InvalidType, InvalidValue, renamed_keyword
 from ..gridtext import LEGEND, grid_text
@@ -223,24 +223,9 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
                         m._release()
         if not linear:
             return None
-        tiled = [(i, j, b) for i, j, b in linear if not isinstance(b, LinearBlock)]
-        if tiled:
-            engines = {id(b.engine): b.engine for _, _, b in tiled}
-            if len(engines) != 1:
-                raise InvalidValue(f"all tiled blocks of one Sequential2D must share one engine, got {len(engines)}")
-            eng = next(iter(engines.values()))
-            if tuple(eng.sizes) != self.sizes:
-                raise InvalidValue(f"the block-sparse engine was built for sizes {list(eng.sizes)}, not {list(self.sizes)}")
-            dense = [(i, j) for i, j, b in linear if isinstance(b, LinearBlock)]
-            if dense:
-                raise InvalidValue(f"blocks {dense} are dense LinearBlocks in a model whose linear part is block-sparse; "
-                                 "convert the whole model with to_blocksparse()")
-            if {(i, j) for i, j, _ in eng.placements} != {(i, j) for i, j, _ in tiled}:
-                raise InvalidValue("the grid's tiled blocks do not match the engine's placements")
-            return TiledStore(eng, self._levels)
         mode = "loop" if self.store_choice == "loop" else "dense"
-        store = DenseStore(self.sizes, linear, self._levels, mode=mode)
-        if self.store_choice == "auto":
+        store = build_store(self.sizes, linear, self._levels, mode)  # the store the blocks name
+        if self.store_choice == "auto" and not store.block_sparse:
             mask = [[False] * self.n for _ in range(self.n)]
             for i, j, _ in linear:
                 mask[i][j] = True
