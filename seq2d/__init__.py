@@ -8,22 +8,26 @@ from typing import TYPE_CHECKING
 
 # Every public name is imported on first use (PEP 562 module __getattr__ below), so that `import
 # seq2d.cli` or `import seq2d.errors` does not pay for torch, networkx and numpy: `from seq2d import
-# mlp` and `seq2d.mlp` work as ever. One table: name -> the module that defines it.
-_LAZY = {
-    "graph": ".graph",  # the submodule itself
-    "ACTIVATIONS": ".activations",
-    "AttentionCore": ".attention",
-    **dict.fromkeys(("ContextModule", "Identity", "LinearBlock"), ".blocks"),
-    **dict.fromkeys(("Sequential2D", "block_kind"), ".core"),
-    **dict.fromkeys(("DenseStore", "TiledBlock", "TiledStore"), ".engines"),
-    **dict.fromkeys(("RNN", "TransformerEncoder", "TransformerEncoderLayer", "TruncatedRNN", "create_model", "from_mask",
-                     "from_torch", "list_models", "mlp", "randomize", "register_model", "resolve_model", "rnn",
-                     "transformer_encoder", "transformer_layer", "truncated_rnn"), ".models"),
-    **dict.fromkeys(("from_spec", "load_spec", "save_spec", "to_spec"), ".spec"),
-    **dict.fromkeys(("from_iterativenn", "from_iterativenn_description"), ".models.iterativenn"),  # docs/porting.md
+# mlp` and `seq2d.mlp` work as ever. The one table of public names: module -> the names it defines;
+# `__all__`, `dir(seq2d)` and the lazy imports are derived from it. The TYPE_CHECKING block repeats
+# it as static imports for type checkers and IDEs (tests/test_cli.py checks the two agree).
+_EXPORTS = {
+    ".activations": ("ACTIVATIONS",),
+    ".attention": ("AttentionCore",),
+    ".blocks": ("ContextModule", "Identity", "LinearBlock"),
+    ".core": ("Sequential2D", "block_kind"),
+    ".engines": ("DenseStore", "TiledBlock", "TiledStore"),
+    ".models": ("RNN", "TransformerEncoder", "TransformerEncoderLayer", "TruncatedRNN", "create_model", "from_mask",
+                "from_torch", "list_models", "mlp", "randomize", "register_model", "resolve_model", "rnn",
+                "transformer_encoder", "transformer_layer", "truncated_rnn"),
+    ".spec": ("from_spec", "load_spec", "save_spec", "to_spec"),
+    ".models.iterativenn": ("from_iterativenn", "from_iterativenn_description"),  # docs/porting.md
 }
+_SUBMODULES = ("graph",)  # reachable as seq2d.graph without an import; not in __all__ (not star-imported)
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted([*_WHERE, "available_stores"])  # available_stores: defined below
 
-if TYPE_CHECKING:  # what the table resolves to, for type checkers and IDEs
+if TYPE_CHECKING:  # the table above as static imports
     from . import graph
     from .activations import ACTIVATIONS
     from .attention import AttentionCore
@@ -47,51 +51,15 @@ def available_stores() -> list[str]:
 
 
 def __getattr__(name):
-    if name in _LAZY:
+    if name in _WHERE or name in _SUBMODULES:
         import importlib
 
-        module = importlib.import_module(_LAZY[name], __name__)
-        value = module if name == "graph" else getattr(module, name)
+        module = importlib.import_module(_WHERE.get(name, "." + name), __name__)
+        value = module if name in _SUBMODULES else getattr(module, name)
         globals()[name] = value  # later lookups skip this function
         return value
     raise AttributeError(f"module 'seq2d' has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
-
-__all__ = [
-    "ACTIVATIONS",
-    "AttentionCore",
-    "TransformerEncoder",
-    "TransformerEncoderLayer",
-    "from_spec",
-    "load_spec",
-    "save_spec",
-    "to_spec",
-    "transformer_encoder",
-    "transformer_layer",
-    "ContextModule",
-    "Identity",
-    "LinearBlock",
-    "RNN",
-    "Sequential2D",
-    "TruncatedRNN",
-    "available_stores",
-    "DenseStore",
-    "TiledBlock",
-    "TiledStore",
-    "block_kind",
-    "create_model",
-    "from_iterativenn",
-    "from_iterativenn_description",
-    "from_mask",
-    "from_torch",
-    "list_models",
-    "mlp",
-    "randomize",
-    "resolve_model",
-    "register_model",
-    "rnn",
-    "truncated_rnn",
-]
+    return sorted(set(globals()) | set(_WHERE) | set(_SUBMODULES))

@@ -189,7 +189,11 @@ class LinearLike(nn.Module):
     """Base of linear blocks: ``in_features``, ``out_features``, ``effective_weight()``,
     ``trainable_mask()``, ``num_trainable()``, ``mask``/``frozen`` (None when absent).
     :class:`LinearBlock` owns a dense weight; ``seq2d.engines.TiledBlock`` is a view of tiles
-    stored in a block-sparse engine. ``bias`` is the block's own bias (None when absent)."""
+    stored in a block-sparse engine. ``bias`` is the block's own bias (None when absent).
+    ``store_kind``: the parameter store that holds a model's blocks of this class (the key of
+    ``seq2d.engines.registry.STORE_CLASSES``)."""
+
+    store_kind: str
 
 
 class LinearBlock(LinearLike):
@@ -231,6 +235,7 @@ class LinearBlock(LinearLike):
     """
 
     _HANDLE_ATTRS = ("weight", "mask", "frozen")
+    store_kind = "dense"  # held by the DenseStore (seq2d/engines/registry.py)
 
     def __init__(
         self,

@@ -29,7 +29,9 @@ import contextlib
 import math
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from .errors import InvalidValue, MissingFile, Seq2DError, did_you_mean
 
@@ -153,23 +155,22 @@ def _cmd_equivalence(args) -> int:
     return 0 if ok else 1
 
 
-_CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt")
-
-
 def _stability_model(text: str, kwargs: list[str]):
     """(model, description): a checkpoint written by seq2d.train (a file, or a run folder holding
     checkpoint.pt), rebuilt from its stored config; else a preset / spec / registered name."""
+    from .models.presets import CHECKPOINT_SUFFIXES, SPEC_SUFFIXES
+
     p = Path(text)
-    if text.lower().endswith(_CHECKPOINT_SUFFIXES) and not p.exists():
+    if text.lower().endswith(CHECKPOINT_SUFFIXES) and not p.exists():
         raise MissingFile(f"MODEL: checkpoint file {text!r} does not exist")
     if p.is_dir():
         if not (p / "checkpoint.pt").is_file():
             raise MissingFile(f"MODEL: the folder {text!r} holds no checkpoint.pt (expected a `seq2d train` run folder)")
         p = p / "checkpoint.pt"
-    if p.is_file() and p.suffix.lower() not in (".toml", ".json"):
+    if p.is_file() and p.suffix.lower() not in SPEC_SUFFIXES:
         with open(p, "rb") as f:
             zipped = f.read(4) == b"PK\x03\x04"  # torch.save's zip archive (a spec file is text)
-    if p.is_file() and p.suffix.lower() not in (".toml", ".json") and (zipped or p.suffix.lower() in _CHECKPOINT_SUFFIXES):
+    if p.is_file() and p.suffix.lower() not in SPEC_SUFFIXES and (zipped or p.suffix.lower() in CHECKPOINT_SUFFIXES):
         from .train.checkpoint import load_checkpoint
         from .train.config import config_from_dict
         from .train.trainer import build_model
@@ -218,18 +219,6 @@ def _presets_epilog(examples: str) -> str:
     return f"examples:\n{examples}\npresets:\n{preset_help()}\n{names}"
 
 
-# Each command's one-line help, in the order `seq2d --help` lists them.
-_COMMANDS = {
-    "models": "list the registered constructors",
-    "show": "print a model's block grid, per-block table, parameter counts and graph facts",
-    "draw": "draw the block graph and/or the spy plot of the linear part (PNG or SVG)",
-    "equivalence": "max abs errors of every constructor vs torch.nn",
-    "stability": "certified and data-dependent contraction constant (lambda) and the truncation length k",
-    "mnist": "the MNIST sparsity experiment: MLP vs randomized Sequential2Ds of equal parameter count",
-    "train": "train one model from a TOML config (flags override it; the same as python -m seq2d.train)",
-}
-
-
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The ``seq2d`` parser. ``only``: build the full parser (arguments, epilog) of this command
     alone and list the others by their one-line help (``""``: none in full); None: all in full.
@@ -241,19 +230,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     ap = _Parser(prog="seq2d", description="Sequential2D block networks: inspect, draw and check models.",
                  epilog=__doc__.split("\n\n")[1] + "\n\n" + __doc__.split("\n\n")[3].replace("``", "`"),
                  formatter_class=_FMT)
-    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{mnist,train,models,show,draw,equivalence,stability}")
-    builders = {"models": _add_models, "show": _add_show, "draw": _add_draw, "equivalence": _add_equivalence,
-                "stability": _add_stability}
-    for name, add in builders.items():
+    sub = ap.add_subparsers(dest="cmd", required=True)  # usage: {the names of _COMMANDS, in its order}
+    for name, command in _COMMANDS.items():
         if only is None or only == name:
-            add(sub)
+            command.add(sub, name, command.help)
         else:
-            sub.add_parser(name, help=_COMMANDS[name])
-    if only is None or only in ("mnist", "train"):
-        _add_run_commands(sub)
-    else:
-        for name in ("mnist", "train"):
-            sub.add_parser(name, help=_COMMANDS[name])
+            sub.add_parser(name, help=command.help)
     return ap
 
 
@@ -268,15 +250,15 @@ def _command_of(argv: list[str]) -> str:
     return ""
 
 
-def _add_models(sub) -> None:
-    p = sub.add_parser("models", help=_COMMANDS["models"],
+def _add_models(sub, name: str, summary: str) -> None:
+    p = sub.add_parser(name, help=summary,
                        description="List the registered constructor names (usable with `seq2d show NAME key=value`).")
     p.set_defaults(fn=_cmd_models)
 
 
-def _add_show(sub) -> None:
+def _add_show(sub, name: str, summary: str) -> None:
     p = sub.add_parser(
-        "show", help=_COMMANDS["show"],
+        name, help=summary,
         description=_wrap("Print the block grid and slot table (Sequential2D.summary), one line per block (position, kind, "
                     "shape, stored entries, density, trainable parameters, tie group), the trainable parameters by "
                     "owner, and what the block graph says (acyclic, depth, recurrent cores, memory, distances)."),
@@ -288,9 +270,9 @@ def _add_show(sub) -> None:
     p.set_defaults(fn=_cmd_show)
 
 
-def _add_draw(sub) -> None:
+def _add_draw(sub, name: str, summary: str) -> None:
     p = sub.add_parser(
-        "draw", help=_COMMANDS["draw"],
+        name, help=summary,
         description=_wrap("Draw a model: --kind graph (the block graph: slots as nodes, blocks as edges), spy (the N x N "
                     "mask of the linear blocks) or both. With both, -o out.png writes out-graph.png and out-spy.png. "
                     "The suffix of -o (.png or .svg) picks the format."),
@@ -316,17 +298,17 @@ def _add_draw(sub) -> None:
     p.set_defaults(fn=_cmd_draw)
 
 
-def _add_equivalence(sub) -> None:
-    p = sub.add_parser("equivalence", help=_COMMANDS["equivalence"],
+def _add_equivalence(sub, name: str, summary: str) -> None:
+    p = sub.add_parser(name, help=summary,
                        description=_wrap("Compare every constructor with its torch.nn counterpart (float32 and float64); "
                                    "exit status 1 when an error exceeds its tolerance."))
     p.add_argument("--seeds", type=int, default=1, help="number of random seeds per case (default: 1)")
     p.set_defaults(fn=_cmd_equivalence)
 
 
-def _add_stability(sub) -> None:
+def _add_stability(sub, name: str, summary: str) -> None:
     p = sub.add_parser(
-        "stability", help=_COMMANDS["stability"],
+        name, help=summary,
         description=_wrap("For every recurrent core (strongly connected part of the block graph): the certified bound "
                           "lambda <= L_act * ||W_rec||_2 (exact float64 SVD), the data-dependent lambda (largest state-"
                           "Jacobian norm along trajectories on random inputs with ||x_t|| <= B, by power iteration), "
@@ -397,14 +379,14 @@ def _cmd_mnist(args) -> int:
     return 0
 
 
-def _add_run_commands(sub) -> None:
+def _add_mnist(sub, name: str, summary: str) -> None:
     from .launch import add_launcher_args
     from .mnist_comparison import MODELS, PROTOCOLS
     from .parallel import jobs_arg
     from .threads import threads_arg
 
     p = sub.add_parser(
-        "mnist", help=_COMMANDS["mnist"],
+        name, help=summary,
         description=_wrap("Train the MLP [2500, 500, 200, 100, 10] on MNIST at 50x50 and randomized Sequential2Ds with "
                           "exactly its trainable-parameter count (seq2d.randomize) over several seeds, then print the "
                           "table (mean +- std test accuracy, parameters, time per epoch, device) and each model's "
@@ -464,9 +446,32 @@ def _add_run_commands(sub) -> None:
     p.add_argument("--progress", action="store_true", help=argparse.SUPPRESS)  # the default now; kept for old scripts
     p.set_defaults(fn=_cmd_mnist)
 
+
+def _add_train(sub, name: str, summary: str) -> None:
     from .train.command import add_train_arguments
 
-    add_train_arguments(sub.add_parser("train", help=_COMMANDS["train"], formatter_class=_FMT, allow_abbrev=False))
+    add_train_arguments(sub.add_parser(name, help=summary, formatter_class=_FMT, allow_abbrev=False))
+
+
+class _Command(NamedTuple):
+    help: str  # the one line `seq2d --help` lists
+    add: Callable[..., None]  # add(sub, name, summary): the command's full parser (its arguments, epilog and fn)
+
+
+# The one table of commands, in the order `seq2d --help` lists them: build_parser, main's choice of
+# the parser to build in full and the usage line are derived from it.
+_COMMANDS = {
+    "models": _Command("list the registered constructors", _add_models),
+    "show": _Command("print a model's block grid, per-block table, parameter counts and graph facts", _add_show),
+    "draw": _Command("draw the block graph and/or the spy plot of the linear part (PNG or SVG)", _add_draw),
+    "equivalence": _Command("max abs errors of every constructor vs torch.nn", _add_equivalence),
+    "stability": _Command("certified and data-dependent contraction constant (lambda) and the truncation length k",
+                          _add_stability),
+    "mnist": _Command("the MNIST sparsity experiment: MLP vs randomized Sequential2Ds of equal parameter count",
+                      _add_mnist),
+    "train": _Command("train one model from a TOML config (flags override it; the same as python -m seq2d.train)",
+                      _add_train),
+}
 
 
 BUG_LINE = "seq2d: internal error (a bug; please report it with the command line above)"

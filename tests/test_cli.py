@@ -268,6 +268,26 @@ def test_every_public_name_imports_from_the_lazy_package():
         seq2d.constructors  # noqa: B018 - no moved-name shim (0.1.0): a plain AttributeError
 
 
+def test_the_type_checking_imports_of_seq2d_are_its_table_of_public_names():
+    # seq2d/__init__.py: _EXPORTS is the one table (lazy imports, __all__, dir); the static imports
+    # for type checkers repeat it, and a name added to one only fails here
+    import ast
+
+    tree = ast.parse(pathlib.Path(seq2d.__file__).read_text())
+    block = next(n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING")
+    static: dict[str, set] = {}
+    for node in block.body:
+        module = "." * node.level + (node.module or "")
+        for alias in node.names:
+            if module == ".":  # `from . import graph`: a submodule
+                static.setdefault("submodules", set()).add(alias.name)
+            else:
+                static.setdefault(module, set()).add(alias.name)
+    table = {module: set(names) for module, names in seq2d._EXPORTS.items()}
+    assert static == {**table, "submodules": set(seq2d._SUBMODULES)}
+    assert set(seq2d.__all__) == set(seq2d._WHERE) | {"available_stores"}
+
+
 @pytest.mark.parametrize("command", ["models", "show", "draw", "equivalence", "stability", "mnist", "train"])
 def test_a_parser_built_for_one_command_equals_the_full_one_for_that_command(command):
     from seq2d.cli import _COMMANDS, build_parser

@@ -204,3 +204,24 @@ def test_summary_ends_with_the_legend_of_the_grid_letters():
 
     text = seq2d.mlp([5, 4, 3]).summary()
     assert text.endswith(LEGEND) and "W dense linear" in LEGEND and "+b" in LEGEND
+
+
+def test_the_fast_path_switches_are_one_options_object():
+    """model.use_plan etc. (as tests, benchmarks and docs set them) read and write model.options;
+    Sequential2D's own methods come from its own file, not from mixins (issue 36, item 5)."""
+    from seq2d.core.options import Options
+
+    assert Sequential2D.__mro__[1:] == seq2d.ContextModule.__mro__  # no mixin between them
+    torch.manual_seed(0)
+    m = seq2d.mlp([5, 4, 3])
+    assert m.options == Options() and m.use_plan and m.use_schedule
+    x = torch.randn(2, 5)
+    want = m(x)
+    m.use_plan = False
+    m.use_held_products = False
+    assert m.options == Options(use_plan=False, use_held_products=False) and "use_plan" not in m.__dict__
+    assert not m.use_plan and m.use_output_demand
+    torch.testing.assert_close(m(x), want)  # the step loop: the same result (within rounding)
+    m.options.use_plan = True
+    assert m.use_plan
+    assert copy.deepcopy(m).options == m.options and copy.deepcopy(m).options is not m.options

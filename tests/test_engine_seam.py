@@ -95,3 +95,43 @@ def test_no_caller_asks_a_store_for_its_class_or_kind():
             if pattern.search(line):
                 bad.append(f"{path.relative_to(ROOT)}:{k}: {line.strip()}")
     assert not bad, "\n".join(bad)
+
+
+class _BlockListBlock(seq2d.LinearBlock):
+    store_kind = BlockListStore.kind  # held by the store above, once it is registered
+
+
+def test_a_registered_store_is_built_for_the_blocks_that_name_it():
+    """seq2d/engines/registry.py: Sequential2D builds the store its linear blocks name
+    (``store_kind``), looked up in the registry, never by the blocks' class."""
+    from seq2d.engines.registry import STORE_CLASSES, register_store
+    from seq2d.errors import InvalidValue
+
+    sizes = [3, 4, 2]
+
+    def grid(cls):
+        torch.manual_seed(0)
+        return {(1, 0): cls(3, 4, dtype=D), (2, 1): cls(4, 2, dtype=D), (1, 1): cls(4, 4, dtype=D)}
+
+    class Registered(BlockListStore):
+        @classmethod
+        def from_blocks(cls, sizes, entries, levels, *, mode="dense"):
+            return cls(sizes, entries)
+
+    with pytest.raises(InvalidValue, match="no store is registered for linear blocks of store_kind 'test-blocklist'"):
+        seq2d.Sequential2D(sizes, grid(_BlockListBlock), activations="tanh", steps=3)
+    register_store(Registered)
+    try:
+        m = seq2d.Sequential2D(sizes, grid(_BlockListBlock), activations="tanh", steps=3)
+        assert type(m.store) is Registered and m.store_kind == "test-blocklist"
+        want = seq2d.Sequential2D(sizes, grid(seq2d.LinearBlock), activations="tanh", steps=3)
+        assert want.store_kind == "dense"
+        x = [torch.randn(2, 3, dtype=D), None, None]
+        for a, b in zip(m(x), reference_forward(want, x, 3)):
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+        mixed = {**grid(seq2d.LinearBlock), (2, 1): _BlockListBlock(4, 2, dtype=D)}
+        with pytest.raises(InvalidValue, match=r"live in one store, got blocks \[\(1, 0\), \(1, 1\)\] by the dense "
+                                               r"store; blocks \[\(2, 1\)\] by the test-blocklist store"):
+            seq2d.Sequential2D(sizes, mixed, activations="tanh", steps=3)
+    finally:
+        STORE_CLASSES.pop(Registered.kind)

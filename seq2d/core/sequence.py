@@ -31,11 +31,12 @@ from torch import Tensor, nn
 from ..activations import elementwise_key
 from ..blocks import ContextModule, block_kind, call_block
 from ..errors import InvalidInput, InvalidType
+from .state import check_context, check_state, from_flat, segments
 from .topology import components, input_distances
 
-__all__ = ["ENABLED", "unsupported_reason", "sequence_by_components", "step_loop", "SequenceMode"]
+__all__ = ["ENABLED", "unsupported_reason", "sequence_by_components", "step_loop", "delays", "run_sequence"]
 
-ENABLED = True  # False (or ``model.use_schedule = False``): sequence() runs the step loop
+ENABLED = True  # False (or ``model.options.use_schedule = False``): sequence() runs the step loop
 _POINTWISE = (nn.Identity, nn.ReLU, nn.Tanh, nn.Sigmoid, nn.GELU, nn.SiLU, nn.LeakyReLU, nn.ELU,
               nn.Softplus, nn.Linear)
 _RANDOM = (nn.modules.dropout._DropoutNd, nn.RReLU)
@@ -91,7 +92,7 @@ def unsupported_reason(model, pipeline: bool = True) -> str | None:
 
 def _plan(model, pipeline: bool):
     """``(components, weight plan, modules to watch, number of rects)`` or why not (cached)."""
-    if not isinstance(model, SequenceMode):
+    if not isinstance(getattr(model, "_rows", None), dict):  # duck-typed: seq2d.core.sequential2d imports this file
         raise InvalidType(f"expected a Sequential2D, got {type(model).__name__}")
 
     store, rows, blocks = model.store, model._rows, model.blocks
@@ -109,7 +110,7 @@ def _plan(model, pipeline: bool):
               ctx[0] if ctx else None)
     if reason is not None:
         return cache.setdefault(key, reason)
-    d, rects = model.delays() if pipeline else (0,) * model.n, []
+    d, rects = delays(model) if pipeline else (0,) * model.n, []
     comps = [_Comp(c, d, model.sizes) for c in components(rows)]
     where = {i: c for c in comps for i in c.slots}
     watch = [model.acts[i] for i in rows if not _pointwise(model.acts[i])]
@@ -356,7 +357,7 @@ def sequence_by_components(model, xs: Tensor, state: list, pipeline: bool, conte
     """``(ys, final state)`` of ``model.sequence(xs, state, pipeline=pipeline)`` computed
     component by component, or None when the step loop must run (see the module docstring).
     ``state``: the checked state list, its input slots holding ``xs[0]``."""
-    if not ENABLED or not getattr(model, "use_schedule", True):
+    if not ENABLED or not model.options.use_schedule:
         return None
     plan = _plan(model, pipeline)
     if isinstance(plan, str) or _random_reason(plan[2]) is not None:
@@ -375,122 +376,98 @@ def sequence_by_components(model, xs: Tensor, state: list, pipeline: bool, conte
     return _cat(ys, -1).contiguous(), final
 
 
-class SequenceMode:
-    """Sequence mode of :class:`seq2d.Sequential2D` (a mixin): :meth:`sequence` and
-    :meth:`delays`; by components when :func:`sequence_by_components` supports the model,
-    else the step loop below, which is the definition."""
+def delays(model) -> tuple[int, ...]:
+    """Pipeline delay of every slot: (shortest number of blocks from an input slot) - 1,
+    0 for input slots and for slots no input reaches."""
+    dist = input_distances(model.n, model._positions, model.inputs)
+    return tuple(0 if (d is None or i in model.inputs) else d - 1 for i, d in enumerate(dist))
 
-    def delays(self) -> tuple[int, ...]:
-        """Pipeline delay of every slot: (shortest number of blocks from an input slot) - 1,
-        0 for input slots and for slots no input reaches."""
-        dist = input_distances(self.n, self._positions, self.inputs)
-        return tuple(0 if (d is None or i in self.inputs) else d - 1 for i, d in enumerate(dist))
 
-    def sequence(self, xs: Tensor, state=None, *, pipeline: bool = True, **context) -> tuple[Tensor, list]:
-        r"""Sequence mode: refill the input slots with ``xs[t]`` before each step; read the outputs.
+def run_sequence(model, xs: Tensor, state, pipeline: bool, context: dict) -> tuple[Tensor, list]:
+    """``model.sequence(xs, state, pipeline=pipeline, **context)`` (its docstring defines it): by
+    components when :func:`sequence_by_components` supports the model, else the step loop below,
+    which is the definition."""
+    if context:
+        check_context(model, context, "sequence")
+    if not isinstance(xs, Tensor):
+        raise InvalidType(f"xs must be a tensor of shape (T, *batch, {model.in_features}), got {type(xs).__name__}")
+    if xs.dim() < 2 or xs.shape[-1] != model.in_features:
+        raise InvalidInput(f"xs must have shape (T, *batch, {model.in_features}), got {tuple(xs.shape)}")
+    if xs.shape[0] == 0:  # as nn.RNN: "Expected sequence length to be larger than 0"
+        raise InvalidInput(f"xs has T = 0 time steps (shape {tuple(xs.shape)}); sequence mode needs T >= 1, as nn.RNN")
+    T = xs.shape[0]
+    if state is None:
+        state = [None] * model.n
+    if isinstance(state, (Tensor, str, bytes)) or not isinstance(state, Sequence):
+        raise InvalidType(f"state must be None or a list of {model.n} tensors (or None), got {type(state).__name__}")
+    state = list(state)
+    if len(state) == model.n:
+        for i, p in zip(model.inputs, _split_in(model, xs[0])):
+            state[i] = p
+    state = check_state(model, state)
+    out = sequence_by_components(model, xs, state, pipeline, context)  # above
+    if out is not None:
+        return out
+    d = delays(model) if pipeline else (0,) * model.n
+    D = max((d[i] for i in model._rows), default=0)
+    x, present = segments(model, state)
+    x0 = x.parts[0][2]
+    off = model.flat_offsets
+    in_runs = _input_runs(model)
+    outs_by_delay: dict[int, list[int]] = {}
+    for k, o in enumerate(model.outputs):
+        outs_by_delay.setdefault(d[o], []).append(k)
+    ys: list[list[Tensor | None]] = [[None] * len(model.outputs) for _ in range(T)]
+    cache: dict = {}
+    xs = xs.to(dtype=x0.dtype) if xs.dtype != x0.dtype else xs
+    upd_cache: dict = {}
+    rows = model._all_rows_t
+    step = model._step()
+    # products with the input slots do not depend on the state: one GEMM for all T steps
+    hoisted = model.store is not None and not _reads_inputs_elsewhere(model) and \
+        model.store.hoist_inputs(xs, model.inputs, cache)
+    xs_t = xs.unbind(0)  # one node for all T steps (xs[s] would zero-fill xs's gradient every step)
+    for s in range(T + D):
+        if hoisted:
+            cache["t"] = min(s, T - 1)  # after the last input the input slots keep xs[T-1]
+        if s < T and s > 0:
+            xin = xs_t[s]
+            x.write([(a, b, xin if (ca == 0 and cb == xin.shape[-1]) else xin[..., ca:cb]) for a, b, ca, cb in in_runs])
+        key = (min(s, D), max(s - T + 1, 0))
+        upd = upd_cache.get(key)
+        if upd is None:
+            upd = upd_cache[key] = tuple(i for i in rows if key[1] <= d[i] <= key[0])
+        present = step.advance(x, present, upd, context, cache)
+        for k, o in enumerate(model.outputs):
+            if d[o] <= s < T + d[o]:
+                ys[s - d[o]][k] = x.read(off[o], off[o] + model.sizes[o]) if o in present else \
+                    x0.new_zeros(*x0.shape[:-1], model.sizes[o])
+    rows_out = [r[0] if len(r) == 1 else torch.cat(r, dim=-1) for r in ys]
+    return torch.stack(rows_out, dim=0), from_flat(model, x, present)
 
-        Args:
-            xs: ``(T, *batch, in_features)``, time first.
-            state: optional initial state (list of n; input slots are ignored, missing = zero).
-            pipeline: align outputs with inputs across depth (default). A slot at
-                delay ``d`` (see :meth:`delays`) sees the wave of input ``t`` at step ``t + d``,
-                so it is updated only in steps ``d <= s < T + d`` and held otherwise.
-                With ``pipeline=False`` every slot is updated every step and outputs are
-                read after each of the T steps (delay 0 everywhere).
 
-        Returns:
-            ``(ys, state)``: ys ``(T, *batch, out_features)`` with ``ys[t]`` the output for
-            input ``t``, and the final state (each slot after its last update).
+def _reads_inputs_elsewhere(model) -> bool:
+    """True when an input slot also has linear blocks in its own row (then it is not held and
+    its value is not xs[t]); hoisting input products is then not valid."""
+    return any(i in model._rows for i in model.inputs)
 
-        Equivalent to the following (``d`` = delays, all zero when ``pipeline=False``)::
 
-            D = max(d[i] for non-held slots i)
-            for s in range(T + D):
-                if s < T:
-                    x[inputs] = xs[s]
-                x = step(x, only slots i with d[i] <= s < T + d[i])
-                for o in outputs:
-                    if d[o] <= s < T + d[o]:
-                        ys[s - d[o]][o] = x[o]
-        """
-        if context:
-            self._check_context(context, "sequence")
-        if not isinstance(xs, Tensor):
-            raise InvalidType(f"xs must be a tensor of shape (T, *batch, {self.in_features}), got {type(xs).__name__}")
-        if xs.dim() < 2 or xs.shape[-1] != self.in_features:
-            raise InvalidInput(f"xs must have shape (T, *batch, {self.in_features}), got {tuple(xs.shape)}")
-        if xs.shape[0] == 0:  # as nn.RNN: "Expected sequence length to be larger than 0"
-            raise InvalidInput(f"xs has T = 0 time steps (shape {tuple(xs.shape)}); sequence mode needs T >= 1, as nn.RNN")
-        T = xs.shape[0]
-        if state is None:
-            state = [None] * self.n
-        if isinstance(state, (Tensor, str, bytes)) or not isinstance(state, Sequence):
-            raise InvalidType(f"state must be None or a list of {self.n} tensors (or None), got {type(state).__name__}")
-        state = list(state)
-        if len(state) == self.n:
-            for i, p in zip(self.inputs, self._split_in(xs[0])):
-                state[i] = p
-        state = self.check_state(state)
-        out = sequence_by_components(self, xs, state, pipeline, context)  # above
-        if out is not None:
-            return out
-        d = self.delays() if pipeline else (0,) * self.n
-        D = max((d[i] for i in self._rows), default=0)
-        x, present = self._segments(state)
-        x0 = x.parts[0][2]
-        off = self.flat_offsets
-        in_runs = self._input_runs()
-        outs_by_delay: dict[int, list[int]] = {}
-        for k, o in enumerate(self.outputs):
-            outs_by_delay.setdefault(d[o], []).append(k)
-        ys: list[list[Tensor | None]] = [[None] * len(self.outputs) for _ in range(T)]
-        cache: dict = {}
-        xs = xs.to(dtype=x0.dtype) if xs.dtype != x0.dtype else xs
-        upd_cache: dict = {}
-        rows = self._all_rows_t
-        step = self._step()
-        # products with the input slots do not depend on the state: one GEMM for all T steps
-        hoisted = self.store is not None and not self._reads_inputs_elsewhere() and \
-            self.store.hoist_inputs(xs, self.inputs, cache)
-        xs_t = xs.unbind(0)  # one node for all T steps (xs[s] would zero-fill xs's gradient every step)
-        for s in range(T + D):
-            if hoisted:
-                cache["t"] = min(s, T - 1)  # after the last input the input slots keep xs[T-1]
-            if s < T and s > 0:
-                xin = xs_t[s]
-                x.write([(a, b, xin if (ca == 0 and cb == xin.shape[-1]) else xin[..., ca:cb]) for a, b, ca, cb in in_runs])
-            key = (min(s, D), max(s - T + 1, 0))
-            upd = upd_cache.get(key)
-            if upd is None:
-                upd = upd_cache[key] = tuple(i for i in rows if key[1] <= d[i] <= key[0])
-            present = step.advance(x, present, upd, context, cache)
-            for k, o in enumerate(self.outputs):
-                if d[o] <= s < T + d[o]:
-                    ys[s - d[o]][k] = x.read(off[o], off[o] + self.sizes[o]) if o in present else \
-                        x0.new_zeros(*x0.shape[:-1], self.sizes[o])
-        rows_out = [r[0] if len(r) == 1 else torch.cat(r, dim=-1) for r in ys]
-        return torch.stack(rows_out, dim=0), self.from_flat(x, present)
+def _split_in(model, x: Tensor) -> tuple[Tensor, ...]:
+    return x.split([model.sizes[i] for i in model.inputs], dim=-1) if len(model.inputs) > 1 else (x,)
 
-    def _reads_inputs_elsewhere(self) -> bool:
-        """True when an input slot also has linear blocks in its own row (then it is not held and
-        its value is not xs[t]); hoisting input products is then not valid."""
-        return any(i in self._rows for i in self.inputs)
 
-    def _split_in(self, x: Tensor) -> tuple[Tensor, ...]:
-        return x.split([self.sizes[i] for i in self.inputs], dim=-1) if len(self.inputs) > 1 else (x,)
-
-    def _input_runs(self) -> list[tuple[int, int, int, int]]:
-        """``(flat start, flat end, input start, input end)`` runs where the input tensor is
-        written into the flat state (consecutive input slots without padding merge)."""
-        off = self.flat_offsets
-        runs: list[list[int]] = []
-        c = 0
-        for i in self.inputs:
-            a, s = off[i], self.sizes[i]
-            if runs and runs[-1][1] == a and runs[-1][3] == c:
-                runs[-1][1] += s
-                runs[-1][3] += s
-            else:
-                runs.append([a, a + s, c, c + s])
-            c += s
-        return [tuple(r) for r in sorted(runs)]
+def _input_runs(model) -> list[tuple[int, int, int, int]]:
+    """``(flat start, flat end, input start, input end)`` runs where the input tensor is
+    written into the flat state (consecutive input slots without padding merge)."""
+    off = model.flat_offsets
+    runs: list[list[int]] = []
+    c = 0
+    for i in model.inputs:
+        a, s = off[i], model.sizes[i]
+        if runs and runs[-1][1] == a and runs[-1][3] == c:
+            runs[-1][1] += s
+            runs[-1][3] += s
+        else:
+            runs.append([a, a + s, c, c + s])
+        c += s
+    return [tuple(r) for r in sorted(runs)]

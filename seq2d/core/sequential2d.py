@@ -8,7 +8,6 @@ the docstring loop below written out.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Mapping, Sequence
 from itertools import repeat
 
@@ -16,16 +15,17 @@ import torch
 from torch import Tensor, nn
 
 from ..arguments import check_factory
-from ..blocks import ContextModule, LinearBlock, block_kind, draw_device, takes_generator
-from ..engines import STORES, DenseStore, TiledStore, choose_store
+from ..blocks import ContextModule, LinearBlock, block_kind
+from ..engines import STORES, TiledStore, build_store, choose_store
 from ..engines.migrate import migrate_state_dict
 from ..errors import InvalidType, InvalidValue, renamed_keyword
 from ..gridtext import LEGEND, grid_text
 from .checks import (build_activations, check_block_fits, check_degenerate, check_sizes, check_slot_list, check_steps,
                      normalize_grid, slot_biases, warn_steps)
-from .sequence import SequenceMode
+from . import parameters, sequence as sequence_mode, state as state_io  # called by name below
+from .options import Options, option
 from .slot_bias import SlotBias
-from .state import Segments, State, StateIO
+from .state import Segments, State
 from .step import Step
 from .topology import depth_and_levels, far_output
 
@@ -43,7 +43,7 @@ def core_of(model, what: str = "expected") -> "Sequential2D":
     raise InvalidType(f"{what} a Sequential2D (or a model with a .core Sequential2D), got {type(model).__name__}")
 
 
-class Sequential2D(StateIO, SequenceMode, ContextModule):
+class Sequential2D(ContextModule):
     r"""A Sequential2D block network (Hershey et al., arXiv 2404.00880).
 
     The state is a list of ``n`` slots; slot ``i`` holds a tensor of shape
@@ -127,6 +127,11 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
             :func:`seq2d.available_stores`).
     """
 
+    use_plan = option()  # model.use_plan = False sets model.options.use_plan (the switches: seq2d/core/options.py)
+    use_held_products = option()
+    use_output_demand = option()
+    use_schedule = option()
+
     @renamed_keyword("backend", "store", "store choice")
     def __init__(
         self,
@@ -171,9 +176,7 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         self._all_rows_t = tuple(sorted(self._rows))
         self._all_rows = frozenset(self._rows)
         self._level_rows = None if self._levels is None else [tuple(sorted(level)) for level in self._levels]
-        self.use_plan = True  # evaluate acyclic models level by level (see forward)
-        self.use_held_products = True  # products with slots a call never writes: once per call (see forward)
-        self.use_output_demand = True  # the tensor call's last steps skip rows its outputs never read (_iterate)
+        self.options = Options()  # the fast paths' switches (seq2d/core/options.py)
         if steps is None:
             steps = self.depth
         self.steps = None if steps is None else check_steps(steps)
@@ -223,24 +226,9 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
                         m._release()
         if not linear:
             return None
-        tiled = [(i, j, b) for i, j, b in linear if not isinstance(b, LinearBlock)]
-        if tiled:
-            engines = {id(b.engine): b.engine for _, _, b in tiled}
-            if len(engines) != 1:
-                raise InvalidValue(f"all tiled blocks of one Sequential2D must share one engine, got {len(engines)}")
-            eng = next(iter(engines.values()))
-            if tuple(eng.sizes) != self.sizes:
-                raise InvalidValue(f"the block-sparse engine was built for sizes {list(eng.sizes)}, not {list(self.sizes)}")
-            dense = [(i, j) for i, j, b in linear if isinstance(b, LinearBlock)]
-            if dense:
-                raise InvalidValue(f"blocks {dense} are dense LinearBlocks in a model whose linear part is block-sparse; "
-                                 "convert the whole model with to_blocksparse()")
-            if {(i, j) for i, j, _ in eng.placements} != {(i, j) for i, j, _ in tiled}:
-                raise InvalidValue("the grid's tiled blocks do not match the engine's placements")
-            return TiledStore(eng, self._levels)
         mode = "loop" if self.store_choice == "loop" else "dense"
-        store = DenseStore(self.sizes, linear, self._levels, mode=mode)
-        if self.store_choice == "auto":
+        store = build_store(self.sizes, linear, self._levels, mode)  # the store the blocks name
+        if self.store_choice == "auto" and not store.block_sparse:
             mask = [[False] * self.n for _ in range(self.n)]
             for i, j, _ in linear:
                 mask[i][j] = True
@@ -252,32 +240,16 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
                 return self.store
         return store
 
-    @torch.no_grad()
     def reset_bias_parameters(self, generator: torch.Generator | None = None) -> None:
         """Biases created here start U(-1/sqrt(f), 1/sqrt(f)), f = the row's input width
         (sum of the sizes of the slots its blocks read), as ``nn.Linear`` does."""
-        for i in sorted(self._fresh_bias):
-            fan_in = sum(self.sizes[j] for j in self._rows.get(i, []))
-            bound = 1.0 / math.sqrt(max(fan_in, 1))
-            b = self.slot_bias.view(i)  # a CPU generator for a CUDA model: draw on the CPU, copy
-            dev = draw_device(b, generator)
-            fresh = b if dev == b.device else torch.empty(b.shape, dtype=b.dtype, device=dev)
-            b.copy_(fresh.uniform_(-bound, bound, generator=generator))
+        parameters.reset_bias(self, generator)
 
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
         """The one entry point for (re)initialisation: every LinearBlock (``nn.Linear``'s
         default, masked), every bias this model created, and every activation or module
         block that has its own ``reset_parameters`` (LayerNorm: ones/zeros)."""
-        seen: set[int] = set()
-        for m in self.modules():
-            if m is self or id(m) in seen:
-                continue
-            seen.add(id(m))
-            if isinstance(m, (LinearBlock, Sequential2D)) or takes_generator(m):  # e.g. a tile engine
-                m.reset_parameters(generator=generator)
-            elif hasattr(m, "reset_parameters"):
-                m.reset_parameters()
-        self.reset_bias_parameters(generator=generator)
+        parameters.reset_all(self, generator)
 
     def _compute_depth(self) -> int | None:
         """Longest path (in blocks) from the held slots, or None when the graph has a cycle; sets
@@ -369,35 +341,7 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         masked box stores its trained entries only, :mod:`seq2d.engines.compact`); the tiled store
         (:meth:`to_blocksparse`) keeps whole tiles, so its parameters also hold the masked entries of
         partly trained tiles and the padding of slots that are not whole tiles (docs/concepts.md)."""
-        seen: set[int] = set()
-        total = 0
-        if self.store is not None:
-            total += self.store.num_trainable()
-            seen.update(id(p) for p in self.store.parameters())
-        counted: set[int] = set()
-        for _, _, kind, blk in self.positions():
-            if kind != "module" or id(blk) in counted:
-                continue
-            own = getattr(blk, "num_trainable", None) or (blk.num_parameters if isinstance(blk, Sequential2D) else None)
-            if callable(own):
-                counted.add(id(blk))
-                params = [p for p in blk.parameters() if id(p) not in seen]
-                if params or not any(True for _ in blk.parameters()):
-                    total += int(own())
-                seen.update(id(p) for p in params)
-        for m in self.modules():
-            if isinstance(m, LinearBlock) and m.store is None and id(m.weight) not in seen:
-                seen.add(id(m.weight))
-                total += m.num_trainable()
-            elif type(m).__name__ == "BlockSparseLinear" and id(m.data) not in seen:
-                seen.add(id(m.data))
-                total += m.num_trainable()
-        for p in self.parameters():
-            if id(p) not in seen:
-                seen.add(id(p))
-                if p.requires_grad:
-                    total += p.numel()
-        return total
+        return parameters.num_trainable(self, nested=Sequential2D)
 
     def grid(self) -> str:
         """The block grid as text (:func:`seq2d.gridtext.grid_text`: the legend is there)."""
@@ -421,6 +365,38 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         if self.store_choice != "dense":
             s += f", store={self.store_choice!r}"
         return s
+
+    @property
+    def context_keys(self) -> frozenset | None:
+        """The call-time context keys this model accepts (:func:`seq2d.core.state.context_keys`)."""
+        return state_io.context_keys(self)
+
+    def _grid_changed(self) -> None:
+        """Forget what was computed from the blocks (the step and its plans, context keys, sequence plans)."""
+        for k in ("_step_v", "_context_keys_v", "_schedule_plans"):
+            self.__dict__.pop(k, None)
+
+    # ------------------------------------------------------------------ the state (seq2d/core/state.py)
+    def check_state(self, state) -> State:
+        """Validate a state list and return it as a list (typed errors name the slot)."""
+        return state_io.check_state(self, state)
+
+    def to_flat(self, state: State) -> tuple[Tensor, frozenset]:
+        """``(flat, present)``: the state list as one ``(*batch, flat_size)`` tensor (``None``
+        slots and tile padding as zeros; one ``cat``) and the set of non-None slots."""
+        return state_io.to_flat(self, state)
+
+    def from_flat(self, flat, present=None, keep: State | None = None, touched=None) -> State:
+        """The flat state as slot views: None outside ``present``, ``keep[i]`` outside ``touched``."""
+        return state_io.from_flat(self, flat, present, keep, touched)
+
+    def split_inputs(self, x: Tensor) -> State:
+        """A state with ``x`` (*batch, in_features) split over the input slots, others None."""
+        return state_io.split_inputs(self, x)
+
+    def join_outputs(self, state: State) -> Tensor:
+        """The output slots of a state list, concatenated (zeros for None slots)."""
+        return state_io.join_outputs(self, state)
 
     # ------------------------------------------------------------------ forward
     def _param_ref(self) -> Tensor | None:
@@ -465,7 +441,7 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         """``(schedule, touched, const)`` of a call of ``steps >= 1`` updates (see :meth:`_iterate`):
         the updated slots of each step, all the slots it updates, and the slots no step writes
         (None: the products with them are not hoisted)."""
-        if hold is None and self.use_plan and self._levels is not None and steps >= self.depth:
+        if hold is None and self.options.use_plan and self._levels is not None and steps >= self.depth:
             # Acyclic and at least `depth` steps: Jacobi iteration has reached its fixed
             # point, which is evaluating each slot once, level by level (proof in
             # docs/graphs.md; tested against plain iteration in tests/test_plan.py).
@@ -474,7 +450,7 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         if hold is not None:
             held = set(check_slot_list("hold", hold, self.n))
             upd = tuple(i for i in upd if i not in held)
-        if steps > 1 and self.store is not None and getattr(self, "use_held_products", True):
+        if steps > 1 and self.store is not None and self.options.use_held_products:
             # slots no step of this call writes (the held inputs, and ``hold``): the store computes
             # their products once per call instead of once per step (seq2d/engines/dense.py)
             memo = self.__dict__.setdefault("_held_during", {})  # updated rows -> slots never written
@@ -483,7 +459,7 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
                 const = memo[upd] = frozenset(range(self.n)) - frozenset(upd)
             const = const or None
         schedule = repeat(upd, steps)
-        if read is not None and self.store is not None and self.store.partial_rows and getattr(self, "use_output_demand", True):
+        if read is not None and self.store is not None and self.store.partial_rows and self.options.use_output_demand:
             schedule = self._step().demand_schedule(upd, steps, read)
         return schedule, frozenset(upd), const
 
@@ -507,16 +483,16 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
         Returns the new flat state. The same computation as :meth:`forward` on
         ``from_flat(x)``, without the list conversion at either end."""
         if context:
-            self._check_context(context, "forward_flat")
-        x = self._check_flat(x)
-        steps = self._resolve_steps(steps)
+            state_io.check_context(self, context, "forward_flat")
+        x = state_io.check_flat(self, x)
+        steps = state_io.resolve_steps(self, steps)
         return self._iterate(x, frozenset(range(self.n)), steps, hold, context)[0].tensor()
 
     def step_flat(self, x: Tensor, **context) -> Tensor:
         """One Jacobi update of every non-held slot on a flat state (see :meth:`forward_flat`)."""
         if context:
-            self._check_context(context, "step_flat")
-        seg = Segments(self._check_flat(x))
+            state_io.check_context(self, context, "step_flat")
+        seg = Segments(state_io.check_flat(self, x))
         self._step().advance(seg, frozenset(range(self.n)), self._all_rows_t, context, None)
         return seg.tensor()
 
@@ -555,34 +531,69 @@ class Sequential2D(StateIO, SequenceMode, ContextModule):
     def step(self, state, **context) -> State:
         """One Jacobi update of every non-held slot."""
         if context:
-            self._check_context(context, "step")
-        state = self.check_state(state)
-        seg, present = self._segments(state)
+            state_io.check_context(self, context, "step")
+        state = state_io.check_state(self, state)
+        seg, present = state_io.segments(self, state)
         present = self._step().advance(seg, present, self._all_rows_t, context, None)
-        return self.from_flat(seg, present, state, self._all_rows)
+        return state_io.from_flat(self, seg, present, state, self._all_rows)
 
     def forward(self, state, steps: int | None = None, *, hold=None, **context):
         """Run ``steps`` Jacobi updates (see the class docstring). ``hold``: optional slots
         that keep their value during this call, as if their rows were empty."""
         if context:
-            self._check_context(context, "forward")
+            state_io.check_context(self, context, "forward")
         if isinstance(state, Tensor):
             return self._forward_tensor(state, steps, context, hold)
-        state = self.check_state(state)
-        steps = self._resolve_steps(steps)
+        state = state_io.check_state(self, state)
+        steps = state_io.resolve_steps(self, steps)
         if steps == 0:
             return list(state)
-        x, present = self._segments(state)
+        x, present = state_io.segments(self, state)
         x, present, touched = self._iterate(x, present, steps, hold, context)
-        return self.from_flat(x, present, state, touched)
+        return state_io.from_flat(self, x, present, state, touched)
+
+    # ------------------------------------------------------------------ sequence mode (seq2d/core/sequence.py)
+    def delays(self) -> tuple[int, ...]:
+        """Pipeline delay of every slot: (shortest number of blocks from an input slot) - 1,
+        0 for input slots and for slots no input reaches."""
+        return sequence_mode.delays(self)
+
+    def sequence(self, xs: Tensor, state=None, *, pipeline: bool = True, **context) -> tuple[Tensor, list]:
+        r"""Sequence mode: refill the input slots with ``xs[t]`` before each step; read the outputs.
+
+        Args:
+            xs: ``(T, *batch, in_features)``, time first.
+            state: optional initial state (list of n; input slots are ignored, missing = zero).
+            pipeline: align outputs with inputs across depth (default). A slot at
+                delay ``d`` (see :meth:`delays`) sees the wave of input ``t`` at step ``t + d``,
+                so it is updated only in steps ``d <= s < T + d`` and held otherwise.
+                With ``pipeline=False`` every slot is updated every step and outputs are
+                read after each of the T steps (delay 0 everywhere).
+
+        Returns:
+            ``(ys, state)``: ys ``(T, *batch, out_features)`` with ``ys[t]`` the output for
+            input ``t``, and the final state (each slot after its last update).
+
+        Equivalent to the following (``d`` = delays, all zero when ``pipeline=False``)::
+
+            D = max(d[i] for non-held slots i)
+            for s in range(T + D):
+                if s < T:
+                    x[inputs] = xs[s]
+                x = step(x, only slots i with d[i] <= s < T + d[i])
+                for o in outputs:
+                    if d[o] <= s < T + d[o]:
+                        ys[s - d[o]][o] = x[o]
+        """
+        return sequence_mode.run_sequence(self, xs, state, pipeline, context)
 
     def _forward_tensor(self, x: Tensor, steps, context, hold=None) -> Tensor:
-        state = self.split_inputs(x)
-        self.check_state(state)
-        steps = self._resolve_steps(steps)
+        state = state_io.split_inputs(self, x)
+        state_io.check_state(self, state)
+        steps = state_io.resolve_steps(self, steps)
         far = self.__dict__.get("_far_output")
         if far is not None and (far[1] is None or steps < far[1]):
             warn_steps(self, steps)  # the output cannot depend on x (warned once per model)
-        flat, present = self._segments(state)
+        flat, present = state_io.segments(self, state)
         flat, present, _ = self._iterate(flat, present, steps, hold, context, read=self.outputs)
-        return self._read_outputs(flat, present)
+        return state_io.read_outputs(self, flat, present)

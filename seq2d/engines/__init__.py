@@ -13,7 +13,8 @@ One seam for every fast path. A model holds one engine (``model.store``):
             (:func:`choose_store`).
 ==========  ===========================================================================
 
-Layers: :mod:`.base` (interface, flat layout) -> :mod:`.dense` / :mod:`.tiled`.
+Layers: :mod:`.base` (interface, flat layout) -> :mod:`.registry` (the stores by name: each linear
+block names the store that holds it) -> :mod:`.dense` / :mod:`.tiled`.
 """
 
 from __future__ import annotations
@@ -22,5 +23,7 @@ from .base import Engine, contiguous_runs
 from .dense import DenseStore
 from .tiled import TiledBlock, TiledStore
 from .choose import STORES, choose_store
+from .registry import STORE_CLASSES, build_store, register_store
 
-__all__ = ["Engine", "DenseStore", "TiledStore", "TiledBlock", "STORES", "choose_store", "contiguous_runs"]
+__all__ = ["Engine", "DenseStore", "TiledStore", "TiledBlock", "STORES", "choose_store", "contiguous_runs", "STORE_CLASSES",
+           "build_store", "register_store"]

@@ -43,6 +43,7 @@ from torch import Tensor, nn
 from ..errors import InvalidType, InvalidValue
 from ..blocks import LinearBlock
 from .base import Engine, contiguous_runs
+from .registry import register_store
 from .compact import block_index, block_region, compact_boxes, compact_index, place, take
 from ..store_view import WriteBack
 
@@ -128,6 +129,7 @@ class _ColumnSplit:
         return self.held.take(e), (self.rest.take(e) if self.rest is not None else None)
 
 
+@register_store
 class DenseStore(Engine):
     """Dense boxes holding every linear block of a model (see the module docstring).
 
@@ -143,6 +145,12 @@ class DenseStore(Engine):
     label = "dense"
     fuses_bias = True
     component_products = True
+
+    @classmethod
+    def from_blocks(cls, sizes: Sequence[int], entries, levels, *, mode: str = "dense") -> "DenseStore":
+        """The store of a model's LinearBlocks (:func:`seq2d.engines.registry.build_store`): one box
+        per plan level (``levels``; None: one box)."""
+        return cls(sizes, entries, levels, mode=mode)
 
     def __init__(self, sizes: Sequence[int], entries: Sequence[tuple[int, int, LinearBlock]],
                  box_rows: Sequence[Sequence[int]] | None = None, *, mode: str = "dense"):

@@ -23,10 +23,12 @@ from ..sparse.layout import BlockSparseLayout
 from ..sparse.linear import BlockSparseLinear
 from ..sparse.ops import bsmm, resolve_kernel
 from .base import Engine
+from .registry import register_store
 
 __all__ = ["TiledStore", "TiledBlock"]
 
 
+@register_store
 class TiledStore(Engine):
     """The store of a block-sparse model: ``matrix`` is the BlockSparseLinear."""
 
@@ -35,6 +37,20 @@ class TiledStore(Engine):
     output_writable = True  # the kernels save their inputs, not their output
     block_sparse = True
     partial_rows = True  # boxes_for gives exactly the updated rows' tile-rows
+
+    @classmethod
+    def from_blocks(cls, sizes: Sequence[int], entries, levels, *, mode: str = "dense") -> "TiledStore":
+        """The store of a model's TiledBlocks (:func:`seq2d.engines.registry.build_store`): their one
+        BlockSparseLinear, checked to match the model (``mode`` is the dense store's; ignored)."""
+        engines = {id(b.engine): b.engine for _, _, b in entries}
+        if len(engines) != 1:
+            raise InvalidValue(f"all tiled blocks of one Sequential2D must share one engine, got {len(engines)}")
+        eng = next(iter(engines.values()))
+        if tuple(eng.sizes) != tuple(sizes):
+            raise InvalidValue(f"the block-sparse engine was built for sizes {list(eng.sizes)}, not {list(sizes)}")
+        if {(i, j) for i, j, _ in eng.placements} != {(i, j) for i, j, _ in entries}:
+            raise InvalidValue("the grid's tiled blocks do not match the engine's placements")
+        return cls(eng, levels)
 
     def __init__(self, matrix: BlockSparseLinear, box_rows: Sequence[Sequence[int]] | None = None):
         super().__init__(matrix.sizes)
@@ -367,6 +383,8 @@ class TiledBlock(LinearLike):
     Parameter, when it had one. ``effective_weight()`` assembles the dense (out, in) weight
     for inspection and the reference loop; the model's forward pass uses the engine directly.
     """
+
+    store_kind = "tiled"  # held by the TiledStore (seq2d/engines/registry.py)
 
     def __init__(self, engine: BlockSparseLinear, group: int, bias: Tensor | None = None):
         super().__init__()

@@ -230,10 +230,12 @@ class TensorBoardLogger:
         self.writer.file_writer.add_summary(start)
 
     def _log_figures(self, model) -> None:
-        from ..core import Sequential2D
+        from ..core import core_of
+        from ..errors import InvalidType
 
-        core = model if isinstance(model, Sequential2D) else getattr(model, "core", None)
-        if not isinstance(core, Sequential2D):
+        try:
+            core_of(model)
+        except InvalidType:
             return  # pictures of Sequential2Ds only
         from ..plot import draw_graph, spy
 
