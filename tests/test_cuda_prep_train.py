@@ -19,9 +19,9 @@ from seq2d.data.augment import Augment
 from seq2d.train import NonFiniteLossError, TrainConfig, Trainer, build_model, load_checkpoint, read_metrics
 from seq2d.train.checkpoint import capture_rng_state, restore_rng_state
 from seq2d.train.distributed import DistContext, wrap_model
-from seq2d.train.progress import EpochBar
+from seq2d.train.loop import EpochBar
 from seq2d.train.trainer import classification_loss
-from seq2d.train.seeds import epoch_permutation, seed_everything
+from seq2d.train.datasets import epoch_permutation, seed_everything
 from seq2d.train.datasets import synthetic_data
 
 DATA = synthetic_data(16, 4, n_train=256, n_test=128)
