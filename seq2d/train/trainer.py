@@ -84,7 +84,8 @@ from .distributed import DistContext, all_reduce_sum, barrier, cleanup, init_dis
 from .errors import DivergenceError, NonFiniteLossError, RunLockedError, spell
 from .fingerprint import FINGERPRINT_KEY as FP, adopt_fingerprint, check_same_model, model_fingerprint
 from .identity import config_hash, format_changes, parse_allow_changed
-from .loop import DivergenceMonitor, EpochBar, StepStats, classification_loss, epoch_line, make_optimizer, sync_interval, train_step
+from .loop import (DivergenceMonitor, EpochBar, StepStats, classification_loss, epoch_line, make_optimizer, sync_interval,
+                   train_step)
 from .rundir import (METRIC_COLUMNS, RunDir, is_finished_run, predict, read_metrics, read_record, reuse_line,
                      run_exists_error, write_metrics, write_predictions)
 from .tensorboard import config_callbacks
