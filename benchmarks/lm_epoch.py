@@ -33,7 +33,7 @@ import torch
 from seq2d.data.wikitext import Corpus, batchify
 from seq2d.envinfo import cpu_name
 from seq2d.lm import RNNLM, evaluate, train_lm
-from seq2d.train.seeds import seed_everything
+from seq2d.train.datasets import seed_everything
 
 ROOT = Path(__file__).resolve().parents[1]
 

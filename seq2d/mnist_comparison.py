@@ -489,7 +489,7 @@ PLOTS = {"accuracy_vs_epoch": "accuracy_vs_epoch.png", "final_accuracy": "final_
 
 def epoch_histories(rows: Sequence[Mapping]) -> dict[tuple[str, int], list[dict]]:
     """``{(model, seed): metrics rows}`` read from each row's ``run_dir`` (empty when it has none)."""
-    from .train.metrics import read_metrics
+    from .train.rundir import read_metrics
 
     out = {}
     for r in rows:

@@ -195,9 +195,9 @@ def _init_worker(queue, threads: int) -> None:
     threading.Thread(target=_watch_parent, args=(os.getppid(),), name="seq2d-watch-parent", daemon=True).start()
     sys.stdout = sys.stderr = _LineWriter()
     try:  # one line per epoch: no timed heartbeat lines between them
-        from .train import progress
+        from .train import loop
 
-        progress.HEARTBEAT_S = math.inf
+        loop.HEARTBEAT_S = math.inf
     except ImportError:
         pass
     import torch

@@ -19,9 +19,9 @@ from seq2d.data.augment import Augment
 from seq2d.train import NonFiniteLossError, TrainConfig, Trainer, build_model, load_checkpoint, read_metrics
 from seq2d.train.checkpoint import capture_rng_state, restore_rng_state
 from seq2d.train.distributed import DistContext, wrap_model
-from seq2d.train.progress import EpochBar
+from seq2d.train.loop import EpochBar
 from seq2d.train.trainer import classification_loss
-from seq2d.train.seeds import epoch_permutation, seed_everything
+from seq2d.train.datasets import epoch_permutation, seed_everything
 from seq2d.train.datasets import synthetic_data
 
 DATA = synthetic_data(16, 4, n_train=256, n_test=128)
@@ -196,8 +196,9 @@ def test_this_torchs_ddp_keyword_is_detected():
 
 
 # ---------------------------------------------------------------------- 5. host syncs, same metrics
-def reference_run(cfg):
-    """The training loop written the straightforward way: read every step's loss with .item()."""
+def reference_run(cfg, *, weights=False):
+    """The training loop written the straightforward way: read every step's loss with .item()
+    (with ``weights``: also the final model and optimizer states)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(cfg.num_threads)
     try:
@@ -229,7 +230,7 @@ def reference_run(cfg):
             n = Xt.shape[0]
             rows.append({"train_loss": loss_sum / count_sum, "train_acc": correct_sum / count_sum,
                          "test_loss": float(tl) / n, "test_acc": float(tc) / n})
-        return rows
+        return (rows, model.state_dict(), opt.state_dict()["state"]) if weights else rows
     finally:
         torch.set_num_threads(threads)
 
@@ -241,6 +242,21 @@ def test_metrics_do_not_depend_on_how_often_the_host_reads_them(tmp_path, sync_e
     rows = read_metrics(cfg.run_dir())
     got = [{k: r[k] for k in ("train_loss", "train_acc", "test_loss", "test_acc")} for r in rows]
     assert got == reference_run(cfg)  # bitwise: the same float64 sums in the same order
+
+
+@pytest.mark.parametrize("impl", ["fused", "loop"])
+def test_the_trainers_step_is_the_plain_step(tmp_path, impl):
+    """The Trainer's step (seq2d.train.loop.train_step, shared with the seed-vectorised loop) gives
+    the weights and Adam's moments of the plain loop above, bitwise: forward, summed loss, zero_grad,
+    backward of the batch mean, optimizer step, nothing more (no clipping, no extra scaling)."""
+    cfg = cfg_for(tmp_path, optimizer_impl=impl)
+    trainer, _ = fit(cfg)
+    rows, model, opt = reference_run(cfg, weights=True)
+    assert same_state(trainer.model.state_dict(), model)
+    mine = trainer.optimizer.state_dict()["state"]
+    assert mine.keys() == opt.keys()
+    for i in mine:
+        assert same_state(mine[i], opt[i]), i
 
 
 def test_deferred_host_reads_keep_checkpoints_and_resume_exact(tmp_path):

@@ -40,7 +40,7 @@ def train_args(out, *extra) -> list[str]:
 def _child(out: str, phase: str, n: int, sleep: float) -> int:
     import torch
 
-    import seq2d.train.metrics as metrics_mod
+    import seq2d.train.rundir as metrics_mod
     import seq2d.train.trainer as trainer_mod
     from seq2d.cli import main
 

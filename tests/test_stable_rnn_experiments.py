@@ -172,7 +172,7 @@ def test_wikitext_conditions_build_the_models_of_the_former_table():
     import torch
 
     from seq2d.lm import RNNLM
-    from seq2d.train.seeds import seed_everything
+    from seq2d.train.datasets import seed_everything
 
     exp = _load("wikitext")
     former = {"tanh-unstable": ({"cell": "tanh"}, False), "tanh-stable": ({"cell": "tanh"}, True),

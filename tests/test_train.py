@@ -511,7 +511,7 @@ def test_a_complete_run_of_the_same_config_is_reused(tmp_path, capsys):
 
 
 def test_progress_lines_when_not_on_a_terminal(capsys):
-    from seq2d.train.progress import EpochBar
+    from seq2d.train.loop import EpochBar
 
     bar = EpochBar(True, tty=False, total=10, initial=0, desc="epoch 1/2", log_every=5, heartbeat_s=0.0)
     bar.update(3, 3, {"loss": 6.0, "correct": 2, "count": 4})

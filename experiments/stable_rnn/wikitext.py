@@ -44,7 +44,7 @@ page is left alone; the file is created when absent) and copies ``results.json``
 (``stability/wikitext_<mode>.json``).
 
 Reproducibility: before each model every random generator the run uses (torch's, Python's
-``random``, numpy's) is seeded with ``--seed`` (``seq2d.train.seeds.seed_everything``), and the
+``random``, numpy's) is seeded with ``--seed`` (``seq2d.train.datasets.seed_everything``), and the
 torch thread count is set explicitly (``--threads``; the quick mode's default is 1) and recorded
 with the CPU's name and the instruction set torch's kernels use. On one machine with one thread
 count two runs give bitwise the same numbers (tested); across CPUs (instruction sets) and thread
@@ -86,7 +86,7 @@ from seq2d.lm import (CELLS, VANISH_FRACTION, RNNLM, divergence, evaluate, grad_
                       lm_data_lambda, perplexity, train_lm, vanishing_distance)
 from seq2d.stability import LSTM_STABILIZERS, lstm_contraction_bound, make_lstm_stabilizer  # noqa: E402
 from seq2d.train.checkpoint import save_checkpoint  # noqa: E402
-from seq2d.train.seeds import seed_everything  # noqa: E402
+from seq2d.train.datasets import seed_everything  # noqa: E402
 from seq2d.train.trainer import write_metrics  # noqa: E402
 
 # The experiment's conditions, named as its results are: CELL-unstable and CELL-stable for each

@@ -66,7 +66,7 @@ from seq2d.results_page import json_safe
 from seq2d.train.errors import RunLockedError
 from seq2d.train.lm_checkpoint import LMCheckpoint
 from seq2d.train.rundir import RunDir, pid_alive, read_record
-from seq2d.train.seeds import seed_everything
+from seq2d.train.datasets import seed_everything
 
 
 def _load_wikitext():

@@ -8,18 +8,17 @@ experiments share it)::
     summary = run(cfg)                       # or Trainer(cfg, model, data).fit(resume=True)
 
 Submodules: :mod:`~seq2d.train.config` (TrainConfig, TOML, flags),
-:mod:`~seq2d.train.trainer` (the loop, the model builder), :mod:`~seq2d.train.datasets`
-(data sets, augmentation), :mod:`~seq2d.train.metrics` (metrics.jsonl/.csv),
-:mod:`~seq2d.train.seeds` (seeds, epoch order), :mod:`~seq2d.train.runtime` (threads,
-determinism), :mod:`~seq2d.train.progress` (progress bar, epoch lines),
-:mod:`~seq2d.train.errors`, :mod:`~seq2d.train.checkpoint` (atomic save, checked load),
-:mod:`~seq2d.train.rundir` (the run folder's lock, ``run.json``), :mod:`~seq2d.train.lm_checkpoint`
-(the file :func:`seq2d.lm.train_lm` continues from), :mod:`~seq2d.train.identity`
-(the config hash, config differences), :mod:`~seq2d.train.fingerprint` (the model a run trained),
-:mod:`~seq2d.train.divergence`
-(the loss-explosion rule), :mod:`~seq2d.train.builder` (the model a config names),
-:mod:`~seq2d.train.distributed` (torchrun/DDP), :mod:`~seq2d.train.vectorized` (several seeds as one
-batched computation), :mod:`~seq2d.train.tensorboard` (TensorBoard logging, the optional extra). The command line is ``python -m seq2d.train``
+:mod:`~seq2d.train.trainer` (the Trainer: its epochs, resume, run bookkeeping), :mod:`~seq2d.train.loop`
+(what every training loop shares: the optimizer, the loss, one training step, the step statistics,
+the loss-explosion rule, the progress bar), :mod:`~seq2d.train.datasets` (data sets, augmentation,
+seeds, epoch order), :mod:`~seq2d.train.errors`, :mod:`~seq2d.train.checkpoint` (atomic save,
+checked load), :mod:`~seq2d.train.rundir` (the run folder's lock, ``run.json``, metrics.jsonl/.csv,
+test predictions), :mod:`~seq2d.train.lm_checkpoint` (the file :func:`seq2d.lm.train_lm` continues
+from), :mod:`~seq2d.train.identity` (the config hash, config differences),
+:mod:`~seq2d.train.fingerprint` (the model a run trained), :mod:`~seq2d.train.builder` (the model a
+config names), :mod:`~seq2d.train.distributed` (torchrun/DDP, the run's threads and determinism),
+:mod:`~seq2d.train.vectorized` (several seeds as one batched computation),
+:mod:`~seq2d.train.tensorboard` (TensorBoard logging, the optional extra). The command line is ``python -m seq2d.train``
 (``torchrun --nproc_per_node=2 -m seq2d.train ...`` for data-parallel runs).
 
 Names are imported on first use, so ``import seq2d.train.config`` stays light.
@@ -40,12 +39,10 @@ _EXPORTS = {
     "trainer": ("Trainer", "train", "run"),
     "builder": ("build_model",),
     "errors": ("NonFiniteLossError", "DivergenceError", "RunLockedError", "RunExistsError", "ConstantOutputError"),
-    "rundir": ("RunDir", "read_record"),
+    "rundir": ("RunDir", "read_record", "METRIC_COLUMNS", "write_metrics", "read_metrics"),
     "lm_checkpoint": ("LMCheckpoint",),
-    "divergence": ("DivergenceMonitor",),
-    "metrics": ("METRIC_COLUMNS", "write_metrics", "read_metrics"),
-    "datasets": ("load_data", "make_augment", "synthetic_data"),
-    "seeds": ("derive_seed", "epoch_permutation"),
+    "loop": ("DivergenceMonitor", "train_step", "make_optimizer"),
+    "datasets": ("load_data", "make_augment", "synthetic_data", "derive_seed", "epoch_permutation", "seed_everything"),
     "distributed": ("DistContext", "init_distributed", "cleanup", "wrap_model", "resolve_device"),
     "vectorized": ("train_seeds", "train_copies", "NotVectorizable"),
     "tensorboard": ("TensorBoardLogger", "TensorBoardMissing"),

@@ -57,11 +57,35 @@ __all__ = [
 ]
 
 
-def _f(default, help: str):
-    """A field with a default and its help text (shown by ``--help``)."""
+_NO_LEGACY = object()
+
+
+def _f(default, help: str, *, model: bool = False, resume: str = "same", output: bool = False,
+       choices: tuple[str, ...] = (), legacy=_NO_LEGACY, was: str | None = None):
+    """A field with a default, its help text (shown by ``--help``) and what the run machinery
+    needs to know of it (``dataclasses.fields(TrainConfig)[k].metadata``; the tuples below are read
+    from it):
+
+    - ``model``: it defines the model's parameters (a checkpoint fits only a model built alike);
+    - ``resume``: ``"same"`` (a resumed run must keep the checkpoint's value, else CheckpointError),
+      ``"free"`` (may change without breaking exact continuation) or ``"ask"`` (may change only when
+      asked: ``allow_changed`` / ``--allow-changed``; the continuation is then a different run from
+      that step on, and the change is recorded);
+    - ``output``: it only says where outputs go or how much is printed: left out of the config
+      hash (:func:`seq2d.train.identity.config_hash`), and free on resume;
+    - ``choices``: the values it may take (anything else is refused);
+    - ``legacy``: a field added with a default that changes what a config computes: the value a
+      config written before the field existed (a run.json or checkpoint without it) stands for;
+    - ``was``: the old key it replaces in files written before a rename (several fields may
+      replace one key).
+    """
+    if resume not in ("same", "free", "ask"):
+        raise AssertionError(f"resume={resume!r}")  # a bug in this file
+    meta = {"help": help, "model": model, "resume": "free" if output else resume, "output": output,
+            "choices": tuple(choices), "legacy": legacy, "was": was}
     if isinstance(default, list):
-        return field(default_factory=lambda d=default: list(d), metadata={"help": help})
-    return field(default=default, metadata={"help": help})
+        return field(default_factory=lambda d=default: list(d), metadata=meta)
+    return field(default=default, metadata=meta)
 
 
 @dataclass
@@ -69,70 +93,80 @@ class TrainConfig:
     """Every knob of a training run. ``None`` means "not set" (see each field's help)."""
 
     # ---- model
-    model: str = _f("mlp", 'a registered seq2d model name ("mlp", "random", ...; see seq2d.list_models()) or the path of a spec TOML/JSON')
-    sizes: list[int] = _f([2500, 500, 200, 100, 10], "slot sizes, input first, classes last (2500 = 50 x 50 images)")
-    activation: str = _f("relu", "hidden-slot activation")
-    iterations: int | None = _f(None, "Sequential2D steps per forward (None = the model's default, its depth when acyclic)")
+    model: str = _f("mlp", 'a registered seq2d model name ("mlp", "random", ...; see seq2d.list_models()) or the path of a spec TOML/JSON',
+                    model=True)
+    sizes: list[int] = _f([2500, 500, 200, 100, 10], "slot sizes, input first, classes last (2500 = 50 x 50 images)",
+                          model=True)
+    activation: str = _f("relu", "hidden-slot activation", model=True)
+    iterations: int | None = _f(None, "Sequential2D steps per forward (None = the model's default, its depth when acyclic)",
+                                model=True)
     allow_constant_output: bool = _f(False, "train a model whose output cannot depend on its input within its iterations "
                                             "(fewer than the blocks from input to output, or no path: a constant "
                                             "predictor); without it such a model is refused before training "
-                                            "(ConstantOutputError)")
-    granularity: str = _f("element", 'sparsity unit of the randomized model: "element", "tile" or "block"')
-    tile: int = _f(64, "tile edge for granularity 'tile' and for the block-sparse engine")
-    region: str = _f("default", "where the randomized model may place trainable entries (see seq2d.randomize)")
-    model_seed: int | None = _f(None, "seed of the model's random structure and initial values (None = seed)")
+                                            "(ConstantOutputError)", resume="free")
+    granularity: str = _f("element", 'sparsity unit of the randomized model: "element", "tile" or "block"',
+                          model=True, choices=("element", "tile", "block"))
+    tile: int = _f(64, "tile edge for granularity 'tile' and for the block-sparse engine", model=True)
+    region: str = _f("default", "where the randomized model may place trainable entries (see seq2d.randomize)", model=True)
+    model_seed: int | None = _f(None, "seed of the model's random structure and initial values (None = seed)", model=True)
     store: str = _f("auto", 'parameter store handed to model constructors that take one ("dense", "loop"; see '
-                            'seq2d.available_stores(); "auto" = their default)')
+                            'seq2d.available_stores(); "auto" = their default)', resume="free", was="backend")
     kernel: str = _f("auto", 'block-sparse kernel handed to model constructors that take one (see '
-                             'seq2d.sparse.available_kernels(); "auto" = their default)')
+                             'seq2d.sparse.available_kernels(); "auto" = their default)', resume="free", was="backend")
     # ---- data
     data: str = _f("subset", '"subset" (bundled MNIST subset), "full" (MNIST), "mnist1d" (MNIST-1D, 40-sample signals, '
                              'generated once into $SEQ2D_CACHE; needs the optional extra, seq2d.data.mnist1d) or '
-                             '"synthetic" (Gaussian clusters, for tests)')
-    data_root: str | None = _f(None, "MNIST folder (None = $SEQ2D_DATA, then the data module's default)")
-    download: bool = _f(False, "download MNIST when absent from data_root")
-    image_size: int = _f(50, "images are resized to image_size x image_size (so sizes[0] = image_size**2)")
+                             '"synthetic" (Gaussian clusters, for tests)', choices=("subset", "full", "mnist1d", "synthetic"))
+    data_root: str | None = _f(None, "MNIST folder (None = $SEQ2D_DATA, then the data module's default)", output=True)
+    download: bool = _f(False, "download MNIST when absent from data_root", output=True)
+    image_size: int = _f(50, "images are resized to image_size x image_size (so sizes[0] = image_size**2)", model=True)
     normalize: bool = _f(True, "MNIST pixels normalised with mean 0.1307, std 0.3081 (False: x / 255 in [0, 1], ToTensor "
                                "only); data 'synthetic' reads no pixels and refuses False, as does 'mnist1d' (its "
                                "generator standardises it)")
     # ---- optimisation
-    epochs: int = _f(10, "passes over the training set")
+    epochs: int = _f(10, "passes over the training set", resume="free")
     batch_size: int = _f(64, "samples per optimizer step, summed over all processes (each of W processes takes 1/W)")
-    lr: float = _f(1e-3, "learning rate")
-    optimizer: str = _f("adam", '"adam" or "sgd" (momentum 0.9)')
+    lr: float = _f(1e-3, "learning rate", resume="ask")
+    optimizer: str = _f("adam", '"adam" or "sgd" (momentum 0.9)', resume="ask", choices=("adam", "sgd"))
     optimizer_impl: str = _f("fused", 'torch\'s implementation of the optimizer step: "fused" (one kernel per step where '
                                       'torch has one for the device and dtype, else "foreach"), "foreach" or "loop" (one '
                                       "op per tensor and update term; torch's default on the CPU, and seq2d's before "
                                       "this field existed). The same update up to rounding; fused is several times "
-                                      "faster on large parameters (docs/performance.md)")
-    weight_decay: float = _f(0.0, "L2 penalty added to the gradient (torch.optim semantics)")
+                                      "faster on large parameters (docs/performance.md)",
+                             resume="ask", choices=("fused", "foreach", "loop"), legacy="loop")
+    weight_decay: float = _f(0.0, "L2 penalty added to the gradient (torch.optim semantics)", resume="ask")
     erasing_p: float = _f(0.0, "probability of random erasing per image (0 = off)")
     perspective_p: float = _f(0.0, "probability of a random perspective warp per image (0 = off)")
     augment_test: bool = _f(False, "also apply erasing_p / perspective_p to the test set: one draw per run, seeded by "
                                    "seed, the same images every epoch (needs one of them > 0)")
     seed: int = _f(0, "seeds the data order, augmentation and (unless model_seed is set) the model")
-    deterministic: bool = _f(False, "torch.use_deterministic_algorithms(True, warn_only=True) during the run (slower on GPU)")
+    deterministic: bool = _f(False, "torch.use_deterministic_algorithms(True, warn_only=True) during the run (slower on GPU)",
+                             resume="free")
     # ---- system
-    device: str = _f("auto", '"auto" (cuda when available), "cpu" or "cuda"')
-    dist_backend: str = _f("auto", 'torch.distributed backend under torchrun: "auto" (nccl on cuda, gloo on cpu), "gloo" or "nccl"')
+    device: str = _f("auto", '"auto" (cuda when available), "cpu" or "cuda"', resume="free", choices=("auto", "cpu", "cuda"))
+    dist_backend: str = _f("auto", 'torch.distributed backend under torchrun: "auto" (nccl on cuda, gloo on cpu), "gloo" or "nccl"',
+                           resume="free", choices=("auto", "gloo", "nccl"))
     num_threads: int | str | None = _f(None, 'torch.set_num_threads for the run: a positive int (used as is) or "auto" (the '
                                           "cores idle at the start of the run, at most torch's count, see "
-                                          'seq2d.threads); None (the default) is "auto" too, as in seq2d train')
+                                          'seq2d.threads); None (the default) is "auto" too, as in seq2d train', resume="free")
     # ---- output
-    name: str = _f("run", "run name; the default out_dir is runs/<name>")
-    out_dir: str | None = _f(None, "where config.toml, metrics.jsonl/csv and checkpoint.pt go (None = runs/<name>)")
+    name: str = _f("run", "run name; the default out_dir is runs/<name>", output=True)
+    out_dir: str | None = _f(None, "where config.toml, metrics.jsonl/csv and checkpoint.pt go (None = runs/<name>)",
+                             output=True)
     tensorboard: str | None = _f(None, "also write TensorBoard events to <tensorboard>/<name> (None = off; needs the "
-                                       "optional extra: pip install -e \".[tensorboard]\"; seq2d.train.tensorboard)")
-    log_every: int = _f(50, "steps between progress-bar updates of loss/accuracy")
-    eval_batch_size: int = _f(1000, "batch size of the per-epoch test-set evaluation")
+                                       "optional extra: pip install -e \".[tensorboard]\"; seq2d.train.tensorboard)",
+                                 output=True)
+    log_every: int = _f(50, "steps between progress-bar updates of loss/accuracy", output=True)
+    eval_batch_size: int = _f(1000, "batch size of the per-epoch test-set evaluation", resume="free")
     max_steps: int | None = _f(None, "stop after this many optimizer steps in total (smoke runs; None = no limit); the run "
-                                     "is then recorded as partial, evaluated where it stopped, and --resume continues it")
+                                     "is then recorded as partial, evaluated where it stopped, and --resume continues it",
+                               resume="free")
     checkpoint_every: int | None = _f(None, "also write checkpoint.pt every this many optimizer steps (None = at the end "
-                                            "of each epoch and at a max_steps stop only)")
+                                            "of each epoch and at a max_steps stop only)", output=True)
     divergence_factor: float | None = _f(1000.0, "stop with DivergenceError when the smoothed training loss (EMA, weight "
                                                  "0.1 per step) exceeds this factor x its lowest value so far and its "
-                                                 "first value (None = only NaN/inf stop the run)")
-    quiet: bool = _f(False, "no progress bar and no per-epoch line on stdout")
+                                                 "first value (None = only NaN/inf stop the run)", resume="free")
+    quiet: bool = _f(False, "no progress bar and no per-epoch line on stdout", output=True)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -147,39 +181,37 @@ class TrainConfig:
         return self.seed if self.model_seed is None else self.model_seed
 
 
+# The field properties, read from each field's metadata (see _f), for the code that asks by kind.
+_META = {f.name: f.metadata for f in dataclasses.fields(TrainConfig)}
+
 # Fields whose values are fixed by a choice list (anything else is free text).
-CHOICES: dict[str, tuple[str, ...]] = {
-    "granularity": ("element", "tile", "block"),
-    "data": ("subset", "full", "mnist1d", "synthetic"),
-    "optimizer": ("adam", "sgd"),
-    "optimizer_impl": ("fused", "foreach", "loop"),
-    "device": ("auto", "cpu", "cuda"),
-    "dist_backend": ("auto", "gloo", "nccl"),
-}
+CHOICES: dict[str, tuple[str, ...]] = {k: m["choices"] for k, m in _META.items() if m["choices"]}
 
 # Fields that define the model's parameters: a checkpoint only fits a model built from the same.
-MODEL_FIELDS = ("model", "sizes", "activation", "iterations", "granularity", "tile", "region", "model_seed", "image_size")
+MODEL_FIELDS = tuple(k for k, m in _META.items() if m["model"])
 
 # Fields a resumed run may change without breaking exact continuation (everything else must
 # equal the checkpoint's config, else CheckpointError names the differences).
-RESUME_FREE_FIELDS = (
-    "epochs", "device", "dist_backend", "num_threads", "name", "out_dir", "log_every",
-    "eval_batch_size", "max_steps", "quiet", "data_root", "download", "deterministic", "store", "kernel",
-    "checkpoint_every", "divergence_factor", "tensorboard", "allow_constant_output",
-)
+RESUME_FREE_FIELDS = tuple(k for k, m in _META.items() if m["resume"] == "free")
 
 # Fields a resume may change only when asked explicitly (``allow_changed`` / ``--allow-changed``):
 # the continuation is then a different run from that step on, and the change is recorded.
-ALLOW_CHANGED_FIELDS = ("lr", "optimizer", "weight_decay", "optimizer_impl")
+ALLOW_CHANGED_FIELDS = tuple(k for k, m in _META.items() if m["resume"] == "ask")
 
 # Fields added with a default that changes what a config computes, and the value a config
 # written before the field existed (a run.json or checkpoint without it) stands for.
-LEGACY_DEFAULTS: dict[str, Any] = {"optimizer_impl": "loop"}
+LEGACY_DEFAULTS: dict[str, Any] = {k: m["legacy"] for k, m in _META.items() if m["legacy"] is not _NO_LEGACY}
 
 # Fields renamed since configs were first saved (config.toml, run.json, checkpoints): old key ->
 # the fields that replace it. ``backend`` held a store name or a kernel name, whichever the
 # model's constructor took; seq2d.train.identity hashes the new fields under the old name.
-RENAMED_FIELDS: dict[str, tuple[str, ...]] = {"backend": ("store", "kernel")}
+RENAMED_FIELDS: dict[str, tuple[str, ...]] = {}
+for _k, _m in _META.items():
+    if _m["was"] is not None:
+        RENAMED_FIELDS[_m["was"]] = RENAMED_FIELDS.get(_m["was"], ()) + (_k,)
+
+# Fields that only say where outputs go and how much is printed: left out of config_hash.
+OUTPUT_FIELDS = tuple(k for k, m in _META.items() if m["output"])
 
 
 def renamed_fields(d: Mapping) -> dict:
@@ -198,9 +230,6 @@ def renamed_fields(d: Mapping) -> dict:
         value = out.pop("backend")
         out["kernel" if value not in STORES and value in available_kernels() else "store"] = value
     return out
-
-# Fields that only say where outputs go and how much is printed: left out of config_hash.
-OUTPUT_FIELDS = ("name", "out_dir", "quiet", "log_every", "checkpoint_every", "data_root", "download", "tensorboard")
 
 _HINTS: dict[str, Any] = typing.get_type_hints(TrainConfig)
 

@@ -1,10 +1,15 @@
 """The data a run trains on: the data set a config names (:func:`load_data`, with the
-deterministic :func:`synthetic_data`), its augmentation (:func:`make_augment`) and the
+deterministic :func:`synthetic_data`), its augmentation (:func:`make_augment`), the
 check of the data protocol (:func:`split_data`: ``data["train"] = (X, y)``,
-``data["test"] = (X, y)``, or an object with ``.train``/``.test``)."""
+``data["test"] = (X, y)``, or an object with ``.train``/``.test``), and the seeds and data order
+that depend only on ``(seed, keys)`` (:func:`derive_seed`, :func:`epoch_permutation`,
+:func:`seed_everything`): the same on every rank, in every process and after any resume (what
+makes a resumed run bitwise exact)."""
 
 from __future__ import annotations
 
+import hashlib
+import random
 from collections.abc import Callable, Mapping
 
 import torch
@@ -14,7 +19,8 @@ from ..errors import InvalidType, InvalidValue
 from .config import TrainConfig
 from .distributed import DistContext, barrier
 
-__all__ = ["synthetic_data", "load_data", "make_augment", "split_data"]
+__all__ = ["synthetic_data", "load_data", "make_augment", "split_data", "derive_seed", "epoch_permutation",
+           "seed_everything"]
 
 
 def synthetic_data(features: int = 16, classes: int = 4, *, n_train: int = 512, n_test: int = 256,
@@ -73,8 +79,6 @@ def _augment_test(cfg: TrainConfig, data):
     A new dict: the cached data of :func:`seq2d.data.get_data` is left as it is."""
     if not cfg.augment_test:
         return data
-    from .seeds import derive_seed
-
     aug = make_augment(cfg)
     X, y = data["test"]
     g = torch.Generator(device=X.device).manual_seed(derive_seed(cfg.seed, "augment-test"))
@@ -136,3 +140,29 @@ def split_data(data) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         return X, y
 
     return (*get("train"), *get("test"))
+
+
+# ---------------------------------------------------------------------- seeds and data order
+def derive_seed(seed: int, *keys) -> int:
+    """A 63-bit seed from ``seed`` and ``keys`` (stable across runs, platforms, processes)."""
+    h = hashlib.blake2b(repr((int(seed),) + tuple(keys)).encode(), digest_size=8).digest()
+    return int.from_bytes(h, "little") >> 1
+
+
+def epoch_permutation(n: int, seed: int, epoch: int) -> Tensor:
+    """The order of the ``n`` training samples in epoch ``epoch`` (CPU int64): a function of
+    ``(seed, epoch)`` only, identical on every rank and after any resume."""
+    g = torch.Generator().manual_seed(derive_seed(seed, "shuffle", epoch))
+    return torch.randperm(n, generator=g)
+
+
+def seed_everything(seed: int) -> None:
+    """Seed torch (every device), :mod:`random` and numpy's global generator."""
+    torch.manual_seed(seed)  # also seeds every CUDA device
+    random.seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed % 2**32)
+    except ImportError:  # pragma: no cover
+        pass

@@ -1,7 +1,7 @@
 """The errors a training run raises beyond the usual ones.
 
 - :class:`DivergenceError`: the run stopped because it diverged: the smoothed training loss
-  rose above ``divergence_factor`` x its best value so far (see :mod:`seq2d.train.divergence`);
+  rose above ``divergence_factor`` x its best value so far (see :mod:`seq2d.train.loop`);
   :class:`NonFiniteLossError`, its refinement, when the loss became NaN or infinite. Both
   name the epoch, the step and the last good checkpoint (left as it was).
 - :class:`RunLockedError`: another live run holds the output folder's lock.

@@ -36,11 +36,11 @@ larger (or no) max_steps continues it exactly.
 
 **Divergence.** Every step's loss (summed over ranks) is checked; a NaN/inf raises
 :class:`NonFiniteLossError`, and a smoothed loss that exploded (the rule of
-:mod:`seq2d.train.divergence`, config field ``divergence_factor``) raises
+:mod:`seq2d.train.loop`, config field ``divergence_factor``) raises
 :class:`DivergenceError`, both naming the epoch, the step and the last good checkpoint,
 which is left as it was. On the CPU each step is checked before its backward pass; on a GPU
 the step statistics are read in one transfer every :attr:`Trainer.host_sync_every` steps
-(default ``log_every``; :mod:`seq2d.train.stepstats`), the error still naming the first bad
+(default ``log_every``; :mod:`seq2d.train.loop`), the error still naming the first bad
 step, and no checkpoint follows an unchecked step. A non-finite test loss (weights gone bad within an epoch) raises
 the same way, before that epoch's checkpoint is written.
 
@@ -79,19 +79,15 @@ from .checkpoint import (
     save_checkpoint,
 )
 from .config import TrainConfig, config_to_dict, save_config
-from .datasets import load_data, make_augment, split_data, synthetic_data
-from .distributed import DistContext, all_reduce_sum, barrier, cleanup, init_distributed, wrap_model
-from .divergence import DivergenceMonitor
+from .datasets import derive_seed, epoch_permutation, load_data, make_augment, seed_everything, split_data, synthetic_data
+from .distributed import DistContext, all_reduce_sum, barrier, cleanup, init_distributed, run_settings, wrap_model
 from .errors import DivergenceError, NonFiniteLossError, RunLockedError, spell
 from .fingerprint import FINGERPRINT_KEY as FP, adopt_fingerprint, check_same_model, model_fingerprint
 from .identity import config_hash, format_changes, parse_allow_changed
-from .metrics import METRIC_COLUMNS, classification_loss, predict, read_metrics, write_metrics, write_predictions
-from .optim import make_optimizer
-from .progress import EpochBar, epoch_line
-from .rundir import RunDir, is_finished_run, read_record, reuse_line, run_exists_error
-from .runtime import run_settings
-from .seeds import derive_seed, epoch_permutation, seed_everything
-from .stepstats import StepStats, sync_interval
+from .loop import (DivergenceMonitor, EpochBar, StepStats, classification_loss, epoch_line, make_optimizer, sync_interval,
+                   train_step)
+from .rundir import (METRIC_COLUMNS, RunDir, is_finished_run, predict, read_metrics, read_record, reuse_line,
+                     run_exists_error, write_metrics, write_predictions)
 from .tensorboard import config_callbacks
 
 __all__ = [
@@ -140,7 +136,7 @@ class Trainer:
     (completed epochs), ``step`` (optimizer steps), ``device``, ``dist``, ``history``.
 
     ``host_sync_every``: steps between host reads of the step losses (a GPU sync); None: 1 on
-    the CPU, ``config.log_every`` elsewhere (:mod:`seq2d.train.stepstats`; metrics unchanged).
+    the CPU, ``config.log_every`` elsewhere (:class:`~seq2d.train.loop.StepStats`; metrics unchanged).
     """
 
     host_sync_every: int | None = None
@@ -407,19 +403,18 @@ class Trainer:
             xb, yb = X[local], y[local]
             if aug_gen is not None:
                 xb = self.augment(xb, aug_gen)
-            out = self.train_model(xb)
-            loss_sum, correct = self.criterion(out, yb)
-            stats = torch.stack([loss_sum.detach().double(), correct.detach().double()])
-            all_reduce_sum(stats, self.dist)
             count = b * self.targets_per_sample
-            steps.add(stats, self.step + 1, k, count)
-            if (self.step + 1) % sync_every == 0 or k + 1 == nb:  # the same steps on every rank
-                flush()  # with sync_every 1 (CPU): this step is checked before its backward pass
-            self.optimizer.zero_grad(set_to_none=True)
+            # the same steps are read on every rank; with sync_every 1 (CPU) before the backward pass
+            now = (self.step + 1) % sync_every == 0 or k + 1 == nb
+
+            def queue(stats, step=self.step + 1, k=k, count=count, now=now):
+                if W > 1:
+                    all_reduce_sum(stats, self.dist)
+                steps.add(stats, step, k, count, flush=now)
+
             # DDP averages gradients over W ranks: scaling by W / count makes that average the
             # mean over the global batch, whatever the slice sizes.
-            (loss_sum * (W / count)).backward()
-            self.optimizer.step()
+            train_step(self.train_model, self.criterion, self.optimizer, xb, yb, scale=W / count, before_backward=queue)
             self.step += 1
             done = k + 1
             _call(self.callbacks, "on_step_end", self, self.step)

@@ -57,16 +57,12 @@ from torch.func import functional_call, vmap
 from ..errors import InvalidType, InvalidValue
 from .builder import build_model
 from .config import OUTPUT_FIELDS, TrainConfig, save_config
-from .datasets import load_data, make_augment
-from .distributed import DistContext
+from .datasets import epoch_permutation, load_data, make_augment, seed_everything
+from .distributed import DistContext, run_settings
 from .errors import DivergenceError, NonFiniteLossError, RunExistsError, spell
 from .identity import config_diff, format_diff
-from .metrics import write_metrics
-from .progress import EpochBar, epoch_line
-from .rundir import describe_record, is_finished_run, read_record
-from .runtime import run_settings
-from .seeds import epoch_permutation, seed_everything
-from .stepstats import StepStats, sync_interval
+from .loop import EpochBar, StepStats, epoch_line, sync_interval, train_step
+from .rundir import describe_record, is_finished_run, read_record, write_metrics
 from .trainer import Trainer
 
 __all__ = ["NotVectorizable", "seed_configs", "train_seeds", "train_copies", "check_vectorizable"]
@@ -263,6 +259,7 @@ class _Batch:
             return functional_call(self.template, (params, buffers), (x,))
 
         self.forward = vmap(one, in_dims=(0, self.buffer_dims, 0))
+        self._forward = lambda xb: self.forward(self.params, self.buffers, xb)
         self.criterion = vmap(trainers[0].criterion)
         self.failed: set[int] = set()
 
@@ -328,17 +325,17 @@ class _Batch:
             xb, yb = X[idx], y[idx]  # (k, b, ...)
             if t0.augment is not None:
                 xb = torch.stack([ts[c].augment(xb[c], gens[c]) for c in range(k)])
-            out = self.forward(self.params, self.buffers, xb)
-            loss_sum, correct = self.criterion(out, yb)  # (k,), (k,)
-            stats = torch.stack([loss_sum.detach().double(), correct.detach().double()], 1)  # (k, 2)
             count = b * t0.targets_per_sample
-            for c in range(k):
-                steps[c].add(stats[c], step + 1, kb, count)
-            if (step + 1) % sync_every == 0 or kb + 1 == nb:
-                flush()  # with sync_every 1 (CPU): every copy's step is checked before the backward pass
-            self.optimizer.zero_grad(set_to_none=True)
-            (loss_sum * (1 / count)).sum().backward()
-            self.optimizer.step()
+            now = (step + 1) % sync_every == 0 or kb + 1 == nb
+
+            def queue(stats, step=step + 1, kb=kb, count=count, now=now):  # stats (k, 2)
+                for c in range(k):
+                    steps[c].add(stats[c], step, kb, count)
+                if now:
+                    flush()  # with sync_every 1 (CPU): every copy's step is checked before the backward pass
+
+            # the copies' losses (k,) summed: each copy's parameters get their own gradient
+            train_step(self._forward, self.criterion, self.optimizer, xb, yb, scale=1 / count, before_backward=queue)
             step += 1
             for t in ts:
                 t.step = step

@@ -1,0 +1,249 @@
+r"""What every training loop of seq2d shares (the :class:`~seq2d.train.Trainer` and the
+seed-vectorised copies of :mod:`seq2d.train.vectorized`): the optimizer a config names
+(:func:`make_optimizer`), the default loss (:func:`classification_loss`), **one training step**
+(:func:`train_step`), the per-step statistics and their checks (:class:`StepStats`, the
+loss-explosion rule :class:`DivergenceMonitor`) and what a run shows while it trains
+(:class:`EpochBar`, :func:`epoch_line`).
+
+**One step** (:func:`train_step`) is, for a batch ``xb, yb``::
+
+    loss_sum, correct = criterion(forward(xb), yb)   # summed over the batch (per copy when batched)
+    stats = (loss_sum, correct) as float64            # summed over ranks under DDP
+    before_backward(stats)                            # queued; checked on the host (StepStats)
+    optimizer.zero_grad(set_to_none=True)
+    (loss_sum * scale).sum().backward()               # scale = W / (global samples x targets)
+    optimizer.step()
+
+The scale makes DDP's gradient average over ``W`` ranks the mean over the global batch; with
+``k`` batched copies (their losses stacked, ``(k,)``) the sum of the copies' losses has each
+copy's own gradient, as the copies share no tensor.
+
+**Step statistics.** Each step's ``(loss, correct)`` pair (summed over ranks) stays on the
+device in a queue; :meth:`StepStats.flush` reads the whole queue in one transfer and then checks
+and sums the steps in order, exactly as reading them one by one would: a non-finite loss or a
+divergence is reported through ``fail`` with the first bad step. The loops flush at every
+``every``-th step (:func:`sync_interval`: every step on the CPU, where it is free and each step
+is checked before its backward pass; ``log_every`` steps on a GPU), at an epoch's last batch and
+before a mid-epoch checkpoint.
+
+**The loss-explosion rule** (config field ``divergence_factor``). After every optimizer step the
+mean training loss of the step's global batch updates an exponential moving average,
+``s = 0.9 s + 0.1 loss`` (``s`` starts at the first step's loss). The run has *diverged* when
+
+    s > divergence_factor * min(s so far)    and    s > s at the first step,
+
+that is, when the smoothed loss has grown by the factor (1000 by default) over its best
+value and is worse than where training started (the second condition keeps a run whose loss
+went to nearly zero from stopping on noise). The trainer then raises
+:class:`~seq2d.train.errors.DivergenceError` naming the epoch, the step and the last good
+checkpoint. ``divergence_factor = None`` turns the rule off (NaN/inf still stop the run).
+The average is stored in every checkpoint, so a resumed run judges exactly as the
+uninterrupted one would.
+
+**Progress** (rank 0, unless ``quiet``): a per-epoch progress bar on a terminal
+(:class:`EpochBar`; elsewhere, e.g. in a log file, a plain progress line at most every
+``HEARTBEAT_S`` seconds) and one line per finished epoch (:func:`epoch_line`).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable, Mapping
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import InvalidValue
+from .config import TrainConfig
+from .errors import DivergenceError, NonFiniteLossError
+
+__all__ = ["make_optimizer", "classification_loss", "train_step", "StepStats", "sync_interval", "DivergenceMonitor",
+           "BETA", "EpochBar", "epoch_line", "HEARTBEAT_S"]
+
+
+# ---------------------------------------------------------------------- the optimizer and the loss
+def make_optimizer(cfg: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
+    """Adam, or SGD with momentum 0.9, on the parameters of ``model`` that require grad."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise InvalidValue("the model has no trainable parameters")
+    if cfg.optimizer == "adam":
+        def make(**impl):
+            return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay, **impl)
+    else:
+        def make(**impl):
+            return torch.optim.SGD(params, lr=cfg.lr, momentum=0.9, weight_decay=cfg.weight_decay, **impl)
+    # optimizer_impl: torch's fused kernel where it has one for these devices and dtypes (it
+    # refuses the others when constructed), else foreach; "loop" is torch's CPU default
+    if cfg.optimizer_impl == "fused":
+        try:
+            return make(fused=True)
+        except RuntimeError:
+            return make(foreach=True)
+    return make(foreach=cfg.optimizer_impl == "foreach")
+
+
+def classification_loss(out, y):
+    """(summed cross-entropy, number of correct argmax predictions) over the last dimension: the
+    Trainer's default criterion (``(B, C)`` classification and ``(B, T, V)`` language modelling)."""
+    import torch.nn.functional as F
+
+    logits = out.reshape(-1, out.shape[-1])
+    t = y.reshape(-1)
+    return F.cross_entropy(logits, t, reduction="sum"), (logits.argmax(-1) == t).sum()
+
+
+# ---------------------------------------------------------------------- one step
+def train_step(forward: Callable[[Tensor], Tensor], criterion: Callable, optimizer: torch.optim.Optimizer,
+               xb: Tensor, yb: Tensor, *, scale: float, before_backward: Callable[[Tensor], None]) -> Tensor:
+    """One optimizer step on the batch ``xb, yb`` (see the module docstring); returns the step's
+    statistics ``(loss_sum, correct)`` as float64, shape ``(..., 2)`` (``(k, 2)`` for ``k`` batched
+    copies), after ``before_backward`` has seen them (it sums them over ranks in place, queues
+    them and may check them: an error raised there leaves the weights untouched)."""
+    loss_sum, correct = criterion(forward(xb), yb)
+    stats = torch.stack([loss_sum.detach().double(), correct.detach().double()], -1)
+    before_backward(stats)
+    optimizer.zero_grad(set_to_none=True)
+    (loss_sum * scale).sum().backward()
+    optimizer.step()
+    return stats
+
+
+# ---------------------------------------------------------------------- step statistics
+def sync_interval(host_sync_every: int | None, device: torch.device, log_every: int) -> int:
+    """How many steps the host may leave unread: ``host_sync_every``, or by default 1 on the
+    CPU and ``log_every`` elsewhere."""
+    n = host_sync_every
+    if n is None:
+        n = 1 if device.type == "cpu" else log_every
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise InvalidValue(f"host_sync_every must be an int >= 1 or None, got {n!r}")
+    return n
+
+
+class StepStats:
+    """A queue of unread step statistics and the running ``sums`` they are added to.
+
+    ``sums``: the dict ``{"loss", "correct", "count", ...}`` to add to (updated in place);
+    ``monitor``: the divergence monitor (``update(mean_loss) -> reason or None``); ``fail(cls,
+    message, step)``: raises for a bad step; ``where(step, batch)``: the "at epoch ..." text."""
+
+    def __init__(self, sums: dict, monitor, fail: Callable, where: Callable[[int, int], str]) -> None:
+        self.sums, self.monitor, self.fail, self.where = sums, monitor, fail, where
+        self.pending: list[tuple[Tensor, int, int, int]] = []  # (stats on the device, step, batch, count)
+
+    def add(self, stats: Tensor, step: int, batch: int, count: int, *, flush: bool = False) -> None:
+        """Queue one step's ``(loss, correct)``; with ``flush``, read and check the queue now."""
+        self.pending.append((stats, step, batch, count))
+        if flush:
+            self.flush()
+
+    def flush(self) -> dict:
+        """Read the queue in one transfer; check and sum it in step order; return ``sums``."""
+        if self.pending:
+            values = torch.stack([p[0] for p in self.pending]).tolist()  # the host synchronisation
+            queued, self.pending = self.pending, []
+            sums = self.sums
+            for (loss_total, correct_total), (_, step, batch, count) in zip(values, queued):
+                if not math.isfinite(loss_total):
+                    self.fail(NonFiniteLossError, f"the training loss is {loss_total} {self.where(step, batch)}", step)
+                why = self.monitor.update(loss_total / count)
+                if why is not None:
+                    self.fail(DivergenceError, f"{why} {self.where(step, batch)}", step)
+                sums["loss"] += loss_total
+                sums["correct"] += int(correct_total)
+                sums["count"] += count
+        return self.sums
+
+
+# ---------------------------------------------------------------------- the loss-explosion rule
+BETA = 0.9  # weight of the previous average
+
+
+class DivergenceMonitor:
+    """Tracks the smoothed loss; :meth:`update` returns why the run diverged, or None."""
+
+    def __init__(self, factor: float | None) -> None:
+        self.factor = factor
+        self.ema: float | None = None
+        self.best: float | None = None
+        self.start: float | None = None
+
+    def update(self, loss: float) -> str | None:
+        if not math.isfinite(loss):
+            return None  # the non-finite check reports this one
+        self.ema = loss if self.ema is None else BETA * self.ema + (1 - BETA) * loss
+        if self.start is None:
+            self.start = self.ema
+        self.best = self.ema if self.best is None else min(self.best, self.ema)
+        if self.factor is not None and self.ema > self.factor * self.best and self.ema > self.start:
+            return (f"the smoothed training loss {self.ema:.4g} exceeds divergence_factor x its lowest value "
+                    f"({self.factor:g} x {self.best:.4g}; first value {self.start:.4g})")
+        return None
+
+    def state_dict(self) -> dict:
+        return {"ema": self.ema, "best": self.best, "start": self.start}
+
+    def load_state_dict(self, state: Mapping | None) -> None:
+        state = state or {}
+        self.ema, self.best, self.start = state.get("ema"), state.get("best"), state.get("start")
+
+
+# ---------------------------------------------------------------------- progress
+HEARTBEAT_S = 30.0  # seconds between progress lines when stderr is not a terminal
+
+
+class EpochBar:
+    """A tqdm bar over an epoch's batches showing the running loss/accuracy when ``tty``;
+    otherwise a line ``epoch 1/4: batch 120/938 ...`` on stdout every :data:`HEARTBEAT_S`
+    seconds; nothing unless ``show``."""
+
+    def __init__(self, show: bool, *, total: int, initial: int, desc: str, log_every: int, tty: bool = True,
+                 heartbeat_s: float | None = None) -> None:
+        self.total, self.log_every, self.desc = total, log_every, desc
+        self.bar = None
+        self.lines = show and not tty
+        self.heartbeat_s = HEARTBEAT_S if heartbeat_s is None else heartbeat_s  # read now: a process may change it
+        self.t0 = self.last = time.perf_counter()
+        if show and tty:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total, initial=initial, desc=desc, leave=False, dynamic_ncols=True)
+
+    def update(self, step: int, done: int, sums: dict | Callable[[], dict]) -> None:
+        """One batch done (``done`` of ``total``, optimizer step ``step``); the postfix shows
+        ``sums``' mean loss and accuracy every ``log_every`` steps and at the last batch.
+
+        ``sums`` may be a function returning the dict: it is called only when the values are
+        shown (so a trainer can keep them on the GPU until then)."""
+        if self.lines:
+            now = time.perf_counter()
+            if now - self.last >= self.heartbeat_s and done < self.total:
+                self.last = now
+                sums = sums() if callable(sums) else sums
+                print(f"  {self.desc}: batch {done}/{self.total}, step {step}, loss "
+                      f"{sums['loss'] / max(sums['count'], 1):.4f} acc {sums['correct'] / max(sums['count'], 1):.4f}, "
+                      f"{now - self.t0:.0f}s", file=sys.stdout, flush=True)
+            return
+        if self.bar is None:
+            return
+        self.bar.update(1)
+        if step % self.log_every == 0 or done == self.total:
+            sums = sums() if callable(sums) else sums
+            self.bar.set_postfix(loss=f"{sums['loss'] / sums['count']:.4f}", acc=f"{sums['correct'] / sums['count']:.4f}")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def epoch_line(row: dict, epochs: int, step: int) -> str:
+    """The line printed after an epoch: optimizer step, train and test loss/accuracy, time."""
+    return (
+        f"epoch {row['epoch']}/{epochs}  step {step}  train loss {row['train_loss']:.4f} "
+        f"acc {row['train_acc']:.4f} | test loss {row['test_loss']:.4f} acc {row['test_acc']:.4f} "
+        f"| {row['epoch_time_s']:.1f}s"
+    )
