@@ -350,8 +350,8 @@ def _add_stability(sub) -> None:
 
 
 def _cmd_mnist(args) -> int:
-    from .launch import launcher_from_args
-    from .mnist_comparison import MODELS, PROTOCOLS, compare, configs_for, protocol_config, write_results
+    from .lab.launch import launcher_from_args
+    from .lab.mnist_comparison import MODELS, PROTOCOLS, compare, configs_for, protocol_config, write_results
     from .cli_text import threads_line
     from .train.config import load_config
 
@@ -398,9 +398,9 @@ def _cmd_mnist(args) -> int:
 
 
 def _add_run_commands(sub) -> None:
-    from .launch import add_launcher_args
-    from .mnist_comparison import MODELS, PROTOCOLS
-    from .parallel import jobs_arg
+    from .lab.launch import add_launcher_args
+    from .lab.mnist_comparison import MODELS, PROTOCOLS
+    from .lab.parallel import jobs_arg
     from .threads import threads_arg
 
     p = sub.add_parser(

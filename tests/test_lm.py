@@ -1,4 +1,4 @@
-"""WikiText corpus, the word-level LMs (seq2d.lm) and the quick WikiText experiment."""
+"""WikiText corpus, the word-level LMs (seq2d.lab.lm) and the quick WikiText experiment."""
 
 import importlib.util
 import json
@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 import seq2d
-from seq2d.data.wikitext import EOS, UNK, Corpus, batchify, get_batch, wikitext_root
-from seq2d.lm import RNNLM, evaluate, evaluate_truncated, grad_norm_vs_distance
+from seq2d.lab.wikitext import EOS, UNK, Corpus, batchify, get_batch, wikitext_root
+from seq2d.lab.lm import RNNLM, evaluate, evaluate_truncated, grad_norm_vs_distance
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[1]
