@@ -236,6 +236,32 @@ def test_quick_experiment_runs_and_writes_results(tmp_path):
     assert res["models"]["lstm-stable"]["stable"] is True
 
 
+def test_the_page_names_where_each_recorded_stabilizer_lives_now(tmp_path):
+    """A results JSON keeps a stabilizer's description as its run wrote it (the committed quick run:
+    ``seq2d.lstm.LSTMProjection``, two moves ago); the page renders it through the experiment's MOVED
+    table, so the committed page is what its JSON renders and every class path on it imports."""
+    import importlib
+    import re
+
+    exp = _load_experiment()
+    doc = tmp_path / "stability.md"
+    exp.main(["--from-json", str(ROOT / "docs" / "results" / "stability" / "wikitext_quick.json"),
+              "--out", str(tmp_path / "out"), "--doc", str(doc)])
+
+    def stable_models(text):
+        return next(line for line in text.splitlines() if line.startswith("Stable models: "))
+
+    line = stable_models(doc.read_text())
+    assert line == stable_models((ROOT / "docs" / "results" / "stability.md").read_text())
+    recorded = [exp._current_names(f"{old}{cls}(...)") for old in ("seq2d.lstm.", "seq2d.stability.")
+                for cls in ("LSTMProjection", "AuthorLSTMNormalization")]
+    paths = re.findall(r"\bseq2d(?:\.\w+)+", " ".join([line, *recorded]))
+    assert "seq2d.lab.lstm.LSTMProjection" in paths and "seq2d.lab.lstm.AuthorLSTMNormalization" in paths
+    for path in paths:
+        module, name = path.rsplit(".", 1)
+        assert hasattr(importlib.import_module(module), name), f"{path} (on the page) does not import"
+
+
 def test_quick_experiment_author_lstm_projection_flag(tmp_path):
     """--lstm-projection author: the author's normalisation as described in the audit of issue 12
     (not checked against the author's code) is applied after every step; default stays 'ours'."""
