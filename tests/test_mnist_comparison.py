@@ -75,7 +75,7 @@ def test_write_results_files_and_text(tmp_path):
 @pytest.mark.parametrize("epochs", [1, 2, 3, 7, 100])
 def test_accuracy_vs_epoch_has_integer_epoch_ticks(epochs, tmp_path):
     """No 0.5 / 1.25 ticks for short runs; each seed, the mean and the band are drawn."""
-    from seq2d.plot.comparison import plot_accuracy_vs_epoch
+    from seq2d.lab.mnist_plots import plot_accuracy_vs_epoch
 
     hist = {(r["model"], r["seed"]): [{"epoch": e, "test_acc": 0.9 + 0.001 * e * (r["seed"] + 1)}
                                       for e in range(1, epochs + 1)] for r in ROWS}
@@ -100,7 +100,7 @@ def _figure_text(fig) -> str:
 def test_plots_carry_their_provenance_and_titles_match_what_is_drawn(seeds, tmp_path, monkeypatch):
     """Issue 31: a pasted figure must say what it shows (data, test-set size, epochs, seeds), and
     with one seed its titles must not describe per-seed lines, means or bands that are not drawn."""
-    import seq2d.plot.comparison as comparison
+    import seq2d.lab.mnist_plots as comparison
     from seq2d.lab.mnist_comparison import write_plots
 
     rows = []

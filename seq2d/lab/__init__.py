@@ -9,7 +9,7 @@ kernels, training, stability of Sequential2D models) belongs to the library (doc
 
 - :mod:`~seq2d.lab.mnist_comparison`: the MNIST sparsity comparison (``seq2d mnist``,
   ``experiments/mnist_sparsity``, ``experiments/param_budget``): its models, protocols, runs,
-  table, statistics and pages.
+  table, statistics and pages; :mod:`~seq2d.lab.mnist_plots`, its figures.
 - :mod:`~seq2d.lab.launch`: the launcher seam, runs on local processes or on SLURM (submitit).
 - :mod:`~seq2d.lab.parallel`: local worker processes for independent runs (``--jobs``).
 - :mod:`~seq2d.lab.wikitext`: the WikiText-2 corpus, batchified token streams.

@@ -483,7 +483,7 @@ def format_table(rows: Sequence[Mapping], reference: str = "mlp") -> str:
     return "\n".join(lines)
 
 
-# The pictures that write_results writes (seq2d.plot.comparison draws them).
+# The pictures that write_results writes (seq2d.lab.mnist_plots draws them).
 PLOTS = {"accuracy_vs_epoch": "accuracy_vs_epoch.png", "final_accuracy": "final_accuracy.png"}
 
 
@@ -543,9 +543,9 @@ def plot_note(rows: Sequence[Mapping]) -> str:
 def write_plots(rows: Sequence[Mapping], out_dir: str | Path) -> dict[str, Path]:
     """``out_dir/accuracy_vs_epoch.png`` (test accuracy per epoch: each seed, the mean over
     seeds and a +- std band, per model) and ``out_dir/final_accuracy.png`` (final accuracy per
-    model: seeds and mean +- std), drawn by :mod:`seq2d.plot.comparison`, each with the footer
+    model: seeds and mean +- std), drawn by :mod:`seq2d.lab.mnist_plots`, each with the footer
     :func:`plot_note` (what it shows: data, test-set size, epochs, seeds); ``{name: path}``."""
-    from ..plot.comparison import plot_accuracy_vs_epoch, plot_final_accuracy
+    from .mnist_plots import plot_accuracy_vs_epoch, plot_final_accuracy
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 
-from .common import _check_path, integer_ticks, new_figure, save_figure
+from ..plot.common import _check_path, integer_ticks, new_figure, save_figure
 
 __all__ = ["plot_accuracy_vs_epoch", "plot_final_accuracy", "plot_accuracy_vs_iterations"]
 
