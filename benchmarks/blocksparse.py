@@ -238,10 +238,10 @@ def _tiles_touched(M, tile: int):
 
 def mnist_random_element_box(seed: int):
     """The (810, 3310) bool mask of the dense store's one box of the paper's random-element
-    MNIST model (seq2d.mnist_comparison.MODELS["random-element"] at the full scale's sizes):
+    MNIST model (seq2d.lab.mnist_comparison.MODELS["random-element"] at the full scale's sizes):
     every non-input row x every column, 1,371,000 trainable weights + 810 biases."""
     from seq2d.core import core_of
-    from seq2d.mnist_comparison import MODELS, SCALES
+    from seq2d.lab.mnist_comparison import MODELS, SCALES
     from seq2d.models.registry import create_model
 
     spec = {k: v for k, v in MODELS["random-element"].items() if k != "model"}

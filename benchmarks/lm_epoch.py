@@ -6,10 +6,10 @@ and the epoch and CPU-hours it projects (no full epoch is run).
 Each condition is built exactly as ``wikitext_runs.py train`` builds it (the example's small
 configuration: emb 200, hidden 200, 2 layers, dropout 0.2, BPTT 35, batch 20, clip 0.25; adaptive
 softmax, cutoffs 2000, 10000, div 4, unless ``--full-softmax``; the stable ones projected after every
-step) and trained by ``seq2d.lm.train_lm`` for ``--warmup`` + ``--batches`` batches (one epoch capped
+step) and trained by ``seq2d.lab.lm.train_lm`` for ``--warmup`` + ``--batches`` batches (one epoch capped
 by ``max_batches``; the row's ``epoch_time_s`` is the training loop alone); the warm-up's own time
 is measured the same way and subtracted. Validation and test (eval batch 10) are timed once each
-with ``seq2d.lm.evaluate``: every epoch of a run evaluates both. Wall time and the process's CPU time
+with ``seq2d.lab.lm.evaluate``: every epoch of a run evaluates both. Wall time and the process's CPU time
 are both reported: on a loaded machine (the load average is printed at the start and the end) the
 wall time grows and the CPU time much less; CPU-hours are projected from the CPU time.
 
@@ -30,9 +30,9 @@ from pathlib import Path
 
 import torch
 
-from seq2d.data.wikitext import Corpus, batchify
+from seq2d.lab.wikitext import Corpus, batchify
 from seq2d.envinfo import cpu_name
-from seq2d.lm import RNNLM, evaluate, train_lm
+from seq2d.lab.lm import RNNLM, evaluate, train_lm
 from seq2d.train.datasets import seed_everything
 
 ROOT = Path(__file__).resolve().parents[1]

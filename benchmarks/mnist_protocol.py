@@ -40,7 +40,7 @@ from pathlib import Path
 import torch
 
 from seq2d.core import core_of
-from seq2d.mnist_comparison import configs_for, protocol_config
+from seq2d.lab.mnist_comparison import configs_for, protocol_config
 from seq2d.results_page import from_json, write_section
 from seq2d.train import Trainer, build_model
 from seq2d.train.config import TrainConfig

@@ -59,7 +59,7 @@ def mnist_blocks(seed: int = 0) -> str:
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from blocksparse import mnist_random_element_box  # noqa: E402
-    from seq2d.mnist_comparison import SCALES
+    from seq2d.lab.mnist_comparison import SCALES
 
     M = mnist_random_element_box(seed)
     sizes = SCALES["full"]["sizes"]

@@ -30,7 +30,7 @@ from seq2d.sparse.backends import cpu, get_kernel
 def mnist_layouts(sizes, image_size) -> list:
     """(name, layout, batch, need_dx) of the random-tile MNIST model's held and rest products."""
     from seq2d.core import core_of
-    from seq2d.mnist_comparison import configs_for, protocol_config
+    from seq2d.lab.mnist_comparison import configs_for, protocol_config
     from seq2d.train import build_model
     from seq2d.train.config import TrainConfig
 

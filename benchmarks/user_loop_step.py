@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 
 import seq2d
-from seq2d.mnist_comparison import configs_for, protocol_config
+from seq2d.lab.mnist_comparison import configs_for, protocol_config
 from seq2d.train import build_model
 from seq2d.train.config import TrainConfig
 

@@ -332,8 +332,8 @@ def _add_stability(sub, name: str, summary: str) -> None:
 
 
 def _cmd_mnist(args) -> int:
-    from .launch import launcher_from_args
-    from .mnist_comparison import MODELS, PROTOCOLS, compare, configs_for, protocol_config, write_results
+    from .lab.launch import launcher_from_args
+    from .lab.mnist_comparison import MODELS, PROTOCOLS, compare, configs_for, protocol_config, write_results
     from .cli_text import threads_line
     from .train.config import load_config
 
@@ -380,9 +380,9 @@ def _cmd_mnist(args) -> int:
 
 
 def _add_mnist(sub, name: str, summary: str) -> None:
-    from .launch import add_launcher_args
-    from .mnist_comparison import MODELS, PROTOCOLS
-    from .parallel import jobs_arg
+    from .lab.launch import add_launcher_args
+    from .lab.mnist_comparison import MODELS, PROTOCOLS
+    from .lab.parallel import jobs_arg
     from .threads import threads_arg
 
     p = sub.add_parser(
@@ -421,7 +421,7 @@ def _add_mnist(sub, name: str, summary: str) -> None:
     p.add_argument("--iterations", type=int, default=None, help="Sequential2D steps of the randomized models (default 4)")
     p.add_argument("--device", default=None, help="auto (default), cpu or cuda")
     p.add_argument("--jobs", type=jobs_arg, default="auto", metavar="INT|auto",
-                   help="runs trained at once, each in its own process (seq2d.parallel); auto (default): as many as "
+                   help="runs trained at once, each in its own process (seq2d.lab.parallel); auto (default): as many as "
                         "cores are idle (seq2d.threads) and memory holds, at most one per run; 1: one after the "
                         "other in this process")
     add_launcher_args(p)

@@ -225,7 +225,7 @@ def test_graphs_md_quotes_the_current_show_output():
 
 # ---------------------------------------------------------------------------- start-up (issue 22 item 7)
 _HEAVY = ("torch", "numpy", "matplotlib", "networkx", "torchvision", "scipy", "triton", "seq2d.train.trainer",
-          "seq2d.mnist_comparison")
+          "seq2d.lab")  # seq2d.lab: any of the experiments' machinery
 
 
 def _modules_after(code: str) -> set[str]:
@@ -252,7 +252,7 @@ def test_show_imports_torch_and_networkx_only():
             "with contextlib.redirect_stdout(io.StringIO()):\n"
             "    assert seq2d.cli.main(['show', 'mlp:784,256,10']) == 0")
     loaded = _modules_after(code)
-    assert loaded.isdisjoint({"matplotlib", "torchvision", "scipy", "seq2d.train.trainer", "seq2d.mnist_comparison"})
+    assert loaded.isdisjoint({"matplotlib", "torchvision", "scipy", "seq2d.train.trainer", "seq2d.lab"})
     assert {"torch", "networkx"} <= loaded
 
 

@@ -195,7 +195,7 @@ def test_a_checkpoint_saved_with_the_dense_box_resumes_as_it_would_have(tmp_path
 
 
 def test_blocks_of_a_compact_box_stay_trainable_in_a_new_model():
-    """Handles bound to a compact box, reused to build another Sequential2D (as seq2d.lm's
+    """Handles bound to a compact box, reused to build another Sequential2D (as seq2d.lab.lm's
     multi-layer tanh RNN does to wrap its inter-layer blocks in dropout), keep their values and
     stay trainable: the store asks the handle's store, not its weight (a copy made under no_grad)."""
     torch.manual_seed(0)

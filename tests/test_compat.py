@@ -103,7 +103,7 @@ NO_CUDA = r"device 'cuda' is not available: this machine has no CUDA device \(to
     ("mlp", lambda: seq2d.mlp([3, 2], device="cuda")),
     ("rnn", lambda: seq2d.rnn(3, 4, device="cuda")),
     ("TransformerEncoderLayer", lambda: seq2d.transformer_layer(8, 2, 16, device="cuda")),
-    ("RNNLM", lambda: __import__("seq2d.lm", fromlist=["RNNLM"]).RNNLM(10, 4, 4, 1, device="cuda")),
+    ("RNNLM", lambda: __import__("seq2d.lab.lm", fromlist=["RNNLM"]).RNNLM(10, 4, 4, 1, device="cuda")),
     ("build_model", lambda: __import__("seq2d.train", fromlist=["build_model"]).build_model(
         __import__("seq2d.train", fromlist=["TrainConfig"]).TrainConfig(sizes=[4, 2]), device="cuda")),
 ])

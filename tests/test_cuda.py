@@ -372,10 +372,10 @@ def test_one_epoch_of_a_tile_sparse_model_on_cuda(tmp_path, precision):
 def test_lm_gradient_curves_on_cuda_match_cpu(cell):
     """The WikiText experiment's gradient-vs-distance curves run autograd through ``model.rnn``
     in eval mode. cuDNN's RNN backward refuses that (the probe of 2026-11-26 on an H200 died
-    with "cudnn RNN backward can only be called in training mode" for both LSTMs); seq2d.lm
+    with "cudnn RNN backward can only be called in training mode" for both LSTMs); seq2d.lab.lm
     switches cuDNN off there. The CUDA curves must equal the CPU ones."""
-    from seq2d.data.wikitext import batchify
-    from seq2d.lm import RNNLM, grad_norm_carried, grad_norm_vs_distance
+    from seq2d.lab.wikitext import batchify
+    from seq2d.lab.lm import RNNLM, grad_norm_carried, grad_norm_vs_distance
 
     torch.manual_seed(0)
     lm = RNNLM(50, emb=16, hidden=24, layers=2, dropout=0.2, cell=cell).double()

@@ -1,4 +1,4 @@
-"""The launcher seam (seq2d.launch): local processes and SLURM through submitit.
+"""The launcher seam (seq2d.lab.launch): local processes and SLURM through submitit.
 
 A sweep through submitit's local executor (real processes: a pickled task, ``python -m
 submitit.core._submit``, the result read back from its folder: the code path of SLURM) merges
@@ -14,8 +14,8 @@ import sys
 import pytest
 
 from seq2d.cli import main
-from seq2d.launch import Launcher, SubmititMissing, launcher_from_args, parse_mem, parse_time, require_submitit
-from seq2d.mnist_comparison import compare, configs_for, format_table
+from seq2d.lab.launch import Launcher, SubmititMissing, launcher_from_args, parse_mem, parse_time, require_submitit
+from seq2d.lab.mnist_comparison import compare, configs_for, format_table
 
 BASE = {"data": "synthetic", "sizes": [16, 8, 4], "epochs": 2, "num_threads": 1, "quiet": True}
 MODELS = ["mlp", "random-element"]
@@ -66,7 +66,7 @@ def test_a_submitit_local_sweep_of_two_runs_merges_into_the_table_of_jobs_1(tmp_
 
 @needs_submitit
 def test_a_failing_submitit_job_is_reported_and_the_other_finishes(tmp_path):
-    from seq2d.parallel import JobsFailedError
+    from seq2d.lab.parallel import JobsFailedError
 
     cfgs = configs_for(BASE, ["mlp"])
     cfgs["random-element"] = configs_for({**BASE, "lr": 1e4, "optimizer": "sgd"}, ["random-element"])["random-element"]

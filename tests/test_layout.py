@@ -102,3 +102,15 @@ def test_sparse_knows_nothing_of_sequential2d():
         deps = {d for d in _imports(path) if not d.startswith("seq2d.sparse")}
         leaves = ("seq2d.threads", "seq2d.errors")  # leaf utilities that import nothing of seq2d
         assert {d for d in deps if not d.startswith(leaves)} == set(), (path, deps)
+
+
+def _in_lab(mod: str) -> bool:
+    return mod == "seq2d.lab" or mod.startswith("seq2d.lab.")
+
+
+def test_the_library_never_imports_the_lab():
+    """seq2d/lab/ holds the experiments' machinery (docs/concepts.md, "Where things live"): no library
+    file imports it, lazily or not; the one exception is the command line's front (`seq2d mnist`)."""
+    up = {m: sorted(d for d in deps if _in_lab(d)) for m, deps in _graph().items() if not _in_lab(m) and m != "seq2d.cli"}
+    assert not {m: d for m, d in up.items() if d}, "library files importing seq2d.lab"
+    assert any(_in_lab(d) for d in _graph()["seq2d.cli"])  # the check reads the CLI's lazy imports

@@ -1,4 +1,4 @@
-"""WikiText corpus, the word-level LMs (seq2d.lm) and the quick WikiText experiment."""
+"""WikiText corpus, the word-level LMs (seq2d.lab.lm) and the quick WikiText experiment."""
 
 import importlib.util
 import json
@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 import seq2d
-from seq2d.data.wikitext import EOS, UNK, Corpus, batchify, get_batch, wikitext_root
-from seq2d.lm import RNNLM, evaluate, evaluate_truncated, grad_norm_vs_distance
+from seq2d.lab.wikitext import EOS, UNK, Corpus, batchify, get_batch, wikitext_root
+from seq2d.lab.lm import RNNLM, evaluate, evaluate_truncated, grad_norm_vs_distance
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[1]
@@ -234,6 +234,32 @@ def test_quick_experiment_runs_and_writes_results(tmp_path):
     exp.write_doc(doc, "<!-- wikitext:begin -->\nnew\n<!-- wikitext:end -->")
     assert doc.read_text() == "# Results\n\nother section\n\n<!-- wikitext:begin -->\nnew\n<!-- wikitext:end -->\n"
     assert res["models"]["lstm-stable"]["stable"] is True
+
+
+def test_the_page_names_where_each_recorded_stabilizer_lives_now(tmp_path):
+    """A results JSON keeps a stabilizer's description as its run wrote it (the committed quick run:
+    ``seq2d.lstm.LSTMProjection``, two moves ago); the page renders it through the experiment's MOVED
+    table, so the committed page is what its JSON renders and every class path on it imports."""
+    import importlib
+    import re
+
+    exp = _load_experiment()
+    doc = tmp_path / "stability.md"
+    exp.main(["--from-json", str(ROOT / "docs" / "results" / "stability" / "wikitext_quick.json"),
+              "--out", str(tmp_path / "out"), "--doc", str(doc)])
+
+    def stable_models(text):
+        return next(line for line in text.splitlines() if line.startswith("Stable models: "))
+
+    line = stable_models(doc.read_text())
+    assert line == stable_models((ROOT / "docs" / "results" / "stability.md").read_text())
+    recorded = [exp._current_names(f"{old}{cls}(...)") for old in ("seq2d.lstm.", "seq2d.stability.")
+                for cls in ("LSTMProjection", "AuthorLSTMNormalization")]
+    paths = re.findall(r"\bseq2d(?:\.\w+)+", " ".join([line, *recorded]))
+    assert "seq2d.lab.lstm.LSTMProjection" in paths and "seq2d.lab.lstm.AuthorLSTMNormalization" in paths
+    for path in paths:
+        module, name = path.rsplit(".", 1)
+        assert hasattr(importlib.import_module(module), name), f"{path} (on the page) does not import"
 
 
 def test_quick_experiment_author_lstm_projection_flag(tmp_path):

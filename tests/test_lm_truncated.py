@@ -8,13 +8,13 @@ import pytest
 import torch
 from torch import nn
 
-from seq2d.data.wikitext import Corpus, batchify
-from seq2d.errors import InvalidInput
-from seq2d.lm import (RNNLM, evaluate, grad_norm_carried, grad_norm_windows, lm_data_lambda, output_nll, output_scores, train_lm,
-                      weight_distance)
-from seq2d.stability import LSTMProjection, lstm_contraction_bound, lstm_state_map
-from seq2d.stability import SpectralClip, certified_lambda, data_lambda
-from seq2d.stability.lstm_jacobian import lstm_step_jacobian
+import seq2d
+from seq2d.errors import InvalidInput, InvalidType
+from seq2d.lab.wikitext import Corpus, batchify
+from seq2d.lab.lm import (RNNLM, evaluate, grad_norm_carried, grad_norm_windows, lm_data_lambda, output_nll, output_scores, train_lm,
+                          weight_distance)
+from seq2d.lab.lstm import LSTMProjection, lstm_contraction_bound, lstm_data_lambda, lstm_state_map, lstm_step_jacobian
+from seq2d.stability import DataLambda, SpectralClip, certified_lambda, data_lambda
 
 torch.set_num_threads(1)
 F64 = torch.float64
@@ -66,7 +66,7 @@ def test_window_features_are_differentiable_like_the_definition(cell):
         assert torch.allclose(a, b, atol=1e-12, rtol=0)
     # gradcheck through the window path wrt the embedded input of a small model
     x = torch.randn(5, 2, 5, dtype=F64, requires_grad=True)
-    from seq2d.lm.model import _windows
+    from seq2d.lab.lm.model import _windows
     assert torch.autograd.gradcheck(lambda z: _windows(lm.rnn, z, 0, 3), (x,))
     # k >= the stream's length is the recurrent model from a zero state
     with torch.no_grad():
@@ -213,8 +213,8 @@ def test_lstm_data_lambda_is_below_the_certificate_on_a_projected_lstm():
     LSTMProjection(lstm).project()
     cert = lstm_contraction_bound(lstm, 1.0)
     xs = torch.rand(30, 4, 5, dtype=F64) * 2 - 1  # |x|_inf <= 1
-    r = data_lambda(lstm, xs)
-    assert len(r["cores"]) == 2 and r["cores"][0]["per_step"].shape == (30, 4)
+    r = lstm_data_lambda(lstm, xs)
+    assert isinstance(r, DataLambda) and len(r["cores"]) == 2 and r["cores"][0]["per_step"].shape == (30, 4)
     assert cert < 1 and 0 < r["max_inf"] <= cert + 1e-12
     # the spectral norm is an exact matrix norm: check one step against torch's
     w = [getattr(lstm, n).detach() for n in ("weight_ih_l0", "weight_hh_l0")]
@@ -222,7 +222,12 @@ def test_lstm_data_lambda_is_below_the_certificate_on_a_projected_lstm():
     _, _, J = lstm_step_jacobian(*w, b, xs[0], torch.zeros(4, 8, dtype=F64), torch.zeros(4, 8, dtype=F64))
     assert abs(float(torch.linalg.matrix_norm(J, ord=2).max()) - float(r["cores"][0]["per_step"][0].max())) <= 1e-12
     with pytest.raises(InvalidInput, match="shape"):
-        data_lambda(lstm, torch.zeros(3, 2, 4))
+        lstm_data_lambda(lstm, torch.zeros(3, 2, 4))
+    # the library's data_lambda measures Sequential2D models only: an nn.LSTM is refused, naming where it is measured
+    with pytest.raises(InvalidType, match="seq2d.lab.lstm.lstm_data_lambda"):
+        data_lambda(lstm, xs)
+    with pytest.raises(InvalidType, match="nn.LSTM"):
+        lstm_data_lambda(seq2d.rnn(5, 8), xs)
 
 
 def test_lm_data_lambda_tanh_and_lstm():

@@ -1,4 +1,4 @@
-"""The LSTM projection (seq2d.stability.lstm_projection): a true projection, and the certified contraction holds."""
+"""The LSTM projection (seq2d.lab.lstm.projection): a true projection, and the certified contraction holds."""
 
 import copy
 import math
@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from seq2d.lm import RNNLM, clip_embedding_
-from seq2d.stability import (
+from seq2d.lab.lm import RNNLM, clip_embedding_
+from seq2d.lab.lstm import (
     GATES,
     PAPER_GATE_BOUNDS,
     AuthorLSTMNormalization,
@@ -328,7 +328,7 @@ def test_projection_without_counts_is_identical_and_reads_nothing_on_the_host(cl
     """project(counts=False) (what on_step_end and the WikiText loop use) gives bit-identical
     weights and never reads a value on the host: it runs on the meta device, where any read
     (int(), .item(), bool()) raises, as a GPU sync would cost."""
-    import seq2d.stability as L
+    import seq2d.lab.lstm as L
 
     torch.manual_seed(0)
     a = nn.LSTM(6, 8, 2)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from seq2d.cli import main
-from seq2d.mnist_comparison import MODELS, compare, configs_for, difference, format_table, summarize, write_results
+from seq2d.lab.mnist_comparison import MODELS, compare, configs_for, difference, format_table, summarize, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,7 +75,7 @@ def test_write_results_files_and_text(tmp_path):
 @pytest.mark.parametrize("epochs", [1, 2, 3, 7, 100])
 def test_accuracy_vs_epoch_has_integer_epoch_ticks(epochs, tmp_path):
     """No 0.5 / 1.25 ticks for short runs; each seed, the mean and the band are drawn."""
-    from seq2d.plot.comparison import plot_accuracy_vs_epoch
+    from seq2d.lab.mnist_plots import plot_accuracy_vs_epoch
 
     hist = {(r["model"], r["seed"]): [{"epoch": e, "test_acc": 0.9 + 0.001 * e * (r["seed"] + 1)}
                                       for e in range(1, epochs + 1)] for r in ROWS}
@@ -100,8 +100,8 @@ def _figure_text(fig) -> str:
 def test_plots_carry_their_provenance_and_titles_match_what_is_drawn(seeds, tmp_path, monkeypatch):
     """Issue 31: a pasted figure must say what it shows (data, test-set size, epochs, seeds), and
     with one seed its titles must not describe per-seed lines, means or bands that are not drawn."""
-    import seq2d.plot.comparison as comparison
-    from seq2d.mnist_comparison import write_plots
+    import seq2d.lab.mnist_plots as comparison
+    from seq2d.lab.mnist_comparison import write_plots
 
     rows = []
     for m, model in enumerate(["mlp", "random-element"]):
@@ -299,7 +299,7 @@ def test_run_py_doc_rewrites_only_its_sections(tmp_path):
     for name in ("mnist-protocols", "mnist-sweep"):  # appended once, then replaced in place
         assert text.count(f"<!-- {name}:begin -->") == 1 and text.count(f"<!-- {name}:end -->") == 1
     assert (tmp_path / "mnist" / "accuracy_vs_epoch.png").is_file()
-    from seq2d.mnist_comparison import PLOTS, protocols_section
+    from seq2d.lab.mnist_comparison import PLOTS, protocols_section
 
     assert protocols_section() in text
     for name in [*PLOTS.values(), "accuracy_vs_iterations.png"]:  # the plots of seq2d mnist, plus the sweep's
@@ -319,7 +319,7 @@ def _run_py():
 def test_verdict_follows_the_tost_of_each_randomized_model(shift, expect):
     """The verdict paragraph is computed from the rows: differences, Welch intervals, TOST, the
     distance to 92.7%; it quotes the summary's claim exactly."""
-    from seq2d.mnist_comparison import difference
+    from seq2d.lab.mnist_comparison import difference
 
     run = _run_py()
     accs = [0.981, 0.984, 0.983, 0.982, 0.985]
@@ -342,7 +342,7 @@ def test_verdict_follows_the_tost_of_each_randomized_model(shift, expect):
 def test_the_results_page_carries_the_generated_protocols_section():
     """docs/results/mnist.md holds what the generator writes now (rerun run.py --doc, or write_section
     with protocols_section(), after changing PROTOCOLS); the deviation table names the seed file."""
-    from seq2d.mnist_comparison import SEED_SUMMARY, protocols_section
+    from seq2d.lab.mnist_comparison import SEED_SUMMARY, protocols_section
 
     doc = (ROOT / "docs" / "results" / "mnist.md").read_text()
     assert protocols_section() in doc
@@ -360,7 +360,7 @@ def test_run_py_configs_are_the_seq2d_mnist_full_configs():
     and run.py would have retrained every randomized run."""
     import dataclasses
 
-    from seq2d.mnist_comparison import configs_for, protocol_config
+    from seq2d.lab.mnist_comparison import configs_for, protocol_config
     from seq2d.train import TrainConfig
     from seq2d.train.config import load_config
     from seq2d.train.identity import config_hash

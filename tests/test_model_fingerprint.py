@@ -218,7 +218,7 @@ def test_train_copies_does_not_reuse_another_model(tmp_path):
 
 # ---------------------------------------------------------------------- seq2d mnist
 def test_seq2d_mnist_does_not_reuse_a_result_of_another_model(tmp_path):
-    from seq2d.mnist_comparison import compare, configs_for
+    from seq2d.lab.mnist_comparison import compare, configs_for
 
     base = {"data": "synthetic", "sizes": [16, 8, 4], "epochs": 1, "num_threads": 1, "quiet": True}
     first = compare(configs_for(base, ["mlp"]), [0], tmp_path, log=lambda line: None)[0]
@@ -258,7 +258,7 @@ def test_seq2d_mnist_names_a_torn_summary(tmp_path, capsys):
 
 
 def test_a_summary_that_is_not_an_object_is_named_too(tmp_path):
-    from seq2d.mnist_comparison import compare, configs_for
+    from seq2d.lab.mnist_comparison import compare, configs_for
 
     base = {"data": "synthetic", "sizes": [16, 8, 4], "epochs": 1, "num_threads": 1, "quiet": True}
     compare(configs_for(base, ["mlp"]), [0], tmp_path, log=lambda line: None)

@@ -1,4 +1,4 @@
-"""Parallel runs (`seq2d mnist --jobs N`, seq2d.parallel): the same rows as one after the other,
+"""Parallel runs (`seq2d mnist --jobs N`, seq2d.lab.parallel): the same rows as one after the other,
 resume and reuse of finished runs, tagged log lines, a failing run that leaves the others
 alone, and the choice of the number of jobs. Worker processes are spawned (a few seconds each),
 so the runs are tiny: synthetic data, a 16-8-4 network, 2 epochs."""
@@ -8,8 +8,8 @@ import json
 import pytest
 
 from seq2d.cli import main
-from seq2d.mnist_comparison import compare, configs_for
-from seq2d.parallel import JobsFailedError, jobs_arg, resolve_jobs
+from seq2d.lab.mnist_comparison import compare, configs_for
+from seq2d.lab.parallel import JobsFailedError, jobs_arg, resolve_jobs
 
 BASE = {"data": "synthetic", "sizes": [16, 8, 4], "epochs": 2, "num_threads": 1, "quiet": False}
 MODELS = ["mlp", "random-element"]
@@ -30,7 +30,7 @@ def test_two_jobs_give_the_rows_of_one_job_and_resume_like_it(tmp_path):
     run finished and one interrupted (max_steps) in this process, and the rest with --jobs 2:
     the finished run is reused, the interrupted one continued from its checkpoint, and every
     number equals the reference to the last bit. Equality, not a tolerance: each run goes through
-    the same code (seq2d.mnist_comparison.train_one) with the same seed, data order and thread
+    the same code (seq2d.lab.mnist_comparison.train_one) with the same seed, data order and thread
     count, whichever process it runs in, and the trainer's resume is exact."""
     ref = compare(configs_for(BASE, MODELS), [0, 1], tmp_path / "ref", log=lambda line: None, jobs=1)
     out = tmp_path / "par"
@@ -85,7 +85,7 @@ def _task(k: int, sleep: float, what: str = "ok"):
 
 
 def test_run_jobs_keeps_the_order_reports_errors_and_survives_a_dead_worker():
-    from seq2d.parallel import JobFailure, run_jobs
+    from seq2d.lab.parallel import JobFailure, run_jobs
 
     lines = []
     # the later tasks finish first; results come back in task order, printed lines tagged
@@ -121,7 +121,7 @@ def test_seq2d_mnist_jobs_2_writes_the_table_and_the_plots(tmp_path, capsys):
     of --models, every run tagged in the output, results and plots written by write_results."""
     import matplotlib.image
 
-    from seq2d.mnist_comparison import PLOTS
+    from seq2d.lab.mnist_comparison import PLOTS
 
     args = ["mnist", "--models", "random-tile,mlp", "--epochs", "1", "--max-steps", "2", "--jobs", "2", "--quiet",
             "--out", str(tmp_path)]
@@ -146,7 +146,7 @@ def test_cli_rejects_a_bad_jobs_value(value, capsys, tmp_path):
 
 SCRIPT = """
 import sys
-from seq2d.mnist_comparison import compare, configs_for
+from seq2d.lab.mnist_comparison import compare, configs_for
 if __name__ == "__main__":
     base = {"data": "synthetic", "sizes": [16, 8, 4], "epochs": 100000, "num_threads": 1}
     compare(configs_for(base, ["mlp", "random-element"]), [0], sys.argv[1], jobs=2, log=lambda l: print(l, flush=True))

@@ -1,4 +1,4 @@
-"""The named MNIST protocols (`seq2d mnist --protocol NAME`, seq2d.mnist_comparison.PROTOCOLS):
+"""The named MNIST protocols (`seq2d mnist --protocol NAME`, seq2d.lab.mnist_comparison.PROTOCOLS):
 the config fields each sets, the test-set switch, the MS-thesis randomized model, the CLI."""
 
 import json
@@ -8,7 +8,7 @@ import torch
 
 from seq2d.cli import main
 from seq2d.errors import InvalidValue
-from seq2d.mnist_comparison import MODELS, PROTOCOLS, SCALES, configs_for, protocol_config, protocol_table
+from seq2d.lab.mnist_comparison import MODELS, PROTOCOLS, SCALES, configs_for, protocol_config, protocol_table
 from seq2d.models.random import random_blocks_density
 from seq2d.train.config import TrainConfig, load_config
 from seq2d.train.datasets import load_data, make_augment

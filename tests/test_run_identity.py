@@ -1,6 +1,6 @@
 """The committed runs keep their identity: a run's ``config_hash`` (seq2d/train/identity.py)
 recomputed from the config its ``run.json`` records equals the hash recorded there, its model is
-a registered name, and its folder is the `seq2d mnist` name (seq2d.mnist_comparison.MODELS) whose
+a registered name, and its folder is the `seq2d mnist` name (seq2d.lab.mnist_comparison.MODELS) whose
 fields it records. A resumed 100-epoch run finds its checkpoint only while all three hold."""
 
 from pathlib import Path
@@ -11,7 +11,7 @@ import pytest
 
 import seq2d
 
-from seq2d.mnist_comparison import MODELS
+from seq2d.lab.mnist_comparison import MODELS
 from seq2d.models import list_models
 from seq2d.train.identity import config_hash
 
@@ -56,7 +56,7 @@ def test_one_names_table():
     """The registry is the only table of model names: presets are keyed by registered names,
     the MNIST comparison's named configurations and the trainer's config name registered
     constructors, and an unknown name is an error with a did-you-mean hint."""
-    from seq2d.mnist_comparison import MODELS
+    from seq2d.lab.mnist_comparison import MODELS
     from seq2d.models.presets import PRESETS
     from seq2d.train.builder import build_model
     from seq2d.train.config import TrainConfig
@@ -67,7 +67,7 @@ def test_one_names_table():
         build_model(TrainConfig(model="truncated-rnn"))
     with pytest.raises(ValueError, match=r"Unknown model 'random-tile' \(did you mean 'random_tiles'\?\)"):
         seq2d.resolve_model("random-tile")
-    from seq2d.mnist_comparison import configs_for
+    from seq2d.lab.mnist_comparison import configs_for
 
     with pytest.raises(ValueError, match=r"Unknown model 'random_tile' \(did you mean 'random-tile'\?\)"):
         configs_for({"data": "synthetic"}, ["random_tile"])

@@ -166,12 +166,12 @@ def _without_times(v):
 
 
 def test_wikitext_conditions_build_the_models_of_the_former_table():
-    """The conditions are CELL-unstable / CELL-stable over seq2d.lm.CELLS (no table of their own);
+    """The conditions are CELL-unstable / CELL-stable over seq2d.lab.lm.CELLS (no table of their own);
     each builds, for one seed, the very model the former private table did (state dicts bitwise
     equal), so docs/results/stability.md stays reproducible."""
     import torch
 
-    from seq2d.lm import RNNLM
+    from seq2d.lab.lm import RNNLM
     from seq2d.train.datasets import seed_everything
 
     exp = _load("wikitext")
@@ -227,7 +227,7 @@ def test_wikitext_quick_mode_flags_a_diverged_run(tmp_path):
 
 
 def test_divergence_definition():
-    from seq2d.lm import divergence
+    from seq2d.lab.lm import divergence
 
     assert divergence(math.log(99.0), 100) is None
     assert "above the vocabulary size" in divergence(math.log(101.0), 100)
@@ -239,7 +239,7 @@ def test_divergence_definition():
 
 
 def test_vanishing_distance():
-    from seq2d.lm import VANISH_FRACTION, vanishing_distance
+    from seq2d.lab.lm import VANISH_FRACTION, vanishing_distance
 
     assert VANISH_FRACTION == 1e-2
     assert vanishing_distance([1.0, 0.5, 0.02, 0.009, 0.001]) == 3
@@ -269,7 +269,7 @@ def test_stability_notes_numbers_are_what_their_json_gives(tmp_path):
     committed JSON gives, and the JSON's certificate is the library's."""
     import shutil
 
-    from seq2d.stability import LSTMProjection, lstm_contraction_bound
+    from seq2d.lab.lstm import LSTMProjection, lstm_contraction_bound
 
     docs = ROOT.parents[1] / "docs"
     page = tmp_path / "docs" / "stability.md"

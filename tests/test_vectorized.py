@@ -136,7 +136,7 @@ def test_refusals(tmp_path):
 def test_compare_vectorize_seeds_batches_what_it_can(tmp_path):
     """compare(vectorize_seeds=True): mlp's seeds as one batch; random-tile refused, so trained one
     seed at a time; every folder then reused as a finished run, as after single-seed runs."""
-    from seq2d.mnist_comparison import compare, configs_for
+    from seq2d.lab.mnist_comparison import compare, configs_for
 
     base = {"data": "synthetic", "sizes": [64, 32, 10], "epochs": 1, "num_threads": 1, "quiet": True}
     configs = {**configs_for(base, ["mlp"]), **configs_for({**base, "tile": 16}, ["random-tile"])}

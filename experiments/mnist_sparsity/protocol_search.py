@@ -17,7 +17,7 @@ seeds) against 92.7:
     perspective+test
     both+test
 
-Transformation parameters are torchvision's defaults as in seq2d.mnist_comparison.PROTOCOLS
+Transformation parameters are torchvision's defaults as in seq2d.lab.mnist_comparison.PROTOCOLS
 ("paper"): our choice, the summary names no parameters.
 
     python experiments/mnist_sparsity/protocol_search.py --epochs 3 --seeds 0,1 \
@@ -43,7 +43,7 @@ import sys
 import time
 from pathlib import Path
 
-from seq2d.mnist_comparison import MODELS, compare, protocol_config
+from seq2d.lab.mnist_comparison import MODELS, compare, protocol_config
 from seq2d.results_page import from_json, write_section
 from seq2d.train.config import TrainConfig
 
@@ -106,7 +106,7 @@ def report(record: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default="mlp", help="comma-separated models of seq2d.mnist_comparison.MODELS")
+    ap.add_argument("--models", default="mlp", help="comma-separated models of seq2d.lab.mnist_comparison.MODELS")
     ap.add_argument("--candidates", default=",".join(CANDIDATES))
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--seeds", default="0,1")

@@ -33,9 +33,9 @@ from pathlib import Path
 
 import numpy as np
 
-from seq2d.mnist_comparison import EQUIVALENCE_MARGIN, SEED_SUMMARY, plot_note, protocols_section
+from seq2d.lab.mnist_comparison import EQUIVALENCE_MARGIN, SEED_SUMMARY, plot_note, protocols_section
+from seq2d.lab.mnist_plots import plot_accuracy_vs_epoch, plot_final_accuracy
 from seq2d.plot.common import new_figure, save_figure
-from seq2d.plot.comparison import plot_accuracy_vs_epoch, plot_final_accuracy
 from seq2d.stats import binomial_se, holm, mcnemar, paired_bootstrap, tost, welch
 from seq2d.train.rundir import read_metrics
 

@@ -16,8 +16,8 @@ checkpoint; finished runs are reused, interrupted ones resumed), ``--jobs N`` of
 in worker processes (default ``auto``: as many as cores are idle; 1 torch thread each unless
 ``--num-threads``), exactly as ``seq2d mnist --jobs N``; ``--launcher slurm --partition P --time T``
 sends each (model, seed) to SLURM as one task of a job array instead (through submitit,
-``seq2d.launch``; ``--launcher submitit-local`` the same on this machine). Outputs, written by
-``seq2d.mnist_comparison.write_results`` as for ``seq2d mnist``: ``OUT/results.md`` and
+``seq2d.lab.launch``; ``--launcher submitit-local`` the same on this machine). Outputs, written by
+``seq2d.lab.mnist_comparison.write_results`` as for ``seq2d mnist``: ``OUT/results.md`` and
 ``OUT/results.json`` (the table: mean +- std test accuracy, parameters, time per epoch,
 device; differences to the MLP with 95% Welch intervals and TOST), plots
 ``OUT/accuracy_vs_epoch.png`` (each seed, mean and +- std band per model) and
@@ -37,13 +37,13 @@ from pathlib import Path
 
 import torch
 
-from seq2d.envinfo import device_name
-from seq2d.launch import add_launcher_args, launcher_from_args, launcher_summary
-from seq2d.mnist_comparison import (EQUIVALENCE_MARGIN, MODELS, PROTOCOLS, compare, difference, format_table,
-                                    protocols_section, summarize, write_results)
-from seq2d.parallel import jobs_arg
-from seq2d.plot.comparison import plot_accuracy_vs_iterations
 from seq2d.cli_text import threads_line
+from seq2d.envinfo import device_name
+from seq2d.lab.launch import add_launcher_args, launcher_from_args, launcher_summary
+from seq2d.lab.mnist_comparison import (EQUIVALENCE_MARGIN, MODELS, PROTOCOLS, compare, difference, format_table,
+                                        protocols_section, summarize, write_results)
+from seq2d.lab.mnist_plots import plot_accuracy_vs_iterations
+from seq2d.lab.parallel import jobs_arg
 from seq2d.results_page import write_section
 from seq2d.threads import threads_arg
 from seq2d.train.config import load_config
@@ -51,7 +51,7 @@ from seq2d.train.trainer import read_metrics
 
 HERE = Path(__file__).resolve().parent
 CONFIGS = {"mlp": "mlp.toml", "random-element": "random_element.toml", "random-tile": "random_tile.toml"}
-# models without a TOML file: mlp.toml with the model's fields of seq2d.mnist_comparison.MODELS
+# models without a TOML file: mlp.toml with the model's fields of seq2d.lab.mnist_comparison.MODELS
 EXTRA = {m: MODELS[m] for m in ("random-density", "linear", "linear-28", "random-element-feedforward")}
 # The summary's claim (seeds/003_5467b9de8681185d.txt, "Key Results"), quoted in the verdict.
 CLAIM = "Final testing accuracy was virtually indistinguishable at 92.7% between standard and randomized architectures"
@@ -64,7 +64,7 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default="mlp,random-element,random-tile",
                     help="comma-separated: " + ", ".join([*CONFIGS, *EXTRA]))
     ap.add_argument("--protocol", choices=list(PROTOCOLS), default="ours",
-                    help="training recipe (seq2d.mnist_comparison.PROTOCOLS; default ours)")
+                    help="training recipe (seq2d.lab.mnist_comparison.PROTOCOLS; default ours)")
     ap.add_argument("--augment-test", action="store_true", help="also augment the test set (protocols with augmentation)")
     ap.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
     ap.add_argument("--epochs", type=int, default=None, help="override the configs' epochs (100)")

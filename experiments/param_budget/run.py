@@ -20,7 +20,7 @@ with the number of parameters): do the placements' curves lie on the MLP's?
 A budget is given by its first hidden width ``h``. Runs land in ``OUT/h<h>/<model>/seed<k>/``
 (finished runs are reused). By default they train one after the other in this process; ``--jobs
 N`` trains them N at once in worker processes, and ``--launcher slurm --partition P --time T``
-sends every run to SLURM as one task of a single job array (through submitit, ``seq2d.launch``;
+sends every run to SLURM as one task of a single job array (through submitit, ``seq2d.lab.launch``;
 ``--launcher submitit-local``: the same on this machine); the tables are then merged from the run
 folders as after a run in this process. Outputs: ``OUT/results.json`` (every run: model, budget, seed,
 params, accuracy, time; and per budget the Welch interval and TOST of each placement vs the
@@ -49,9 +49,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 from seq2d.envinfo import cpu_name  # noqa: E402
-from seq2d.launch import add_launcher_args, launcher_from_args  # noqa: E402
-from seq2d.mnist_comparison import EQUIVALENCE_MARGIN, MODELS, compare, difference, plan_runs, run_plan  # noqa: E402
-from seq2d.parallel import jobs_arg  # noqa: E402
+from seq2d.lab.launch import add_launcher_args, launcher_from_args  # noqa: E402
+from seq2d.lab.mnist_comparison import EQUIVALENCE_MARGIN, MODELS, compare, difference, plan_runs, run_plan  # noqa: E402
+from seq2d.lab.parallel import jobs_arg  # noqa: E402
 from seq2d.stats import binomial_se, holm  # noqa: E402
 from seq2d.train.config import TrainConfig  # noqa: E402
 

@@ -52,7 +52,7 @@ def write_connectivity(out: Path, cells: list[dict], draws: int, build, *, log: 
 
 def launch(launcher, run_one: Callable, tasks: list[tuple], out: Path, done: Callable[[Path], bool]) -> list:
     """Run ``run_one(cell, seed, *rest)`` for every task ``(cell, seed, *rest)`` whose folder
-    ``out/<cell>/seed<k>`` is not ``done``, through ``launcher`` (seq2d.launch, one thread per
+    ``out/<cell>/seed<k>`` is not ``done``, through ``launcher`` (seq2d.lab.launch, one thread per
     run); print each finished run's test accuracy. Returns the launcher's results (a row dict per
     finished run, anything else for a failed one)."""
     tasks = [t for t in tasks if not done(out / t[0]["cell"] / f"seed{t[1]}")]

@@ -30,7 +30,7 @@ iterations.
 
 Runs land in ``OUT/<run key>/`` (``row.json`` when finished: finished runs are skipped).
 ``--launcher slurm --partition P --time T`` sends each run to SLURM as one task of a job array
-(:mod:`seq2d.launch`, as for ``seq2d mnist``); ``--launcher submitit-local`` tries that here.
+(:mod:`seq2d.lab.launch`, as for ``seq2d mnist``); ``--launcher submitit-local`` tries that here.
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ from pathlib import Path
 
 import torch
 
-from seq2d.launch import add_launcher_args, launcher_from_args
-from seq2d.parallel import jobs_arg
+from seq2d.lab.launch import add_launcher_args, launcher_from_args
+from seq2d.lab.parallel import jobs_arg
 
 IMAGE = 28
 BASE_H = 32

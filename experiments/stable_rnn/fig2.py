@@ -10,12 +10,12 @@ too: it told no model apart. This script measures, for every finished run folder
 (one per condition and seed),
 
 * the curve ``g(k) = mean over targets t of ||d loss_t / d x_{t-k}||_2`` for ``k = 0 .. K``
-  (``seq2d.lm.grad_norm_windows``: x the embedding input, loss_t the cross-entropy of the prediction at
+  (``seq2d.lab.lm.grad_norm_windows``: x the embedding input, loss_t the cross-entropy of the prediction at
   row t; the targets are every ``stride``-th row of every column of the batchified test stream, each
   window starting from the model's carried state: a stated uniform subsample of the test positions);
-* its **1% distance**: the first k with ``g(k) < 0.01 g(0)`` (``seq2d.lm.vanishing_distance``, the
-  fraction ``seq2d.lm.VANISH_FRACTION``), the criterion that has to tell models apart;
-* beside it, the data lambda (``seq2d.lm.lm_data_lambda`` over the first ``lambda_rows`` rows of the
+* its **1% distance**: the first k with ``g(k) < 0.01 g(0)`` (``seq2d.lab.lm.vanishing_distance``, the
+  fraction ``seq2d.lab.lm.VANISH_FRACTION``), the criterion that has to tell models apart;
+* beside it, the data lambda (``seq2d.lab.lm.lm_data_lambda`` over the first ``lambda_rows`` rows of the
   batchified test stream) and the certified contraction constant (wikitext.py's ``certified_lambda``),
 
 for three kinds of model per (condition, seed):
@@ -28,7 +28,7 @@ for three kinds of model per (condition, seed):
   audit's case): the same initial weights trained at a too-high learning rate (``--diverged-lr``, 20
   by default: the ``word_language_model`` example's lr, at which tanh RNNs diverge) for
   ``--diverged-batches`` batches (200), the run's other settings unchanged, the weights after the last
-  step. It counts as a diverged control only when ``seq2d.lm.divergence`` says it diverged (test
+  step. It counts as a diverged control only when ``seq2d.lab.lm.divergence`` says it diverged (test
   perplexity above the vocabulary size, or a non-finite loss); otherwise it is reported and left out.
 
 The predictions and the tests that decide them (:data:`PREDICTIONS`) were written before any trained
@@ -67,11 +67,11 @@ from pathlib import Path
 
 import torch
 
-from seq2d.data.wikitext import Corpus, batchify
+from seq2d.lab.wikitext import Corpus, batchify
 from seq2d.envinfo import cpu_name
 from seq2d.fileio import atomic_write
-from seq2d.lm import (VANISH_FRACTION, divergence, evaluate, grad_norm_windows, lm_data_lambda, perplexity, train_lm,
-                      vanishing_distance)
+from seq2d.lab.lm import (VANISH_FRACTION, divergence, evaluate, grad_norm_windows, lm_data_lambda, perplexity, train_lm,
+                          vanishing_distance)
 from seq2d.results_page import json_safe
 from seq2d.train.checkpoint import check_model_state, load_checkpoint
 from seq2d.train.rundir import read_record
@@ -194,7 +194,7 @@ def analyse(record: dict) -> dict:
 
 # ---------------------------------------------------------------------- measuring one model
 def one_percent_distance(curve: list) -> int | None:
-    """The 1% distance D: ``seq2d.lm.vanishing_distance`` (the first k with ``g(k) < 0.01 g(0)``, None when
+    """The 1% distance D: ``seq2d.lab.lm.vanishing_distance`` (the first k with ``g(k) < 0.01 g(0)``, None when
     the curve never gets there), and 0 for a curve that is 0 from distance 0 on (no gradient reaches the
     loss from any input: a saturated model; the definition's strict inequality would never be met)."""
     if curve and curve[0] == 0 and all(v == 0 for v in curve):
@@ -379,7 +379,7 @@ def record_of(args, entries: list[dict], argv: list[str], seconds: float) -> dic
            "command": "python experiments/stable_rnn/fig2.py " + " ".join(shlex.quote(a) for a in argv),
            "settings": {**s, "vanish_fraction": VANISH_FRACTION, "moderate": MODERATE,
                         "diverged_conditions": wr._list(args.diverged_conditions)},
-           "sampling": {"function": "seq2d.lm.grad_norm_windows", "stream": "the batchified test stream",
+           "sampling": {"function": "seq2d.lab.lm.grad_norm_windows", "stream": "the batchified test stream",
                         "targets": "rows t = K, K + stride, K + 2 stride, ... <= N - 2 of every column",
                         "history": "each window t - K .. t from the model's state carried from the column's start"},
            "predictions": PREDICTIONS, "entries": sorted(entries, key=lambda e: (e["condition"], e["seed"],

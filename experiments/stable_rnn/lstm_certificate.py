@@ -7,8 +7,8 @@
 
 What it computes (float64, one thread, seeds fixed):
 
-1. the certificate at the published gate constants (``seq2d.stability.PAPER_GATE_BOUNDS``, forget input
-   rows 0.25, inputs in [-1, 1], forget bias <= 0): every term of ``seq2d.stability.lstm_certificate`` of
+1. the certificate at the published gate constants (``seq2d.lab.lstm.PAPER_GATE_BOUNDS``, forget input
+   rows 0.25, inputs in [-1, 1], forget bias <= 0): every term of ``seq2d.lab.lstm.certificate`` of
    an LSTM projected onto them (``LSTMProjection`` of ``nn.LSTM(6, 10, 2)`` with weights U(-1, 1),
    whose rows all end at the bounds), and the same weights' bound for inputs up to
    ``1 / (1 - p)`` (dropout ``p`` in training);
@@ -35,8 +35,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from seq2d.stability import (AuthorLSTMNormalization, LSTMProjection, PAPER_GATE_BOUNDS, lstm_certificate,
-                        lstm_contraction_bound, lstm_contraction_sup, lstm_state_map)
+from seq2d.lab.lstm import (AuthorLSTMNormalization, LSTMProjection, PAPER_GATE_BOUNDS, lstm_certificate,
+                            lstm_contraction_bound, lstm_contraction_sup, lstm_state_map)
 from seq2d.results_page import write_section
 
 REGEN = ("python experiments/stable_rnn/lstm_certificate.py --from-json docs/results/stability/lstm_certificate.json "

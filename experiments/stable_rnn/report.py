@@ -248,7 +248,7 @@ def verdict_section(assets: Path, wikitext: tuple[list[str], list[str]] | None =
     from the JSON committed next to the page (``docs/results/stability/*.json``); ``wikitext``: the
     (holds, fails) lines of the WikiText-2 runs and Fig. 2 (report_wikitext.verdict_lines; by default from
     the repository's experiments/stable_rnn/results/, so every script that writes the verdict writes the same)."""
-    from seq2d.lm import VANISH_FRACTION, vanishing_distance
+    from seq2d.lab.lm import VANISH_FRACTION, vanishing_distance
 
     def load(name):
         f = assets / f"{name}.json"

@@ -171,7 +171,7 @@ def table_section(results: dict, source: str) -> str:
                      f"{value_range([r.get('certified_lambda') for r in rs], '.3f')} |")
     lines += ["", "\"the blog's\": `001`'s table (the stable LSTM there was made with the authors' own stability "
               "conditions; ours are the rows lstm-stable, our projection, and lstm-stable-author, the audit's "
-              "description of the author's normalisation). A diverged run (`seq2d.lm.divergence`) is listed and left "
+              "description of the author's normalisation). A diverged run (`seq2d.lab.lm.divergence`) is listed and left "
               "out of the mean and the differences.", "", "Stable minus unstable test perplexity (Welch's 95% "
               "interval over the seeds that did not diverge):", ""]
     for d in differences(results):
@@ -269,10 +269,10 @@ def fig2_section(rec: dict | None, fig2_path: str, png_rel: str) -> str:
               "same seed, what the run started from) and, for "
               f"{', '.join(s['diverged_conditions'])}, **diverged**: those initial weights trained at lr "
               f"{s['diverged_lr']:g} for {s['diverged_batches']} batches (the run's other settings), the weights after "
-              "the last step, counted as a diverged control only when `seq2d.lm.divergence` says so (test perplexity "
+              "the last step, counted as a diverged control only when `seq2d.lab.lm.divergence` says so (test perplexity "
               "above the vocabulary size, or a non-finite loss). The 1% distance D is the first k with g(k) < "
-              f"{s['vanish_fraction']:g} g(0) (`seq2d.lm.vanishing_distance`; the threshold is ours). Data lambda: "
-              f"`seq2d.lm.lm_data_lambda` over the first {s['lambda_rows']} rows of the batchified test stream (max / "
+              f"{s['vanish_fraction']:g} g(0) (`seq2d.lab.lm.vanishing_distance`; the threshold is ours). Data lambda: "
+              f"`seq2d.lab.lm.lm_data_lambda` over the first {s['lambda_rows']} rows of the batchified test stream (max / "
               "mean spectral norm of the per-step state Jacobian; our measure, not the source's); certified lambda: "
               "the bound of wikitext.py's `certified_lambda` (below 1: provably contracting).", "",
               "The tests, as stated before the runs (the record's copy of `fig2.py`'s `PREDICTIONS`):", ""]

@@ -7,7 +7,7 @@ Proposition 2 is for projected gradient descent with step alpha/t, see gradient_
 unstable models nothing is promised. This script trains,
 from one initialisation, on the same batches in the same order with the same optimizer:
 
-    recurrent   the RNN LM, hidden state carried across BPTT segments (seq2d.lm.train_lm, k=None)
+    recurrent   the RNN LM, hidden state carried across BPTT segments (seq2d.lab.lm.train_lm, k=None)
     k = 2, 5, ...   the same LM trained as its k-truncated version: each position sees only its
                 last k tokens, from a zero state (RNNLM.window_features, the same parameters)
 
@@ -18,7 +18,7 @@ distance of its weights to the recurrent model's (recurrent part and all paramet
 relative, next to how far the recurrent model moved from the common initialisation), the
 certified and data contraction constants (seq2d.stability), and for the two recurrent models
 ||d loss_{t+i} / d x_t|| with the hidden state carried, t every (grad_distance + 1)-th position of each column of
-the batchified test stream (seq2d.lm.grad_norm_carried; the paper's Fig. 2; ``carried_sampling`` states it exactly).
+the batchified test stream (seq2d.lab.lm.grad_norm_carried; the paper's Fig. 2; ``carried_sampling`` states it exactly).
 
 Our variant (CPU scale), not the paper's protocol: a one-layer tanh RNN (the contraction is then
 certified in the plain 2-norm), embedding/hidden 64, dropout 0 (so the distance reflects the
@@ -55,10 +55,10 @@ from pathlib import Path
 
 import torch
 
-from seq2d.data.wikitext import Corpus, batchify
+from seq2d.lab.wikitext import Corpus, batchify
 from seq2d.envinfo import cpu_name
-from seq2d.lm import (VANISH_FRACTION, RNNLM, evaluate, grad_norm_carried, lm_data_lambda, perplexity, train_lm,
-                      vanishing_distance, weight_distance)
+from seq2d.lab.lm import (VANISH_FRACTION, RNNLM, evaluate, grad_norm_carried, lm_data_lambda, perplexity, train_lm,
+                          vanishing_distance, weight_distance)
 from seq2d.results_page import json_safe as _finite
 from seq2d.stability import SpectralClip, certified_lambda
 from seq2d.train.trainer import write_metrics
@@ -386,7 +386,7 @@ def carried_sampling(res: dict) -> str:
         return ""
     D, B = a["grad_distance"] + 1, g["columns"]
     rows = c["test_tokens"] // B
-    return (f"The carried-state gradient curve (`seq2d.lm.grad_norm_carried`) is not taken at every test position: the "
+    return (f"The carried-state gradient curve (`seq2d.lab.lm.grad_norm_carried`) is not taken at every test position: the "
             f"batchified test stream ({B} columns of {rows:,} positions) is cut into consecutive segments of {D} "
             f"positions and t is the first position of each segment, i.e. one position in every {D} of a column; "
             f"{g['segments']} segments x {B} columns = {g['count'][0]:,} positions t of the {c['test_tokens']:,} test "
@@ -443,7 +443,7 @@ def doc_section(res: dict, table: str, images: dict[str, str], longer: list[dict
               "Columns: \"own mode\" is how the model was trained (truncated at its k, or recurrent); \"run "
               "recurrently\" runs the same weights with the hidden state carried through the test stream; \"recurrent "
               "model truncated at k\" is the recurrent model's weights evaluated as a k-truncation. Distances are "
-              "Frobenius norms of the parameter difference to the recurrent model of the same run (`seq2d.lm.weight_distance`), "
+              "Frobenius norms of the parameter difference to the recurrent model of the same run (`seq2d.lab.lm.weight_distance`), "
               "relative to the recurrent model's norm; \"recurrent, init perturbed\" is the recurrent model trained "
               f"from the common initialisation plus Gaussian noise of relative size {a['control_eps']:g} per tensor: "
               "the distance that SGD's own sensitivity makes of a tiny difference, the floor a truncation "

@@ -9,9 +9,9 @@ state carried and detached, the best-validation weights kept):
                     step (seq2d.stability.SpectralClip on the recurrent core)
     lstm-unstable   nn.LSTM, free
     lstm-stable     nn.LSTM projected after every step; --lstm-projection picks how:
-                    ours (default; our variant, seq2d.stability.LSTMProjection: the published gate
+                    ours (default; our variant, seq2d.lab.lstm.LSTMProjection: the published gate
                     constants as row-l1 bounds, forget bias <= 0, embeddings clipped to [-1, 1])
-                    or author (seq2d.stability.AuthorLSTMNormalization: the author's --stabilize as
+                    or author (seq2d.lab.lstm.AuthorLSTMNormalization: the author's --stabilize as
                     described in the audit of issue 12, not checked against the code: every
                     column of each gate block of weight_hh_l0 rescaled to the constants, the
                     forget block of weight_ih_l0 to 0.25, embeddings clipped to [-1, 1])
@@ -51,7 +51,7 @@ count two runs give bitwise the same numbers (tested); across CPUs (instruction 
 counts the float32 kernels add in different orders, so the numbers differ, and a model that is
 not stable amplifies those differences over training.
 
-A model counts as **diverged** by ``seq2d.lm.divergence`` (training stopped on a non-finite
+A model counts as **diverged** by ``seq2d.lab.lm.divergence`` (training stopped on a non-finite
 loss, or its test loss is non-finite, or its test perplexity exceeds the vocabulary size): it is
 flagged in ``results.json`` (``diverged``: the reason), in ``results.md`` and on the page, and
 left out of the stable-vs-unstable comparison.
@@ -77,22 +77,22 @@ import matplotlib.ticker  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
-from seq2d.data.wikitext import Corpus, batchify  # noqa: E402
+from seq2d.lab.wikitext import Corpus, batchify  # noqa: E402
 from seq2d.envinfo import cpu_name  # noqa: E402
 from seq2d.errors import did_you_mean  # noqa: E402
 from seq2d.results_page import json_safe as _finite  # noqa: E402
 from seq2d.results_page import write_section  # noqa: E402
-from seq2d.lm import (CELLS, VANISH_FRACTION, RNNLM, divergence, evaluate, grad_norm_carried, grad_norm_vs_distance,  # noqa: E402
-                      lm_data_lambda, perplexity, train_lm, vanishing_distance)
-from seq2d.stability import LSTM_STABILIZERS, lstm_contraction_bound, make_lstm_stabilizer  # noqa: E402
+from seq2d.lab.lm import (CELLS, VANISH_FRACTION, RNNLM, divergence, evaluate, grad_norm_carried, grad_norm_vs_distance,  # noqa: E402
+                          lm_data_lambda, perplexity, train_lm, vanishing_distance)
+from seq2d.lab.lstm import LSTM_STABILIZERS, lstm_contraction_bound, make_lstm_stabilizer  # noqa: E402
 from seq2d.train.checkpoint import save_checkpoint  # noqa: E402
 from seq2d.train.datasets import seed_everything  # noqa: E402
 from seq2d.train.trainer import write_metrics  # noqa: E402
 
 # The experiment's conditions, named as its results are: CELL-unstable and CELL-stable for each
-# recurrent cell seq2d.lm.RNNLM offers (its `cell` argument, seq2d.lm.CELLS); a stable one is projected
+# recurrent cell seq2d.lab.lm.RNNLM offers (its `cell` argument, seq2d.lab.lm.CELLS); a stable one is projected
 # after every optimizer step (make_stabilizer). No model name is defined here: the model is always
-# seq2d.lm.RNNLM(cell=CELL), a torch module around a Sequential2D RNN or an nn.LSTM, built by
+# seq2d.lab.lm.RNNLM(cell=CELL), a torch module around a Sequential2D RNN or an nn.LSTM, built by
 # build_model below.
 CONDITIONS = tuple(f"{cell}-{kind}" for cell in CELLS for kind in ("unstable", "stable"))
 #: Test perplexities on WikiText-2, (unstable, stable), as the blog post's table gives them
@@ -159,7 +159,7 @@ def make_stabilizer(model: RNNLM, args):
 
 def certified_lambda(model: RNNLM) -> float:
     """tanh: ``seq2d.stability.certified_lambda`` (max over layers of ``||W_hh^l||_2``, tanh being
-    1-Lipschitz); LSTM: ``seq2d.stability.lstm_contraction_bound`` with the embeddings' actual bound."""
+    1-Lipschitz); LSTM: ``seq2d.lab.lstm.lstm_contraction_bound`` with the embeddings' actual bound."""
     if model.cell == "tanh":
         from seq2d.stability import certified_lambda as rnn_lambda
 
@@ -169,7 +169,7 @@ def certified_lambda(model: RNNLM) -> float:
 
 # ---------------------------------------------------------------------- training
 def train(name: str, model: RNNLM, data: dict, args, device, out: Path, stabilize=None) -> dict:
-    """``seq2d.lm.train_lm`` (the classic loop, recurrent); writes ``<name>/metrics.*`` and the
+    """``seq2d.lab.lm.train_lm`` (the classic loop, recurrent); writes ``<name>/metrics.*`` and the
     checkpoint; the best-validation weights end in ``model``."""
     info = train_lm(model, data["train"], data["valid"], epochs=args.epochs, lr=args.lr, clip=args.clip,
                     bptt=args.bptt, stabilize=stabilize, max_batches=args.max_batches, name=name,
@@ -200,14 +200,14 @@ def _data_lambda_cell(d) -> str:
 
 
 def _ppl_cell(r) -> str:
-    """A model's test perplexity, flagged when the model diverged (``seq2d.lm.divergence``)."""
+    """A model's test perplexity, flagged when the model diverged (``seq2d.lab.lm.divergence``)."""
     if not r:
         return "--"
     return f"{_fmt(r['test_ppl'])} (diverged)" if r.get("diverged") else _fmt(r["test_ppl"])
 
 
 def flag_diverged(results: dict) -> dict:
-    """Every model's ``diverged`` (``seq2d.lm.divergence``: a reason, or None), computed from its
+    """Every model's ``diverged`` (``seq2d.lab.lm.divergence``: a reason, or None), computed from its
     test loss and the vocabulary size where a results file predates the flag (train_lm's own
     reason, a non-finite training loss, is kept)."""
     V = results["corpus"]["vocab"]
@@ -274,7 +274,7 @@ def tables(results: dict) -> str:
                      + f" | {_fmt(r['test_ppl'])} | {_fmt(lam, 4)}{' (stable)' if lam is not None and lam < 1 else ''} | "
                      f"{_data_lambda_cell(r.get('data_lambda'))} | {len(r['history'])} | {r['train_time_s']:.0f} |")
     div = {n: r["diverged"] for n, r in models.items() if r.get("diverged")}
-    lines += ["", "Diverged (`seq2d.lm.divergence`: training stopped on a non-finite loss, or the test loss is non-finite, "
+    lines += ["", "Diverged (`seq2d.lab.lm.divergence`: training stopped on a non-finite loss, or the test loss is non-finite, "
               "or the test perplexity exceeds the vocabulary size, the uniform guess's): "
               + ("; ".join(f"{n}: {why}" for n, why in div.items()) if div else "none") + ".",
               "", "Comparison (diverged models left out):", ""] + [f"- {c}" for c in comparisons(results)]
@@ -380,12 +380,12 @@ def doc_section(results: dict, table: str, images: dict[str, str]) -> str:
               "tokens; `RNNLM.truncated`). \"certified lambda\" is a bound on the contraction constant of the "
               "trained weights: for the tanh RNN the largest `||W_hh||_2` over layers (tanh is 1-Lipschitz; a per-layer "
               "rate: the stacked map contracts only in a weighted norm, see [docs/stability.md](../stability.md)), for "
-              "the LSTM the l-infinity bound of `seq2d.stability.lstm_contraction_bound` (derivation in "
+              "the LSTM the l-infinity bound of `seq2d.lab.lstm.lstm_contraction_bound` (derivation in "
               "[docs/stability.md](../stability.md), \"LSTM stability\"); below 1 the model is provably stable, "
               "above 1 nothing is certified (the model may still behave stably on data). The gradient curve is "
               "`||d loss_{t+i} / d x_t||_2` (x_t the embedding input), twice: thick lines average it over a "
               "uniform subsample of the test stream, one position in every "
-              f"{a['grad_distance'] + 1} of each column (`seq2d.lm.grad_norm_carried`: the batchified stream cut into "
+              f"{a['grad_distance'] + 1} of each column (`seq2d.lab.lm.grad_norm_carried`: the batchified stream cut into "
               f"segments of {a['grad_distance'] + 1} positions, t the first position of every segment of every column, the hidden "
               "state carried from the column's start" + (f", the first {a['carried_segments']} segments only" if
               a.get("carried_segments") else "") + "); dotted lines are the older estimate over "
@@ -405,8 +405,11 @@ def doc_section(results: dict, table: str, images: dict[str, str]) -> str:
 
 
 #: Library paths that moved since a run recorded them (old prefix -> new): a results JSON keeps
-#: the description as the run wrote it; the page names where the class lives now.
-MOVED = {"seq2d.lstm.": "seq2d.stability."}
+#: the description as the run wrote it; the page names where the class lives now (the LSTM
+#: projections: seq2d.lstm, then seq2d.stability, now seq2d.lab.lstm; tests/test_lm.py checks that
+#: every path the page names imports).
+MOVED = {"seq2d.lstm.": "seq2d.lab.lstm.", "seq2d.stability.LSTMProjection": "seq2d.lab.lstm.LSTMProjection",
+         "seq2d.stability.AuthorLSTMNormalization": "seq2d.lab.lstm.AuthorLSTMNormalization"}
 
 
 def _current_names(text: str) -> str:
@@ -452,8 +455,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="tanh-stable: bound on ||W_hh||_2 of every layer, the contraction rate (default 0.99)")
     ap.add_argument("--embedding-clip", type=float, default=1.0, help="lstm-stable: embeddings clipped to [-c, c]")
     ap.add_argument("--lstm-projection", choices=LSTM_STABILIZERS, default="ours",
-                    help="lstm-stable: 'ours' (default; our variant, seq2d.stability.LSTMProjection, row-l1 bounds) or "
-                         "'author' (seq2d.stability.AuthorLSTMNormalization: the author's --stabilize as described in the "
+                    help="lstm-stable: 'ours' (default; our variant, seq2d.lab.lstm.LSTMProjection, row-l1 bounds) or "
+                         "'author' (seq2d.lab.lstm.AuthorLSTMNormalization: the author's --stabilize as described in the "
                          "audit of issue 12, not checked against the code)")
     ap.add_argument("--author-all-layers", action="store_true",
                     help="with --lstm-projection author: normalise every layer (default: layer 0 only, as described)")

@@ -2,7 +2,7 @@
 
 The models and conditions of ``wikitext.py`` (tanh RNN and LSTM, unstable and stable: tanh-stable
 by the spectral projection of every W_hh, lstm-stable by our projection; ``lstm-stable-author``:
-the author's normalisation as described in the audit of issue 12), trained by ``seq2d.lm.train_lm``
+the author's normalisation as described in the audit of issue 12), trained by ``seq2d.lab.lm.train_lm``
 with an adaptive softmax (torch's ``nn.AdaptiveLogSoftmaxWithLoss``, cutoffs 2000, 10000, div 4;
 ``--full-softmax`` for the plain decoder), at the ``word_language_model`` example's small
 configuration: emb 200, hidden 200, 2 layers, dropout 0.2, BPTT 35, batch 20, gradient clip 0.25,
@@ -57,11 +57,11 @@ from pathlib import Path
 
 import torch
 
-from seq2d.data.wikitext import Corpus, batchify
+from seq2d.lab.wikitext import Corpus, batchify
 from seq2d.envinfo import cpu_name
 from seq2d.errors import did_you_mean
 from seq2d.fileio import atomic_write
-from seq2d.lm import divergence, evaluate, perplexity, train_lm
+from seq2d.lab.lm import divergence, evaluate, perplexity, train_lm
 from seq2d.results_page import json_safe
 from seq2d.train.errors import RunLockedError
 from seq2d.train.lm_checkpoint import LMCheckpoint

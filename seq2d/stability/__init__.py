@@ -25,7 +25,7 @@ graph with a cycle, :func:`seq2d.graph.recurrent_cores`):
                            certified number; our own per-step measure (the source's
                            criterion for "effectively stable" is Fig. 2 of the slides: the
                            gradient w.r.t. inputs vanishing with distance, see
-                           :func:`seq2d.lm.grad_norm_carried`), so the two answer different
+                           ``seq2d.lab.lm.grad_norm_carried``), so the two answer different
                            questions, and both are reported.
 :func:`rnn_constants`      Lemma 1's constants of one RNN layer (``lam``, ``lipschitz_x``,
                            ``f0``, ``state_bound``), the keyword arguments of
@@ -50,28 +50,19 @@ Layout (one job per module; each imports only the ones above it):
   with a short repr, the per-step tensors kept).
 - :mod:`~seq2d.stability.contraction`: contraction constants (:func:`certified_lambda`,
   :func:`data_lambda`, :func:`rnn_constants`).
-- :mod:`~seq2d.stability.lstm_certificate`: the certified l-infinity contraction constant of an
-  ``nn.LSTM`` (:func:`lstm_contraction_bound`, :func:`lstm_certificate`) and the search for its
-  actual one (:func:`lstm_contraction_sup`); ``nn.LSTM`` is not a Sequential2D, so this works on
-  torch's weights.
-- :mod:`~seq2d.stability.lstm_jacobian`: the exact state Jacobian of an ``nn.LSTM`` step, the
-  LSTM branch of :func:`data_lambda`.
-- :mod:`~seq2d.stability.lstm_projection`: stable LSTMs in training (:class:`LSTMProjection`,
-  our variant; :class:`AuthorLSTMNormalization`, the author's as described;
-  :func:`make_lstm_stabilizer`; :func:`clip_embedding_`).
 - :mod:`~seq2d.stability.projection`: projections onto the stable set
   (:func:`project_spectral_`, :class:`SpectralClip` with its trainer hook ``on_step_end``).
 - :mod:`~seq2d.stability.truncation`: Lemma 1 bounds (:func:`lemma1_bound`,
   :func:`truncation_length`, :func:`stacked_lemma1_bound`, :func:`stacked_truncation_length`).
+
+An ``nn.LSTM`` is not a Sequential2D: its certificate, state Jacobian and projections serve the
+stable-RNN experiment and live with it, in ``seq2d.lab.lstm``.
 """
 
 from __future__ import annotations
 
 from .contraction import certified_lambda, data_lambda, rnn_constants
 from .result import CoreLambda, DataLambda
-from .lstm_certificate import GATES, lstm_certificate, lstm_contraction_bound, lstm_contraction_sup, lstm_state_map
-from .lstm_projection import (AUTHOR_FORGET_INPUT_SCALE, LSTM_STABILIZERS, PAPER_GATE_BOUNDS, AuthorLSTMNormalization,
-                              LSTMProjection, clip_embedding_, make_lstm_stabilizer)
 from .projection import SpectralClip, project_spectral_
 from .spectral import recurrent_matrix, spectral_norm, spectral_norm_bound
 from .truncation import lemma1_bound, stacked_lemma1_bound, stacked_truncation_length, truncation_length
@@ -91,16 +82,4 @@ __all__ = [
     "rnn_constants",
     "stacked_lemma1_bound",
     "stacked_truncation_length",
-    "GATES",
-    "lstm_certificate",
-    "lstm_contraction_bound",
-    "lstm_contraction_sup",
-    "lstm_state_map",
-    "PAPER_GATE_BOUNDS",
-    "AUTHOR_FORGET_INPUT_SCALE",
-    "LSTM_STABILIZERS",
-    "LSTMProjection",
-    "AuthorLSTMNormalization",
-    "make_lstm_stabilizer",
-    "clip_embedding_",
 ]

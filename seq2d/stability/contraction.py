@@ -105,17 +105,13 @@ def data_lambda(model, xs: Tensor, *, iters: int = 20, generator: torch.Generato
     ``max``: the max over cores (0.0 without cores); ``mean``: the mean over every measured
     value. A multi-layer RNN has one core per layer.
 
-    An ``nn.LSTM`` is measured by :func:`seq2d.stability.lstm_jacobian.lstm_data_lambda`
-    instead: the exact Jacobian of each layer's ``(h, c)`` step, with both its spectral norm
-    (``max``, ``mean``) and its l-infinity norm (``max_inf``, ``mean_inf``), the latter being
-    the norm :func:`~seq2d.stability.lstm_certificate.lstm_contraction_bound` certifies.
+    An ``nn.LSTM`` is not a Sequential2D: it is refused here (``InvalidType``), and measured by
+    ``seq2d.lab.lstm.lstm_data_lambda`` (the stable-RNN experiment's machinery: the exact
+    Jacobian of each layer's ``(h, c)`` step, in the same :class:`DataLambda`).
     """
-    if isinstance(model, nn.LSTM):  # the LSTM's (h, c) state, its exact Jacobian per step
-        from .lstm_jacobian import lstm_data_lambda
-
-        if not isinstance(xs, Tensor):
-            raise InvalidType(f"xs must be a tensor of shape (T, B, {model.input_size}), got {type(xs).__name__}")
-        return DataLambda(lstm_data_lambda(model, xs))
+    if isinstance(model, nn.LSTM):
+        raise InvalidType("data_lambda measures a Sequential2D (or a wrapper with .core), got an nn.LSTM: "
+                          "measure it with seq2d.lab.lstm.lstm_data_lambda(lstm, xs)")
     m = core_of(model)
     if not isinstance(xs, Tensor):
         raise InvalidType(f"xs must be a tensor of shape (T, B, {m.in_features}), got {type(xs).__name__}")

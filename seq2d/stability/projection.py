@@ -10,8 +10,8 @@ stays ``lambda``-stable (Miller & Hardt, "Stable Recurrent Models").
                            ``on_step_end``), written back into the core's LinearBlocks.
 =========================  ===========================================================
 
-The LSTM's projection (row l1 norms of the gate blocks) lives in :mod:`seq2d.stability.lstm_projection`
-(``LSTMProjection``).
+The ``nn.LSTM``'s projection (row l1 norms of the gate blocks, ``LSTMProjection``) is the stable-RNN
+experiment's, in ``seq2d.lab.lstm``.
 """
 
 from __future__ import annotations

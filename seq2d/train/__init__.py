@@ -13,7 +13,7 @@ Submodules: :mod:`~seq2d.train.config` (TrainConfig, TOML, flags),
 the loss-explosion rule, the progress bar), :mod:`~seq2d.train.datasets` (data sets, augmentation,
 seeds, epoch order), :mod:`~seq2d.train.errors`, :mod:`~seq2d.train.checkpoint` (atomic save,
 checked load), :mod:`~seq2d.train.rundir` (the run folder's lock, ``run.json``, metrics.jsonl/.csv,
-test predictions), :mod:`~seq2d.train.lm_checkpoint` (the file :func:`seq2d.lm.train_lm` continues
+test predictions), :mod:`~seq2d.train.lm_checkpoint` (the file :func:`seq2d.lab.lm.train_lm` continues
 from), :mod:`~seq2d.train.identity` (the config hash, config differences),
 :mod:`~seq2d.train.fingerprint` (the model a run trained), :mod:`~seq2d.train.builder` (the model a
 config names), :mod:`~seq2d.train.distributed` (torchrun/DDP, the run's threads and determinism),

@@ -1,5 +1,5 @@
 r"""The language-model loop's checkpoint file: :class:`LMCheckpoint`, the file-backed
-:class:`seq2d.lm.LoopCheckpoint` that :func:`seq2d.lm.train_lm` saves to and continues from.
+:class:`seq2d.lab.lm.LoopCheckpoint` that :func:`seq2d.lab.lm.train_lm` saves to and continues from.
 
 One file in the format of :mod:`seq2d.train.checkpoint` (written by its
 :func:`~seq2d.train.checkpoint.save_checkpoint`: temporary file, fsync, rename; read back by
@@ -17,8 +17,8 @@ One file in the format of :mod:`seq2d.train.checkpoint` (written by its
                 annealing, the best validation loss and its weights, epochs since it, why
                 training stopped (None while it runs), the resumes so far, the training time}
 
-``seq2d.lm`` sits below ``seq2d.train`` and cannot import it: the loop defines what it keeps
-(:class:`seq2d.lm.LoopCheckpoint`), this module keeps it in a file.
+``seq2d.lab.lm`` sits below ``seq2d.train`` and cannot import it: the loop defines what it keeps
+(:class:`seq2d.lab.lm.LoopCheckpoint`), this module keeps it in a file.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def _plain(d: Mapping) -> dict:
 
 
 class LMCheckpoint:
-    """The file ``path`` as a :class:`seq2d.lm.LoopCheckpoint`; ``config`` (primitives: the model,
+    """The file ``path`` as a :class:`seq2d.lab.lm.LoopCheckpoint`; ``config`` (primitives: the model,
     the data, the condition, the seed ...) is stored with the loop's own settings and must match
     on resume. ``map_location``: where the loaded tensors go (default: the model's device)."""
 
@@ -82,7 +82,7 @@ class LMCheckpoint:
         loop = ckpt["extra"].get("loop")
         if not isinstance(loop, Mapping) or any(k not in loop for k in _LOOP_KEYS):
             raise CheckpointError(f"{where} holds no language-model loop state (extra['loop'] with "
-                                  f"{', '.join(_LOOP_KEYS)}): not written by seq2d.lm.train_lm")
+                                  f"{', '.join(_LOOP_KEYS)}): not written by seq2d.lab.lm.train_lm")
         upgrade_checkpoint(ckpt, model, optimizer, extra_states=(loop["best_state"],))  # an earlier store layout
         check_model_state(ckpt["model"], model, where)
         check_optimizer_state(ckpt["optimizer"], optimizer, where)

@@ -63,7 +63,7 @@ SCALAR_TAGS = {
     "epoch_time_s": "time/epoch_s",
     "epoch": "epoch",
 }
-# the columns of seq2d.lm.train_lm's rows (write_rows) -> tag
+# the columns of seq2d.lab.lm.train_lm's rows (write_rows) -> tag
 _LM_TAGS = {"valid_loss": "loss/valid", "train_ppl": "ppl/train", "valid_ppl": "ppl/valid"}
 # numeric columns that describe the run, not its progress: not logged as scalars
 _NOT_SCALARS = ("step", "world_size", "num_threads", "copies")

@@ -1,5 +1,5 @@
-r"""The state Jacobian of an ``nn.LSTM`` along real trajectories (the LSTM branch of
-:func:`seq2d.stability.data_lambda`).
+r"""The state Jacobian of an ``nn.LSTM`` along real trajectories (:func:`lstm_data_lambda`: what
+:func:`seq2d.stability.data_lambda` measures for a Sequential2D, for an ``nn.LSTM``).
 
 Layer ``l``'s state is ``s = (h, c)``. With its input ``x`` (the layer below's ``h`` at the
 same step, or the model input) held at its trajectory value, one step is::
@@ -14,7 +14,7 @@ and its Jacobian ``J = d(h', c') / d(h, c)`` is, with ``W_* = W_hh``'s gate bloc
     dh'/dh = D(o (1 - o) tc) W_o + D(o (1 - tc^2)) dc'/dh,                   dh'/dc = D(o (1 - tc^2) f)
 
 formed exactly (``2H x 2H`` per sequence and step, in float64), so both its spectral norm and
-its l-infinity norm (max row l1 sum: the norm :func:`~seq2d.stability.lstm_certificate.lstm_contraction_bound`
+its l-infinity norm (max row l1 sum: the norm :func:`~seq2d.lab.lstm.certificate.lstm_contraction_bound`
 certifies) are exact, not power-iteration estimates. The tests check ``J`` against
 ``torch.func.jacrev`` of the step.
 """
@@ -24,7 +24,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ..errors import InvalidInput, InvalidValue
+from ...errors import InvalidInput, InvalidType, InvalidValue
+from ...stability.result import DataLambda
 
 __all__ = ["lstm_data_lambda", "lstm_step_jacobian"]
 
@@ -63,16 +64,22 @@ def lstm_step_jacobian(w_ih: Tensor, w_hh: Tensor, b: Tensor, x: Tensor, h: Tens
 
 
 @torch.no_grad()
-def lstm_data_lambda(lstm: nn.LSTM, xs: Tensor) -> dict:
+def lstm_data_lambda(lstm: nn.LSTM, xs: Tensor) -> DataLambda:
     """Per layer, the spectral (``max``, ``mean``) and l-infinity (``max_inf``, ``mean_inf``)
     norms of the state Jacobian ``d (h_t, c_t) / d (h_{t-1}, c_{t-1})`` along the LSTM's
     trajectory on ``xs (T, B, input_size)`` (time first; ``(T, input_size)`` is one sequence)
     from a zero state, every step and sequence. ``max``/``mean``/``max_inf``/``mean_inf`` at the
-    top level are over layers too. Dropout between layers is off (evaluation)."""
+    top level are over layers too. Dropout between layers is off (evaluation). Returned as a
+    :class:`~seq2d.stability.result.DataLambda`, as :func:`seq2d.stability.data_lambda` answers."""
+    if not isinstance(lstm, nn.LSTM):
+        raise InvalidType(f"lstm_data_lambda measures an nn.LSTM, got {type(lstm).__name__}: "
+                          "measure a Sequential2D with seq2d.stability.data_lambda")
+    if not isinstance(xs, Tensor):
+        raise InvalidType(f"xs must be a tensor of shape (T, B, {lstm.input_size}), got {type(xs).__name__}")
     if lstm.proj_size:
-        raise InvalidValue("data_lambda: an nn.LSTM with proj_size > 0 is not supported")
+        raise InvalidValue("lstm_data_lambda: an nn.LSTM with proj_size > 0 is not supported")
     if lstm.bidirectional:
-        raise InvalidValue("data_lambda: a bidirectional nn.LSTM has no single forward state map")
+        raise InvalidValue("lstm_data_lambda: a bidirectional nn.LSTM has no single forward state map")
     if xs.dim() == 2:
         xs = xs.unsqueeze(1)
     if xs.dim() != 3 or xs.shape[-1] != lstm.input_size:
@@ -96,6 +103,6 @@ def lstm_data_lambda(lstm: nn.LSTM, xs: Tensor) -> dict:
         cores.append({"layer": l, "max": float(two.max()), "mean": float(two.mean()),
                       "max_inf": float(inf.max()), "mean_inf": float(inf.mean()), "per_step": two, "per_step_inf": inf})
         x = torch.stack(outs)  # the next layer's input
-    return {"cores": cores, "max": max(r["max"] for r in cores), "mean": sum(r["mean"] for r in cores) / len(cores),
-            "max_inf": max(r["max_inf"] for r in cores), "mean_inf": sum(r["mean_inf"] for r in cores) / len(cores),
-            "norm": "spectral (max, mean) and l-infinity (max_inf, mean_inf), exact"}
+    return DataLambda(cores=cores, max=max(r["max"] for r in cores), mean=sum(r["mean"] for r in cores) / len(cores),
+                      max_inf=max(r["max_inf"] for r in cores), mean_inf=sum(r["mean_inf"] for r in cores) / len(cores),
+                      norm="spectral (max, mean) and l-infinity (max_inf, mean_inf), exact")

@@ -2,11 +2,11 @@ r"""Where the runs of a sweep execute: one seam for ``seq2d mnist``,
 ``experiments/mnist_sparsity/run.py`` and ``experiments/param_budget/run.py``.
 
 A :class:`Launcher` takes the runs still to train (each (model, seed) one task) and returns their
-results in the order of the tasks, a :class:`~seq2d.parallel.JobFailure` in place of a run that
+results in the order of the tasks, a :class:`~seq2d.lab.parallel.JobFailure` in place of a run that
 failed. The results themselves live in the run folders (``summary.json``, written by the run), so
 a finished run is never redone by a later call, whichever launcher ran it. Three kinds:
 
-- ``local`` (the default): processes on this machine, :func:`seq2d.parallel.run_jobs` with
+- ``local`` (the default): processes on this machine, :func:`seq2d.lab.parallel.run_jobs` with
   ``jobs`` workers (one job, or one run: in this process, one after the other).
 - ``slurm``: each run one task of a SLURM job array, submitted through ``submitit`` (an optional
   extra: ``pip install -e ".[slurm]"``) with the partition, time, memory, cores and GPUs given;
@@ -32,7 +32,7 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from .errors import InvalidValue, Seq2DError
+from ..errors import InvalidValue, Seq2DError
 
 __all__ = ["KINDS", "INSTALL_HINT", "Launcher", "SubmititMissing", "require_submitit", "parse_time", "parse_mem",
            "add_launcher_args", "launcher_from_args", "launcher_summary"]
@@ -150,7 +150,7 @@ class Launcher:
             threads: int = 1, memory: int | None = None, log: Callable[[str], object] = print,
             inline: Callable | None = None, wait: bool = True) -> list:
         """``[fn(*task) for task in tasks]`` where this launcher runs them; a failed task gives a
-        :class:`~seq2d.parallel.JobFailure` (logged). ``local``: :func:`~seq2d.parallel.resolve_jobs`
+        :class:`~seq2d.lab.parallel.JobFailure` (logged). ``local``: :func:`~seq2d.lab.parallel.resolve_jobs`
         workers of ``threads`` threads (``memory``: bytes one task needs); one worker runs ``inline``
         (default ``fn``) here, the first error raised. ``folder``: the sweep's output folder.
         ``wait=False`` (submitit kinds): submit and return the submitit jobs."""
@@ -203,7 +203,7 @@ class Launcher:
     @staticmethod
     def _collect(jobs: Sequence, tags: Sequence[str], log: Callable[[str], object]) -> list:
         """The results of submitit ``jobs`` in order (waiting for each); a job that failed or was
-        killed gives a :class:`~seq2d.parallel.JobFailure`, logged."""
+        killed gives a :class:`~seq2d.lab.parallel.JobFailure`, logged."""
         from .parallel import JobFailure
 
         out = []
@@ -242,7 +242,7 @@ def _job(fn: Callable, tag: str, args: tuple):
 
 def add_launcher_args(p) -> None:
     """The launcher flags (besides ``--jobs``, which each front has already) on argparse parser ``p``."""
-    g = p.add_argument_group("where the runs execute (seq2d.launch)")
+    g = p.add_argument_group("where the runs execute (seq2d.lab.launch)")
     g.add_argument("--launcher", choices=KINDS, default="local",
                    help="local (default): processes on this machine (--jobs of them); slurm: each (model, seed) one "
                         "task of a SLURM job array through submitit (--jobs N: at most N at once); submitit-local: "

@@ -21,7 +21,7 @@ every forget gate, since ``|h|_inf <= 1``), the box ``|c|_inf <= 1 / (1 - lambda
 (``w_i = w_o = 0.395``, ``w_f = 0.155``, ``w_g = 0.099``, ``||U_f||_inf = 0.25``, inputs in
 ``[-1, 1]``) give ``lambda_f = sigmoid(0.405) = 0.600`` and make each of the four terms about
 ``(1 - lambda_f) / 4 = 0.1``: ``lambda = 0.9933`` -- provided ``max b_f <= 0``, which
-:class:`~seq2d.stability.lstm_projection.LSTMProjection` enforces (``forget_bias_bound``).
+:class:`~seq2d.lab.lstm.projection.LSTMProjection` enforces (``forget_bias_bound``).
 
 * :func:`lstm_certificate` / :func:`lstm_contraction_bound` -- the certified ``lambda`` of the
   current weights (per layer / the largest).
@@ -31,8 +31,8 @@ every forget gate, since ``|h|_inf <= 1``), the box ``|c|_inf <= 1 / (1 - lambda
   inputs (random restarts). It lies between random sampling and the certificate.
 
 The projections that keep the weights inside the certified set are in
-:mod:`seq2d.stability.lstm_projection`; the exact state Jacobian along data, in
-:mod:`seq2d.stability.lstm_jacobian`.
+:mod:`seq2d.lab.lstm.projection`; the exact state Jacobian along data, in
+:mod:`seq2d.lab.lstm.jacobian`.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from ..errors import InvalidValue
+from ...errors import InvalidValue
 
 __all__ = ["GATES", "lstm_certificate", "lstm_contraction_bound", "lstm_contraction_sup", "lstm_state_map"]
 

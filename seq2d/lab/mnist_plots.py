@@ -1,4 +1,4 @@
-"""The plots of the MNIST comparison (:mod:`seq2d.mnist_comparison`), from its rows.
+"""The plots of the MNIST comparison (:mod:`seq2d.lab.mnist_comparison`), from its rows.
 
 - :func:`plot_accuracy_vs_epoch`: test accuracy per epoch, one colour per model: every seed as
   a thin line, the mean over the seeds as a thick line with a band of +- one standard
@@ -8,14 +8,14 @@
 - :func:`plot_accuracy_vs_iterations`: final accuracy against the number of Sequential2D
   iterations (the sweep of ``experiments/mnist_sparsity/run.py``).
 
-Each takes the rows of :func:`seq2d.mnist_comparison.compare` (the per-epoch curves from
-``histories``: :func:`seq2d.mnist_comparison.epoch_histories` reads them from the run folders;
+Each takes the rows of :func:`seq2d.lab.mnist_comparison.compare` (the per-epoch curves from
+``histories``: :func:`seq2d.lab.mnist_comparison.epoch_histories` reads them from the run folders;
 drawing reads no files), saves to ``path`` when given
 (``.png`` or ``.svg``) and returns the Figure (Agg canvas, never registered with pyplot).
 Epoch and iteration axes have integer ticks only. Titles say only what is drawn: with one seed
 per model there are no per-seed lines, means or bands, and the titles say so. ``note``: a
 footer under the axes saying what the figure shows (``seq2d mnist`` passes
-:func:`seq2d.mnist_comparison.plot_note`: data, test-set size, epochs, seeds), so that a figure
+:func:`seq2d.lab.mnist_comparison.plot_note`: data, test-set size, epochs, seeds), so that a figure
 pasted elsewhere still carries its provenance.
 """
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 
-from .common import _check_path, integer_ticks, new_figure, save_figure
+from ..plot.common import _check_path, integer_ticks, new_figure, save_figure
 
 __all__ = ["plot_accuracy_vs_epoch", "plot_final_accuracy", "plot_accuracy_vs_iterations"]
 
@@ -49,7 +49,7 @@ def plot_accuracy_vs_epoch(rows: Sequence[Mapping], path=None, *, histories: Map
                            dpi: float = 110):
     """Test accuracy (%) per epoch: per model a thin line per seed, the mean over seeds (thick)
     and a +- std band; a model with one seed is one line (its seed's). ``histories``:
-    ``{(model, seed): metrics rows}`` (:func:`seq2d.mnist_comparison.epoch_histories` reads them
+    ``{(model, seed): metrics rows}`` (:func:`seq2d.lab.mnist_comparison.epoch_histories` reads them
     from the rows' run folders); ``note``: the footer (see the module docstring)."""
     path = _check_path(path)
     hist = histories

@@ -25,8 +25,8 @@ from typing import Protocol
 import torch
 from torch import Tensor, nn
 
-from ..data.wikitext import get_batch
-from ..errors import InvalidValue
+from ..wikitext import get_batch
+from ...errors import InvalidValue
 from .evaluate import _repackage, evaluate, perplexity
 from .model import RNNLM
 

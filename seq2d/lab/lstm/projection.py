@@ -1,8 +1,8 @@
 r"""Stable LSTMs during training: projections of ``nn.LSTM`` weights onto (or towards) the set
-that :func:`~seq2d.stability.lstm_certificate.lstm_contraction_bound` certifies, applied after
+that :func:`~seq2d.lab.lstm.certificate.lstm_contraction_bound` certifies, applied after
 every optimizer step. ``nn.LSTM`` is not a Sequential2D (its gates multiply slots), so this works
 directly on the torch weights (``W_k`` = gate ``k``'s ``(H, H)`` block of ``weight_hh``, torch's
-gate order i, f, g, o; the bound and its derivation: :mod:`seq2d.stability.lstm_certificate`).
+gate order i, f, g, o; the bound and its derivation: :mod:`seq2d.lab.lstm.certificate`).
 
 * :class:`LSTMProjection` -- our variant: the projection (rows whose l1 norm exceeds the bound
   are scaled onto it, nothing else moves; forget biases above the bound are lowered; embeddings
@@ -25,8 +25,8 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor, nn
 
-from ..errors import InvalidType, InvalidValue
-from .lstm_certificate import GATES, _check_bound, _check_lstm, _gate, _row_l1, lstm_contraction_bound
+from ...errors import InvalidType, InvalidValue
+from .certificate import GATES, _check_bound, _check_lstm, _gate, _row_l1, lstm_contraction_bound
 
 __all__ = [
     "PAPER_GATE_BOUNDS",
@@ -87,7 +87,7 @@ def clip_embedding_(embedding, bound: float = 1.0, *, count: bool = True) -> int
     """Clip an embedding's entries to ``[-bound, bound]`` in place; return how many moved.
 
     ``embedding``: an ``nn.Embedding``, a weight tensor, or a module whose ``encoder`` is an
-    ``nn.Embedding`` (a :class:`seq2d.lm.RNNLM`). ``count=False`` clamps unconditionally (the
+    ``nn.Embedding`` (a :class:`seq2d.lab.lm.RNNLM`). ``count=False`` clamps unconditionally (the
     same values) and returns None: no host read, so no GPU synchronisation. This is the input
     bound the LSTM certificate assumes for the first layer; both :class:`LSTMProjection` and
     :class:`AuthorLSTMNormalization` call it.
@@ -231,7 +231,7 @@ class LSTMProjection:
         return max(lstm_contraction_bound(m, B) for m in self.lstms)
 
     def describe(self) -> str:
-        return (f"our variant (seq2d.stability.LSTMProjection: recurrent gate blocks' row l1 norms <= {self.gate_bounds}, "
+        return (f"our variant (seq2d.lab.lstm.LSTMProjection: recurrent gate blocks' row l1 norms <= {self.gate_bounds}, "
                 f"forget-gate input rows <= {self.forget_input_bound}, forget bias <= {self.forget_bias_bound}, "
                 f"embeddings clipped to [-{self.embedding_clip}, {self.embedding_clip}])")
 
@@ -344,7 +344,7 @@ class AuthorLSTMNormalization:
 
     def describe(self) -> str:
         return (f"author's normalisation as described in the audit of issue 12, not checked against the code "
-                f"(seq2d.stability.AuthorLSTMNormalization: every column of each gate block of weight_hh_l{{{','.join(map(str, self.layers))}}} "
+                f"(seq2d.lab.lstm.AuthorLSTMNormalization: every column of each gate block of weight_hh_l{{{','.join(map(str, self.layers))}}} "
                 f"rescaled to l1 norm {self.gate_scales}, forget-gate input columns to {self.forget_input_scale}, "
                 f"embeddings clipped to [-{self.embedding_clip}, {self.embedding_clip}])")
 

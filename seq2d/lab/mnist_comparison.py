@@ -19,9 +19,9 @@ import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .errors import InvalidValue, did_you_mean
-from .fileio import atomic_write
-from .train.config import TrainConfig, load_config
+from ..errors import InvalidValue, did_you_mean
+from ..fileio import atomic_write
+from ..train.config import TrainConfig, load_config
 
 __all__ = ["MODELS", "SCALES", "PROTOCOLS", "PLOTS", "SEED_SUMMARY", "Protocol", "protocol_config", "protocol_table",
            "protocols_section", "configs_for", "compare", "plan_runs", "run_plan",
@@ -132,7 +132,7 @@ def protocols_section() -> str:
     return "\n".join([
         "## Protocols (`seq2d mnist --protocol NAME`)",
         "",
-        para("Each protocol is a set of config fields (`seq2d.mnist_comparison.PROTOCOLS`, `protocol_config(name, scale)`) "
+        para("Each protocol is a set of config fields (`seq2d.lab.mnist_comparison.PROTOCOLS`, `protocol_config(name, scale)`) "
         "on top of the scale (`quick`: bundled subset, 4 epochs; `--full`: full MNIST, 100 epochs). `ours` is the "
         f"recipe of the summary of arXiv 2404.00880 (`{SEED_SUMMARY}`, \"Method Summary\": Adam, learning rate 1e-3, "
         "batch size 64, 100 epochs, inputs 50x50 normalised with (0.1307, 0.3081)) without its \"optional "
@@ -186,12 +186,12 @@ def compare(configs: Mapping[str, TrainConfig], seeds: Sequence[int], out_dir: s
     A run stopped by ``max_steps`` gives a row with ``complete`` False and the accuracy
     where it stopped (``format_table`` marks it).
 
-    ``jobs`` (an int, or ``"auto"``: as many as idle cores, :func:`seq2d.parallel.resolve_jobs`):
-    the runs still to train go to that many worker processes (:func:`seq2d.parallel.run_jobs`),
+    ``jobs`` (an int, or ``"auto"``: as many as idle cores, :func:`seq2d.lab.parallel.resolve_jobs`):
+    the runs still to train go to that many worker processes (:func:`seq2d.lab.parallel.run_jobs`),
     each run exactly as here (:func:`train_one`; the trainer locks its folder), its output lines
     prefixed with its ``[model seed k]`` tag. With one job (or one run to train) they run here,
     one after the other, and the first error stops the call; with several, a failed run is
-    logged, the others finish, and then :class:`~seq2d.parallel.JobsFailedError` (a
+    logged, the others finish, and then :class:`~seq2d.lab.parallel.JobsFailedError` (a
     Seq2DError: the failures were the user's to fix) or ``RuntimeError`` (a bug) is raised.
 
     ``vectorize_seeds``: first, each model's runs to train afresh (no checkpoint in their folder,
@@ -200,7 +200,7 @@ def compare(configs: Mapping[str, TrainConfig], seeds: Sequence[int], out_dir: s
     single run's); a model that cannot be batched (random-tile) and the runs with a checkpoint to
     continue go the usual way.
 
-    ``launcher`` (a :class:`seq2d.launch.Launcher`; default: local processes, ``jobs`` of them):
+    ``launcher`` (a :class:`seq2d.lab.launch.Launcher`; default: local processes, ``jobs`` of them):
     where the runs still to train execute, e.g. each one task of a SLURM job array
     (``Launcher("slurm", ...)``) or submitit's local executor; the rows are merged the same way."""
     return run_plan(plan_runs(configs, seeds, out_dir), folder=out_dir, resume=resume, log=log, jobs=jobs,
@@ -222,9 +222,9 @@ def run_plan(plan: Sequence[tuple], *, folder: str | Path, resume: bool = True, 
     joined, e.g. every budget of experiments/param_budget/run.py in one job array): the rows in
     the order of ``plan``. ``folder``: where submitit keeps its files (``folder/submitit``);
     ``tags``: each run's log prefix (default ``[name seed k]``)."""
-    from .train.fingerprint import config_model_diff
-    from .train.identity import config_hash
-    from .train.rundir import unreadable
+    from ..train.fingerprint import config_model_diff
+    from ..train.identity import config_hash
+    from ..train.rundir import unreadable
 
     if vectorize_seeds and launcher is not None and launcher.submitit:
         raise InvalidValue(f"--vectorize-seeds trains the batched seeds in this process, --launcher {launcher.kind} "
@@ -258,7 +258,7 @@ def run_plan(plan: Sequence[tuple], *, folder: str | Path, resume: bool = True, 
     memory = max(run_memory(plan[k][2]) for k in todo)
     if not all(isinstance(t, int) for t in fixed) and not launcher.submitit:
         from .parallel import resolve_jobs
-        from .threads import cpu_limit
+        from ..threads import cpu_limit
 
         n = resolve_jobs(launcher.jobs, len(todo), threads=threads, memory=memory)
         threads = max(1, cpu_limit() // n) if n > 1 else threads  # "auto"/None: each worker's share is its limit
@@ -307,11 +307,11 @@ def train_one(name: str, seed: int, cfg: TrainConfig, *, resume: bool = True, lo
     finished: continue its checkpoint when the config allows (and the model it trained is the one
     the config builds now), else train afresh; write
     ``summary.json`` (the row) and return the row. The same function in-process and in a worker."""
-    from .train.config import OUTPUT_FIELDS
-    from .train.identity import config_diff, format_diff
-    from .train.fingerprint import config_model_diff, format_model_diff
-    from .train.rundir import read_record, unreadable
-    from .train.trainer import run
+    from ..train.config import OUTPUT_FIELDS
+    from ..train.identity import config_diff, format_diff
+    from ..train.fingerprint import config_model_diff, format_model_diff
+    from ..train.rundir import read_record, unreadable
+    from ..train.trainer import run
 
     run_dir = Path(cfg.out_dir)
     tag = _tag(name, seed)
@@ -348,8 +348,8 @@ def train_one(name: str, seed: int, cfg: TrainConfig, *, resume: bool = True, lo
 
 def _finish_row(name: str, seed: int, cfg: TrainConfig, s: Mapping, log=print, **extra) -> dict:
     """The row of a trained run (its summary ``s``, then ``extra``), written as ``summary.json`` in its folder."""
-    from .train.config import config_to_dict
-    from .train.identity import config_hash
+    from ..train.config import config_to_dict
+    from ..train.identity import config_hash
 
     run_dir, tag, digest = Path(cfg.out_dir), _tag(name, seed), config_hash(cfg)
     summary_path = run_dir / "summary.json"
@@ -370,7 +370,7 @@ def _train_vectorized(plan: Sequence, todo: list[int], rows: list, *, resume: bo
     """``compare(vectorize_seeds=True)``: per model, its runs in ``todo`` without a checkpoint to
     continue (any, when not ``resume``) trained as one batch (:func:`seq2d.train.vectorized.train_copies`);
     fills their ``rows`` and returns the runs left to train the usual way."""
-    from .train.vectorized import NotVectorizable, train_copies
+    from ..train.vectorized import NotVectorizable, train_copies
 
     left = []
     groups: dict[str, list[int]] = {}
@@ -434,7 +434,7 @@ def difference(rows: Sequence[Mapping], a: str, b: str, margin: float = EQUIVALE
     :func:`seq2d.stats.welch`) and a TOST equivalence test within ``margin``
     (:func:`seq2d.stats.tost`, alpha 0.05): ``equivalent`` is True only when the 90% interval lies
     inside (-margin, margin). An interval that contains 0 alone is not evidence of equality."""
-    from .stats import tost, welch
+    from ..stats import tost, welch
 
     xa = [r["test_acc"] for r in rows if r["model"] == a and r.get("test_acc") is not None]
     xb = [r["test_acc"] for r in rows if r["model"] == b and r.get("test_acc") is not None]
@@ -483,13 +483,13 @@ def format_table(rows: Sequence[Mapping], reference: str = "mlp") -> str:
     return "\n".join(lines)
 
 
-# The pictures that write_results writes (seq2d.plot.comparison draws them).
+# The pictures that write_results writes (seq2d.lab.mnist_plots draws them).
 PLOTS = {"accuracy_vs_epoch": "accuracy_vs_epoch.png", "final_accuracy": "final_accuracy.png"}
 
 
 def epoch_histories(rows: Sequence[Mapping]) -> dict[tuple[str, int], list[dict]]:
     """``{(model, seed): metrics rows}`` read from each row's ``run_dir`` (empty when it has none)."""
-    from .train.rundir import read_metrics
+    from ..train.rundir import read_metrics
 
     out = {}
     for r in rows:
@@ -503,11 +503,11 @@ def epoch_histories(rows: Sequence[Mapping]) -> dict[tuple[str, int], list[dict]
 def _test_set_size(data: str) -> int | None:
     """Images in the test set of ``data`` ("subset": the bundled file's count; "full": MNIST's t10k)."""
     if data == "subset":
-        from .data.mnist import subset_info
+        from ..data.mnist import subset_info
 
         return subset_info()["n_test"]
     if data == "synthetic":
-        from .train.datasets import synthetic_data
+        from ..train.datasets import synthetic_data
 
         return len(synthetic_data(1, 2)["test"][1])
     return 10_000 if data == "full" else None
@@ -543,9 +543,9 @@ def plot_note(rows: Sequence[Mapping]) -> str:
 def write_plots(rows: Sequence[Mapping], out_dir: str | Path) -> dict[str, Path]:
     """``out_dir/accuracy_vs_epoch.png`` (test accuracy per epoch: each seed, the mean over
     seeds and a +- std band, per model) and ``out_dir/final_accuracy.png`` (final accuracy per
-    model: seeds and mean +- std), drawn by :mod:`seq2d.plot.comparison`, each with the footer
+    model: seeds and mean +- std), drawn by :mod:`seq2d.lab.mnist_plots`, each with the footer
     :func:`plot_note` (what it shows: data, test-set size, epochs, seeds); ``{name: path}``."""
-    from .plot.comparison import plot_accuracy_vs_epoch, plot_final_accuracy
+    from .mnist_plots import plot_accuracy_vs_epoch, plot_final_accuracy
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -10,12 +10,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..arguments import check_factory
-from ..core import Sequential2D
-from ..errors import InvalidInput, InvalidType, InvalidValue
-from ..models.recurrent import RNN, truncated_rnn
-from ..models.recurrent import rnn as _seq2d_rnn
-from ..stability.lstm_projection import clip_embedding_  # the LSTM projections' input bound
+from ...arguments import check_factory
+from ...core import Sequential2D
+from ...errors import InvalidInput, InvalidType, InvalidValue
+from ...models.recurrent import RNN, truncated_rnn
+from ...models.recurrent import rnn as _seq2d_rnn
+from ..lstm.projection import clip_embedding_  # the LSTM projections' input bound
 
 __all__ = ["CELLS", "RNNLM", "TruncatedLM", "clip_embedding_", "output_nll", "output_scores"]
 

@@ -52,8 +52,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
-from .errors import InvalidType, InvalidValue, Seq2DError
-from .threads import threads_arg
+from ..errors import InvalidType, InvalidValue, Seq2DError
+from ..threads import threads_arg
 
 __all__ = ["JobFailure", "JobsFailedError", "available_memory", "resolve_jobs", "jobs_arg", "run_jobs", "worker_log"]
 
@@ -109,7 +109,7 @@ def resolve_jobs(jobs: int | str, tasks: int, *, threads: int = 1, available: fl
     ``available_bytes // memory`` when ``memory`` (the bytes one task needs) is given
     (``available_bytes`` defaults to :func:`available_memory`; unknown: no limit), and at most
     ``tasks``. Never less than 1 (0 tasks: 1)."""
-    from .threads import SLACK, available_cores, cpu_limit
+    from ..threads import SLACK, available_cores, cpu_limit
 
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise InvalidValue(f"threads: expected a positive int, got {threads!r}")
@@ -195,7 +195,7 @@ def _init_worker(queue, threads: int) -> None:
     threading.Thread(target=_watch_parent, args=(os.getppid(),), name="seq2d-watch-parent", daemon=True).start()
     sys.stdout = sys.stderr = _LineWriter()
     try:  # one line per epoch: no timed heartbeat lines between them
-        from .train import loop
+        from ..train import loop
 
         loop.HEARTBEAT_S = math.inf
     except ImportError:

@@ -1,8 +1,8 @@
-r"""Evaluation of the word-level LMs on a batchified token stream (``seq2d.data.wikitext``).
+r"""Evaluation of the word-level LMs on a batchified token stream (``seq2d.lab.wikitext``).
 
-* :func:`evaluate`: mean cross-entropy of an :class:`~seq2d.lm.RNNLM`, recurrent (hidden
+* :func:`evaluate`: mean cross-entropy of an :class:`~seq2d.lab.lm.RNNLM`, recurrent (hidden
   state carried across BPTT segments) or k-truncated (``k=``; each prediction sees only the
-  last ``k`` tokens of its stream), or of a :class:`~seq2d.lm.TruncatedLM`.
+  last ``k`` tokens of its stream), or of a :class:`~seq2d.lab.lm.TruncatedLM`.
 * :func:`grad_norm_vs_distance`: ``||d loss_{t+i} / d x_t||`` at a few positions, each from a
   zero state ``burn_in`` tokens before ``t``.
 * :func:`grad_norm_carried`: the same curve averaged over a whole stream, the hidden state
@@ -26,8 +26,8 @@ import math
 import torch
 from torch import Tensor
 
-from ..data.wikitext import get_batch
-from ..errors import InvalidValue
+from ..wikitext import get_batch
+from ...errors import InvalidValue
 from .model import RNNLM, TruncatedLM
 
 __all__ = ["VANISH_FRACTION", "divergence", "evaluate", "evaluate_truncated", "grad_norm_carried", "grad_norm_vs_distance",
@@ -240,16 +240,20 @@ def grad_norm_windows(model: RNNLM, source: Tensor, max_distance: int = 50, *, s
 @torch.no_grad()
 def lm_data_lambda(model: RNNLM, tokens: Tensor, *, iters: int = 20) -> dict:
     r""":func:`seq2d.stability.data_lambda` of the model's recurrent part (the tanh RNN's
-    layers, or the LSTM's ``(h, c)`` per layer) along its own trajectory on ``tokens (T, B)``
+    layers; for the LSTM :func:`seq2d.lab.lstm.lstm_data_lambda`, its ``(h, c)`` per layer) along
+    its own trajectory on ``tokens (T, B)``
     (time first; a zero state at the start), the inputs being the embeddings. Eval mode.
     Returns its dict (``max``, ``mean`` and per-core details)."""
-    from ..stability import data_lambda  # the stability floor: imported when used
+    from ...stability import data_lambda  # the stability floor: imported when used
+    from ..lstm.jacobian import lstm_data_lambda
 
     was = model.training
     model.eval()
     try:
         xs = model.encoder(tokens)
         with torch.enable_grad():
+            if isinstance(model.rnn, torch.nn.LSTM):  # not a Sequential2D: its exact (h, c) Jacobian per step
+                return lstm_data_lambda(model.rnn, xs)
             return data_lambda(model.rnn, xs, iters=iters)
     finally:
         model.train(was)
@@ -269,7 +273,7 @@ def divergence(loss: float | None, vocab_size: int, *, training: str | None = No
     The definition every stable-RNN experiment uses (flag the run, leave it out of comparisons):
 
     * training stopped on a non-finite loss (``training``: the ``diverged`` reason that
-      :func:`seq2d.lm.train_lm` returns), or
+      :func:`seq2d.lab.lm.train_lm` returns), or
     * its mean loss ``loss`` (nats per token; None stands for a non-finite value, as the results
       JSON stores it) is not finite, or
     * its perplexity ``exp(loss)`` exceeds ``vocab_size``: worse than the uniform guess over the

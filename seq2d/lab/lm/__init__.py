@@ -9,9 +9,9 @@ as its k-truncated feed-forward version with its own parameters
 (:meth:`RNNLM.window_features`, trainable); :meth:`RNNLM.truncated` copies the weights into a
 :class:`TruncatedLM` (the tanh RNN as an acyclic Sequential2D).
 
-Layout: :mod:`~seq2d.lm.model` (the models), :mod:`~seq2d.lm.evaluate` (perplexity, gradient
-norm vs distance, data lambda, :func:`~seq2d.lm.divergence`), :mod:`~seq2d.lm.train` (the classic training loop, recurrent
-or truncated, with a patience rule and resume from a :class:`~seq2d.lm.LoopCheckpoint`, which
+Layout: :mod:`~seq2d.lab.lm.model` (the models), :mod:`~seq2d.lab.lm.evaluate` (perplexity, gradient
+norm vs distance, data lambda, :func:`~seq2d.lab.lm.divergence`), :mod:`~seq2d.lab.lm.train` (the classic training loop, recurrent
+or truncated, with a patience rule and resume from a :class:`~seq2d.lab.lm.LoopCheckpoint`, which
 :class:`seq2d.train.lm_checkpoint.LMCheckpoint` keeps in a file; weight distances).
 """
 
