@@ -1,6 +1,6 @@
 """CPU kernels: GEMMs on strided views of the stored tiles, no weight copies.
 
-Three strategies behind one class, one registered kernel each (``CPUBackend(strategy=...)``):
+Four strategies behind one class, one registered kernel each (``CPUBackend(strategy=...)``):
 
 ``runs`` (default)
     Positions are grouped into *runs*: maximal sequences of stored tiles in one tile-row
@@ -13,7 +13,9 @@ Three strategies behind one class, one registered kernel each (``CPUBackend(stra
 
     Nothing is gathered or copied; the cost is one GEMM call per run. A layout of short
     runs (random tiles: about one or two tiles each) with small gathered copies is computed
-    as ``gather`` instead (``ROWS_MAX_TILES_PER_RUN``, ``ROWS_MAX_VALUES``, measured).
+    as ``gather`` instead (``ROWS_MAX_TILES_PER_RUN``, ``ROWS_MAX_VALUES``, measured); one
+    with larger copies, or of runs up to 8 tiles at tiles 16 and 32, as ``panels``
+    (``PANELS_*``, measured).
 ``gather``
     One GEMM per tile-row over the gathered input tiles ``X_r`` (B, k*T) (forward, dW); dX
     is one GEMM per tile-row too, ``dy[:, r] @ panel_r.T`` -> the (B, k*T) products of the
@@ -45,6 +47,13 @@ Three strategies behind one class, one registered kernel each (``CPUBackend(stra
     tiles 64 and 128 and faster at tile 16; with a competing process it is many times
     faster (docs/performance.md).
 
+``panels`` (kernel ``cpu_panels``)
+    GEMMs over gathered *feature-major* panels (:mod:`.cpu_panels`): the dense operand is
+    transposed once per op, so a tile-column is one contiguous (T, B) block; one GEMM per
+    tile-row forward, and per tile-column one gathered ``dy`` panel for both dX and dW. For
+    tiles 16 and 32, where a run's GEMM is tiny and a batch-major gather copies pieces of
+    T values.
+
 ``panel_r = wp[a:b].view(k*T, T)`` is contiguous thanks to the transposed tile storage.
 Which strategy wins depends on density, batch, the machine's memory bandwidth and how busy
 the machine is; ``benchmarks/blocksparse.py`` measures them side by side, ``--contend``
@@ -63,6 +72,7 @@ from ...errors import InvalidValue
 from ...threads import follow_load_threads, threads_at_most
 from ..autograd import host_product
 from ..layout import BlockSparseLayout
+from . import cpu_panels
 from .base import KernelBackend, register_kernel
 
 
@@ -89,6 +99,17 @@ def _threads_for_load():
 # dX scatter leave the cache), 1.68 (1.85) with runs of 8 tiles.
 ROWS_MAX_TILES_PER_RUN = 2.0
 ROWS_MAX_VALUES = 4 * 1024 * 1024
+
+# When the ``runs`` strategy computes by feature-major panels (:mod:`.cpu_panels`) instead: a layout
+# of short runs (as above) whose gathered copies are too large for the row path, at tiles up to
+# PANELS_MAX_TILE; and at tiles up to PANELS_SMALL_TILE, layouts of runs up to
+# PANELS_MAX_TILES_PER_RUN tiles on average (one GEMM per run of 16 or 32 columns is slow).
+# Measured with `python benchmarks/tile_paths.py` (see its docstring and benchmarks/results/
+# tile_paths-cpu-2026-11-28.json): N=4096, tiles 16/32/64/128, slots of one tile (random tiles,
+# 1.1-1.4 tiles per run), 64 and 256 features (runs of 2-23), densities 0.1/0.25, batch 64/256.
+PANELS_MAX_TILE = 64
+PANELS_SMALL_TILE = 32
+PANELS_MAX_TILES_PER_RUN = 8.0
 
 
 def _plan(layout: BlockSparseLayout) -> dict:
@@ -339,8 +360,8 @@ class CPUBackend(KernelBackend):
     """Block-sparse product on the CPU for float32/float64 (see the module docstring)."""
 
     def __init__(self, strategy: str = "runs", name: str = "cpu", chunk: int | None = None):
-        if strategy not in ("runs", "gather", "bmm"):
-            raise InvalidValue(f"Unknown CPU strategy {strategy!r}. Select from 'runs', 'gather' or 'bmm'.")
+        if strategy not in ("runs", "gather", "bmm", "panels"):
+            raise InvalidValue(f"Unknown CPU strategy {strategy!r}. Select from 'runs', 'gather', 'bmm' or 'panels'.")
         if chunk is not None and (strategy != "bmm" or isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
             raise InvalidValue(f"chunk: a positive int for the 'bmm' strategy only, got {chunk!r}")
         self.strategy = strategy
@@ -359,16 +380,33 @@ class CPUBackend(KernelBackend):
         """Whether this call runs tile-row by tile-row over gathered tiles: always for ``gather``;
         for ``runs`` when the layout's runs are short and the gathered copies small
         (:data:`ROWS_MAX_TILES_PER_RUN`, :data:`ROWS_MAX_VALUES`)."""
+        return self._path(layout, batch) == "rows"
+
+    def _path(self, layout: BlockSparseLayout, batch: int) -> str:
+        """The path of this call: "runs", "rows" (over gathered tiles) or "panels"
+        (:mod:`.cpu_panels`); the ``runs`` strategy picks one per layout and batch
+        (:data:`ROWS_MAX_VALUES`, :data:`PANELS_MAX_TILE`, :data:`PANELS_SMALL_TILE`)."""
         if self.strategy != "runs":
-            return self.strategy == "gather"
-        return _plan(layout)["short_runs"] and batch * layout.nnz * layout.tile <= ROWS_MAX_VALUES
+            return {"gather": "rows", "panels": "panels"}.get(self.strategy, self.strategy)
+        plan, T = _plan(layout), layout.tile
+        if plan["short_runs"]:
+            if batch * layout.nnz * T <= ROWS_MAX_VALUES:
+                return "rows"
+            if T <= PANELS_MAX_TILE:
+                return "panels"
+        elif T <= PANELS_SMALL_TILE and layout.nnz <= PANELS_MAX_TILES_PER_RUN * len(plan["runs"]):
+            return "panels"
+        return "runs"
 
     # ------------------------------------------------------------------ forward
     def dds_t(self, x: Tensor, wp: Tensor, layout: BlockSparseLayout) -> Tensor:
         if self.strategy == "bmm":
             return self._dds_t_bmm(x, wp, layout)
         with _threads_for_load():
-            if self._by_rows(layout, x.shape[0]):
+            path = self._path(layout, x.shape[0])
+            if path == "panels":
+                return cpu_panels.dds_t(x, wp, layout, _rows(layout), _plan(layout)["zero_rows"], _scratch)
+            if path == "rows":
                 return _dds_t_rows(x, wp, layout)
             return self._dds_t_runs(x, wp, layout)
 
@@ -387,7 +425,10 @@ class CPUBackend(KernelBackend):
         if self.strategy == "bmm":
             return super().backward(dy, x, wp, layout, need_dx, need_dw)
         with _threads_for_load():
-            if self._by_rows(layout, dy.shape[0]):
+            path = self._path(layout, dy.shape[0])
+            if path == "panels":
+                return cpu_panels.backward(dy, x, wp, layout, need_dx, need_dw, _scratch)
+            if path == "rows":
                 return _backward_rows(dy, x, wp, layout, need_dx, need_dw)
             return self._backward_runs(dy, x, wp, layout, need_dx, need_dw)
 
@@ -412,6 +453,8 @@ class CPUBackend(KernelBackend):
     def dds(self, dy: Tensor, wp: Tensor, layout: BlockSparseLayout) -> Tensor:
         if self.strategy == "bmm":
             return self._dds_bmm(dy, wp, layout)
+        if self._path(layout, dy.shape[0]) == "panels":
+            return cpu_panels.backward(dy, None, wp, layout, True, False, _scratch)[0]
         if self._by_rows(layout, dy.shape[0]):
             return _backward_rows(dy, None, wp, layout, True, False)[0]
         return self._backward_runs(dy, None, wp, layout, True, False)[0]
@@ -419,6 +462,8 @@ class CPUBackend(KernelBackend):
     def sdd_t(self, dy: Tensor, x: Tensor, layout: BlockSparseLayout) -> Tensor:
         if self.strategy == "bmm":
             return self._sdd_t_bmm(dy, x, layout)
+        if self._path(layout, x.shape[0]) == "panels":
+            return cpu_panels.backward(dy, x, None, layout, False, True, _scratch)[1]
         if self._by_rows(layout, x.shape[0]):
             return _backward_rows(dy, x, None, layout, False, True)[1]
         T = layout.tile
@@ -464,3 +509,4 @@ class CPUBackend(KernelBackend):
 register_kernel(CPUBackend("runs", "cpu"))
 register_kernel(CPUBackend("gather", "cpu_gather"))
 register_kernel(CPUBackend("bmm", "cpu_bmm"))
+register_kernel(CPUBackend("panels", "cpu_panels"))

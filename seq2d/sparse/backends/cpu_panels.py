@@ -1,0 +1,125 @@
+"""The ``panels`` path of the CPU kernel: GEMMs over gathered *feature-major* panels.
+
+Small tiles (16, 32) in random places defeat the other CPU paths: one GEMM per run is one
+tiny GEMM per tile (thousands of ``(B, 16) @ (16, 16)`` calls), and gathering the input
+tiles of a tile-row from the batch-major ``x`` (B, Kt*T) copies ``B * k`` pieces of ``T``
+values each. Here the dense operand is transposed once per op to feature-major
+(``xT`` = ``x.T``, (Kt*T, B)), where the tile-column ``c`` of ``x`` is one contiguous
+(T, B) block, so a tile-row's input panel is gathered as ``k`` contiguous blocks::
+
+    forward, per tile-row r:     yT[r]  = panel_r.T (T, k*T)  @ xT[cols of r]  (k*T, B)
+    backward, per tile-column c: G      = dyT[rows of c]                        (k*T, B)
+                                 dxT[c] = wc_c (T, k*T) @ G                     (T, B)
+                                 dWc_c  = G @ x[:, c]      (k*T, B) @ (B, T)    (k*T, T)
+
+``panel_r = wp[a:b].view(k*T, T)`` is the tile-row's contiguous panel of the transposed tile
+storage; ``wc`` (T_in, P, T_out) holds the tiles in column order (one copy per backward), so a
+tile-column's tiles side by side, ``wc[:, a:b]``, are one strided matrix. dX and dW share the
+tile-column's gathered ``dy`` panel (one gather for both), and ``x`` itself is read in place
+by the dW products; ``dWc`` (tiles of ``W`` itself, in column order) is put back into the
+transposed per-position storage with one gather. A tile-row (tile-column) whose columns
+(rows) are consecutive is a view, no gather. Per pass about ``B * P * T`` gathered values (as
+``gather``), but copied in contiguous blocks of ``T * B`` values, from which the GEMMs read
+while they are in cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from ..layout import BlockSparseLayout
+
+__all__ = ["dds_t", "backward"]
+
+Scratch = Callable[[str, tuple, torch.dtype], Tensor]
+
+
+def _cols(layout: BlockSparseLayout) -> dict:
+    """Tile-column plan (cached on the layout): ``(c, a, b, r0, rows)`` of every non-empty
+    tile-column (its positions ``t_pos[a:b]``, first row ``r0`` when its rows are consecutive,
+    else -1, and its rows), the empty tile-columns, the largest column and the inverse of
+    ``t_pos`` (position -> its place in column order)."""
+    plan = layout.__dict__.get("_cpu_panels_plan")
+    if plan is not None:
+        return plan
+    ptr = layout.host()["col_ptr"]
+    row_of = layout.row[layout.t_pos]  # the row of every position in column order
+    rows_host = row_of.tolist()
+    cols, empty = [], []
+    for c in range(layout.Kt):
+        a, b = ptr[c], ptr[c + 1]
+        if a == b:
+            empty.append(c)
+            continue
+        r0 = rows_host[a] if rows_host[b - 1] - rows_host[a] == b - a - 1 else -1
+        cols.append((c, a, b, r0, row_of[a:b]))
+    inv = torch.empty_like(layout.t_pos)
+    inv[layout.t_pos] = torch.arange(layout.nnz, device=inv.device)
+    plan = {"cols": cols, "empty": torch.tensor(empty, dtype=torch.long), "kmax": max((b - a for _, a, b, _, _ in cols), default=0),
+            "inv": inv}
+    layout.__dict__["_cpu_panels_plan"] = plan
+    return plan
+
+
+def _feature_major(a: Tensor, role: str, scratch: Scratch) -> Tensor:
+    """``a.T`` (n, B) contiguous, in a scratch buffer."""
+    out = scratch(role, (a.shape[1], a.shape[0]), a.dtype)
+    return out.copy_(a.T)
+
+
+@torch.no_grad()  # out= into scratch buffers: the caller differentiates, not these ops
+def dds_t(x: Tensor, wp: Tensor, layout: BlockSparseLayout, rows: list, empty: Tensor, scratch: Scratch) -> Tensor:
+    """``x @ W.T`` (B, Mt*T), one GEMM per non-empty tile-row; ``rows`` the ``(r, a, b, c0,
+    cols)`` of every non-empty tile-row (``c0`` its first column when they are consecutive),
+    ``empty`` the other tile-rows."""
+    B, T = x.shape[0], layout.tile
+    xT = _feature_major(x, "panels_in", scratch)
+    x3 = xT.view(layout.Kt, T, B)
+    yT = scratch("panels_out", (layout.Mt * T, B), x.dtype)
+    if empty.numel():
+        yT.view(layout.Mt, T, B).index_fill_(0, empty, 0)
+    kmax = max((b - a for _, a, b, _, _ in rows), default=0)
+    g = scratch("panels_gather", (kmax, T, B), x.dtype)
+    for r, a, b, c0, cols in rows:
+        k = b - a
+        xg = xT[c0 * T:(c0 + k) * T] if c0 >= 0 else torch.index_select(x3, 0, cols, out=g[:k]).view(k * T, B)
+        torch.mm(wp[a:b].view(k * T, T).T, xg, out=yT[r * T:(r + 1) * T])
+    y = x.new_empty(B, layout.Mt * T)  # fresh: yT is scratch
+    return y.copy_(yT.T)
+
+
+@torch.no_grad()
+def backward(dy: Tensor, x: Tensor | None, wp: Tensor | None, layout: BlockSparseLayout, need_dx: bool,
+             need_dw: bool, scratch: Scratch) -> tuple[Tensor | None, Tensor | None]:
+    """dX (B, Kt*T) and dW (P, T, T), tile-column by tile-column over one gathered ``dy`` panel each."""
+    B, T, P = dy.shape[0], layout.tile, layout.nnz
+    plan = _cols(layout)
+    dyT = _feature_major(dy, "panels_in", scratch)
+    d3 = dyT.view(layout.Mt, T, B)
+    g = scratch("panels_gather", (plan["kmax"], T, B), dy.dtype)
+    if need_dx:
+        # the tiles in column order, (T_in, P, T_out): column c's tiles side by side are wc[:, a:b]
+        wcol = scratch("panels_tiles", (P, T * T), wp.dtype)
+        torch.index_select(wp.view(P, T * T), 0, layout.t_pos, out=wcol)
+        wc = scratch("panels_tiles_t", (T, P, T), wp.dtype).copy_(wcol.view(P, T, T).transpose(0, 1))
+        dxT = scratch("panels_out", (layout.Kt * T, B), dy.dtype)
+        if plan["empty"].numel():
+            dxT.view(layout.Kt, T, B).index_fill_(0, plan["empty"], 0)
+    if need_dw:
+        dwc = scratch("panels_dw", (P * T, T), dy.dtype)  # tiles of W itself (T_out, T_in), column order
+    for c, a, b, r0, rows in plan["cols"]:
+        k = b - a
+        G = dyT[r0 * T:(r0 + k) * T] if r0 >= 0 else torch.index_select(d3, 0, rows, out=g[:k]).view(k * T, B)
+        if need_dx:
+            torch.mm(wc[:, a:b].reshape(T, k * T), G, out=dxT[c * T:(c + 1) * T])
+        if need_dw:
+            torch.mm(G, x[:, c * T:(c + 1) * T], out=dwc[a * T:b * T])
+    dx = dw = None
+    if need_dx:
+        dx = dy.new_empty(B, layout.Kt * T).copy_(dxT.T)
+    if need_dw:  # back to position order and to the transposed storage, one gather
+        dw = dwc.view(P, T, T).transpose(1, 2).index_select(0, plan["inv"])
+    return dx, dw
