@@ -13,8 +13,8 @@ values each. Here the dense operand is transposed once per op to feature-major
                                  dWc_c  = G @ x[:, c]      (k*T, B) @ (B, T)    (k*T, T)
 
 ``panel_r = wp[a:b].view(k*T, T)`` is the tile-row's contiguous panel of the transposed tile
-storage; ``wc`` (T_in, P, T_out) holds the tiles in column order (one copy per backward), so a
-tile-column's tiles side by side, ``wc[:, a:b]``, are one strided matrix. dX and dW share the
+storage; ``wc`` (T_in, P*T_out) holds the tiles in column order side by side (one copy per
+backward), so a tile-column's tiles, ``wc[:, a*T:b*T]``, are one strided matrix. dX and dW share the
 tile-column's gathered ``dy`` panel (one gather for both), and ``x`` itself is read in place
 by the dW products; ``dWc`` (tiles of ``W`` itself, in column order) is put back into the
 transposed per-position storage with one gather. A tile-row (tile-column) whose columns
@@ -83,10 +83,11 @@ def dds_t(x: Tensor, wp: Tensor, layout: BlockSparseLayout, rows: list, empty: T
         yT.view(layout.Mt, T, B).index_fill_(0, empty, 0)
     kmax = max((b - a for _, a, b, _, _ in rows), default=0)
     g = scratch("panels_gather", (kmax, T, B), x.dtype)
+    w2 = wp.view(-1, T)  # the tile-row panels, stacked
     for r, a, b, c0, cols in rows:
         k = b - a
         xg = xT[c0 * T:(c0 + k) * T] if c0 >= 0 else torch.index_select(x3, 0, cols, out=g[:k]).view(k * T, B)
-        torch.mm(wp[a:b].view(k * T, T).T, xg, out=yT[r * T:(r + 1) * T])
+        torch.mm(w2[a * T:b * T].T, xg, out=yT[r * T:(r + 1) * T])
     y = x.new_empty(B, layout.Mt * T)  # fresh: yT is scratch
     return y.copy_(yT.T)
 
@@ -101,10 +102,10 @@ def backward(dy: Tensor, x: Tensor | None, wp: Tensor | None, layout: BlockSpars
     d3 = dyT.view(layout.Mt, T, B)
     g = scratch("panels_gather", (plan["kmax"], T, B), dy.dtype)
     if need_dx:
-        # the tiles in column order, (T_in, P, T_out): column c's tiles side by side are wc[:, a:b]
+        # the tiles in column order, (T_in, P*T_out): column c's tiles side by side are wc[:, a*T:b*T]
         wcol = scratch("panels_tiles", (P, T * T), wp.dtype)
         torch.index_select(wp.view(P, T * T), 0, layout.t_pos, out=wcol)
-        wc = scratch("panels_tiles_t", (T, P, T), wp.dtype).copy_(wcol.view(P, T, T).transpose(0, 1))
+        wc = scratch("panels_tiles_t", (T, P, T), wp.dtype).copy_(wcol.view(P, T, T).transpose(0, 1)).view(T, P * T)
         dxT = scratch("panels_out", (layout.Kt * T, B), dy.dtype)
         if plan["empty"].numel():
             dxT.view(layout.Kt, T, B).index_fill_(0, plan["empty"], 0)
@@ -114,7 +115,7 @@ def backward(dy: Tensor, x: Tensor | None, wp: Tensor | None, layout: BlockSpars
         k = b - a
         G = dyT[r0 * T:(r0 + k) * T] if r0 >= 0 else torch.index_select(d3, 0, rows, out=g[:k]).view(k * T, B)
         if need_dx:
-            torch.mm(wc[:, a:b].reshape(T, k * T), G, out=dxT[c * T:(c + 1) * T])
+            torch.mm(wc[:, a * T:b * T], G, out=dxT[c * T:(c + 1) * T])
         if need_dw:
             torch.mm(G, x[:, c * T:(c + 1) * T], out=dwc[a * T:b * T])
     dx = dw = None
