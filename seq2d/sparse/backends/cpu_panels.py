@@ -103,14 +103,15 @@ def backward(dy: Tensor, x: Tensor | None, wp: Tensor | None, layout: BlockSpars
     g = scratch("panels_gather", (plan["kmax"], T, B), dy.dtype)
     if need_dx:
         # the tiles in column order, (T_in, P*T_out): column c's tiles side by side are wc[:, a*T:b*T]
-        wcol = scratch("panels_tiles", (P, T * T), wp.dtype)
-        torch.index_select(wp.view(P, T * T), 0, layout.t_pos, out=wcol)
-        wc = scratch("panels_tiles_t", (T, P, T), wp.dtype).copy_(wcol.view(P, T, T).transpose(0, 1)).view(T, P * T)
+        # (fresh, not scratch: weight-sized temporaries would stay allocated between calls)
+        wcol = wp.index_select(0, layout.t_pos)
+        wc = wp.new_empty(T, P, T).copy_(wcol.transpose(0, 1)).view(T, P * T)
+        del wcol
         dxT = scratch("panels_out", (layout.Kt * T, B), dy.dtype)
         if plan["empty"].numel():
             dxT.view(layout.Kt, T, B).index_fill_(0, plan["empty"], 0)
     if need_dw:
-        dwc = scratch("panels_dw", (P * T, T), dy.dtype)  # tiles of W itself (T_out, T_in), column order
+        dwc = dy.new_empty(P * T, T)  # tiles of W itself (T_out, T_in), column order
     for c, a, b, r0, rows in plan["cols"]:
         k = b - a
         G = dyT[r0 * T:(r0 + k) * T] if r0 >= 0 else torch.index_select(d3, 0, rows, out=g[:k]).view(k * T, B)
