@@ -104,9 +104,15 @@ ROWS_MAX_VALUES = 4 * 1024 * 1024
 # of short runs (as above) whose gathered copies are too large for the row path, at tiles up to
 # PANELS_MAX_TILE; and at tiles up to PANELS_SMALL_TILE, layouts of runs up to
 # PANELS_MAX_TILES_PER_RUN tiles on average (one GEMM per run of 16 or 32 columns is slow).
-# Measured with `python benchmarks/tile_paths.py` (see its docstring and benchmarks/results/
-# tile_paths-cpu-2026-11-28.json): N=4096, tiles 16/32/64/128, slots of one tile (random tiles,
-# 1.1-1.4 tiles per run), 64 and 256 features (runs of 2-23), densities 0.1/0.25, batch 64/256.
+# Measured with `python benchmarks/tile_paths.py --cases grid --repeats 5 --rounds 2` (2026-11-28,
+# Intel Xeon, AVX512, 1 thread, load average 3.3-3.6 from other jobs; benchmarks/results/
+# tile_paths-cpu-2026-11-28-grid.json): N=4096, tiles 16/32/64/128, slots of one tile (random
+# tiles, 1.1-1.4 tiles per run) and of 64/256/512 features (runs of 2-39 tiles), densities
+# 0.1/0.25, batch 64/256: the rule's pick was the fastest path or within 1.16x of it in 53 of 56
+# layouts (1.31x and 1.37x where runs of 20-39 tiles of 16/32 ran slower than panels, and 1.75x
+# at tile 32, runs of 2.2, batch 64, where rows wins). With the default cases
+# (`--repeats 9 --rounds 3`, load 4.0, tile_paths-cpu-2026-11-28.json) panels / runs = 0.69,
+# 0.92, 0.78 on the N=4096 random layouts of density 0.1/0.25/0.5 that ran as runs before.
 PANELS_MAX_TILE = 64
 PANELS_SMALL_TILE = 32
 PANELS_MAX_TILES_PER_RUN = 8.0
