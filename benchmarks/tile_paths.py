@@ -1,13 +1,13 @@
-"""The ``cpu`` block-sparse kernel's paths side by side: one GEMM per run, per tile-row over gathered tiles, or over feature-major panels.
+"""The ``cpu`` block-sparse kernel's paths side by side: one GEMM per run (batch-major or feature-major), per tile-row over gathered tiles, or over feature-major panels.
 
     python benchmarks/tile_paths.py [--repeats 15] [--rounds 3] [--json FILE]
     python benchmarks/tile_paths.py --cases grid --repeats 5 --rounds 2   # the panels rule's grid
 
 The ``cpu`` kernel (``seq2d/sparse/backends/cpu.py``) runs a layout of short runs row by row
 over gathered tiles when the gathered copies are small (``ROWS_MAX_TILES_PER_RUN``,
-``ROWS_MAX_VALUES``), by feature-major panels (``seq2d/sparse/backends/cpu_panels.py``) when
-they are larger, up to tile 64, or when the tiles are small (16, 32) and the runs short
-(``PANELS_*``). This times the paths, forced, on the layouts those rules were set from
+``ROWS_MAX_VALUES``), and otherwise by feature-major panels or feature-major runs
+(``seq2d/sparse/backends/cpu_fm.py``) or the batch-major runs, by tile and run length
+(``PANELS_*``, ``FMRUNS_*``). This times the paths, forced, on the layouts those rules were set from
 (``--cases``): ``mnist``, the two products of the random-tile MNIST model's step (its
 held-input tiles and the rest, at batch 64, built by ``seq2d.train.build_model`` as ``seq2d
 mnist --full`` builds it), tile 64; ``random``, random tile masks at N = 4096, batch 256
@@ -16,8 +16,8 @@ the layouts of ``benchmarks/model_step.py`` (N = 4096, ``block_mask`` of slots o
 features at density d, tile T): T in 16, 32, 64, 128, S in {T, 64, 256, 512} (S >= T; S = T:
 random tiles), d in 0.1, 0.25, batch 64 and 256. One case = forward + backward (dX and dW,
 or dW alone where the trainer needs no dX); rounds interleave the paths; medians. One
-thread, float32. ``runs`` is left out where it is known to lose by far (tile 16 random tiles:
-thousands of one-tile GEMMs).
+thread, float32. ``runs`` and ``fmruns`` are left out where they are known to lose by far
+(tile 16 random tiles: thousands of one-tile GEMMs).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import torch
 
 from seq2d.envinfo import cpu_name
 from seq2d.sparse import layout_from_tile_mask
-from seq2d.sparse.backends import cpu, cpu_panels, get_kernel
+from seq2d.sparse.backends import cpu, cpu_fm, get_kernel
 
 
 def mnist_layouts(sizes, image_size) -> list:
@@ -96,12 +96,14 @@ def time_case(L, batch, need_dx, repeats, rounds) -> dict:
     paths = {
         "runs": lambda: (kernel._dds_t_runs(x, wp, L), kernel._backward_runs(dy, x, wp, L, need_dx, True)),
         "rows": lambda: (cpu._dds_t_rows(x, wp, L), cpu._backward_rows(dy, x, wp, L, need_dx, True)),
-        "panels": lambda: (cpu_panels.dds_t(x, wp, L, cpu._rows(L), cpu._plan(L)["zero_rows"], cpu._scratch),
-                           cpu_panels.backward(dy, x, wp, L, need_dx, True, cpu._scratch)),
+        "panels": lambda: (cpu_fm.panels_dds_t(x, wp, L, cpu._rows(L), cpu._plan(L)["zero_rows"], cpu._scratch),
+                           cpu_fm.panels_backward(dy, x, wp, L, need_dx, True, cpu._scratch)),
+        "fmruns": lambda: (cpu_fm.fmruns_dds_t(x, wp, L, cpu._plan(L), cpu._scratch),
+                           cpu_fm.fmruns_backward(dy, x, wp, L, need_dx, True, cpu._plan(L), cpu._scratch)),
     }
     plan = cpu._plan(L)
     if T == 16 and L.nnz <= 1.5 * len(plan["runs"]):  # one-tile GEMMs of 16: several times slower than the rest
-        del paths["runs"]
+        del paths["runs"], paths["fmruns"]
     times = {p: [] for p in paths}
     for _ in range(rounds):
         for path, one in paths.items():
@@ -115,7 +117,7 @@ def time_case(L, batch, need_dx, repeats, rounds) -> dict:
     med = {p: statistics.median(v) for p, v in times.items()}
     out = {"tile": T, "tiles": L.nnz, "runs": len(plan["runs"]), "tiles_per_run": L.nnz / len(plan["runs"]),
            "gathered_values": batch * L.nnz * T, "picked": kernel._path(L, batch), "fastest": min(med, key=med.get)}
-    for p in ("runs", "rows", "panels"):
+    for p in ("runs", "rows", "panels", "fmruns"):
         out[f"{p}_ms"] = 1e3 * med[p] if p in med else None
     out["rows_over_runs"] = med["rows"] / med["runs"] if "runs" in med else None
     out["picked_over_fastest"] = med[out["picked"]] / med[out["fastest"]] if out["picked"] in med else None
@@ -145,15 +147,15 @@ def main(argv=None) -> int:
             cases += grid_layouts(4096, [16, 32, 64, 128], [0.1, 0.25], [64, 256])
     print(f"# capability {torch.backends.cpu.get_cpu_capability()}, torch {torch.__version__}, 1 thread, "
           f"load {os.getloadavg()[0]:.2f}")
-    print("| layout | batch | tiles | tiles/run | gathered values | runs ms | rows ms | panels ms | picked | picked / fastest |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| layout | batch | tiles | tiles/run | gathered values | runs ms | rows ms | panels ms | fmruns ms | picked | picked / fastest |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     results = []
     for name, L, batch, need_dx in cases:
         if L.nnz == 0:
             continue
         r = {"layout": name, "batch": batch, **time_case(L, batch, need_dx, args.repeats, args.rounds)}
         results.append(r)
-        ms = " | ".join("-" if r[f"{p}_ms"] is None else f"{r[f'{p}_ms']:.2f}" for p in ("runs", "rows", "panels"))
+        ms = " | ".join("-" if r[f"{p}_ms"] is None else f"{r[f'{p}_ms']:.2f}" for p in ("runs", "rows", "panels", "fmruns"))
         print(f"| {name} | {batch} | {r['tiles']} | {r['tiles_per_run']:.2f} | {r['gathered_values'] / 1e6:.1f}M | "
               f"{ms} | {r['picked']} | {r['picked_over_fastest']:.2f} |", flush=True)
     print(f"# load {os.getloadavg()[0]:.2f} at the end")
