@@ -160,7 +160,7 @@ def test_a_changed_tile_mask_is_seen_by_the_compiled_tiled_model():
     assert not torch.allclose(f(x), before)
 
 
-@pytest.mark.parametrize("kernel", ["cpu", "cpu_gather", "cpu_bmm"])
+@pytest.mark.parametrize("kernel", ["cpu", "cpu_gather", "cpu_bmm", "cpu_panels", "cpu_fmruns"])
 def test_cpu_kernels_are_custom_ops_that_pass_opcheck(kernel):
     torch.manual_seed(3)
     L = layout_from_tile_mask(16, torch.rand(5, 4) < 0.5)

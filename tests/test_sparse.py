@@ -16,7 +16,7 @@ from seq2d.models.random import random_tile_engine
 from seq2d.testing import example_input
 from seq2d.sparse import BlockSparseLayout, bsmm, layout_from_tile_mask
 
-CPU_KERNELS = ["cpu", "cpu_gather", "cpu_bmm", "dense"]
+CPU_KERNELS = ["cpu", "cpu_gather", "cpu_bmm", "cpu_panels", "cpu_fmruns", "dense"]
 TOL = {torch.float32: 2e-4, torch.float64: 1e-10}
 
 
@@ -85,19 +85,29 @@ def test_kernel_matches_reference(kernel, dtype, density, tile, Mt, Kt, B):
     torch.testing.assert_close(wp.grad, L.from_dense(w_dense.grad), rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize("rows", [False, True], ids=["runs", "rows"])
+@pytest.mark.parametrize("path", ["runs", "rows", "panels", "fmruns"])
 @pytest.mark.parametrize("density", [0.3, 0.5, 1.0])
-def test_cpu_kernel_runs_and_rows_paths_match_reference(monkeypatch, rows, density):
+def test_cpu_kernel_paths_match_reference(monkeypatch, path, density):
     """The ``cpu`` kernel computes a layout of short runs row by row over gathered tiles when
-    the copies are small (ROWS_MAX_VALUES): both paths against the dense reference (float64,
-    output and both gradients) and gradcheck, forced each way; long runs never take the rows path."""
+    the copies are small (ROWS_MAX_VALUES), else by feature-major panels, feature-major runs or
+    batch-major runs by tile and run length (PANELS_*, FMRUNS_*): each path against the
+    dense reference (float64, output and both gradients) and gradcheck, forced each way through
+    the rule's constants; a full layout (one run per row) never takes the rows or panels path."""
     from seq2d.sparse.backends import cpu, get_kernel
 
-    monkeypatch.setattr(cpu, "ROWS_MAX_VALUES", 1 << 40 if rows else 0)
+    monkeypatch.setattr(cpu, "ROWS_MAX_VALUES", 1 << 40 if path == "rows" else 0)
+    monkeypatch.setattr(cpu, "PANELS_MAX_TILE", 16 if path == "panels" else 0)
+    monkeypatch.setattr(cpu, "PANELS_SMALL_TILE", 16 if path == "panels" else 0)
+    monkeypatch.setattr(cpu, "FMRUNS_MIN_TILE", 16 if path == "fmruns" else 1 << 10)
+    monkeypatch.setattr(cpu, "FMRUNS_MAX_TILE", 1 << 10)
+    monkeypatch.setattr(cpu, "FMRUNS_MIN_BATCH", 1)
+    monkeypatch.setattr(cpu, "FMRUNS_MIN_DENSITY", 0.0)
     kernel = get_kernel("cpu")
     T, Mt, Kt, B = 16, 6, 9, 5
     L = rand_layout(T, Mt, Kt, density, seed=8)
-    assert kernel._by_rows(L, B) == (rows and density < 1.0)  # a full layout is one run per row
+    full = {"rows": "runs", "panels": "runs"}
+    assert kernel._path(L, B) == (path if density < 1.0 else full.get(path, path))
+    assert kernel._by_rows(L, B) == (path == "rows" and density < 1.0)
     wp = torch.randn(L.nnz, T, T, dtype=torch.float64, requires_grad=True)
     x = torch.randn(B, Kt * T, dtype=torch.float64, requires_grad=True)
     w_dense = L.to_dense(wp.detach()).requires_grad_(True)
@@ -119,6 +129,28 @@ def test_cpu_kernel_runs_and_rows_paths_match_reference(monkeypatch, rows, densi
         xs = torch.randn(3, 3 * T, dtype=torch.float64, requires_grad=True)
         ws = torch.randn(small.nnz, T, T, dtype=torch.float64, requires_grad=True)
         assert torch.autograd.gradcheck(lambda a, w: bsmm(a, w, small, kernel=kernel), (xs, ws))
+
+
+@pytest.mark.parametrize("tile,slot,batch,path", [
+    (16, 16, 256, "panels"),  # random 16-tiles (the 256-slot model of benchmarks/model_step.py)
+    (16, 64, 64, "panels"),  # runs of about 4 tiles of 16
+    (16, 256, 256, "runs"),  # runs of about 20 tiles of 16
+    (32, 32, 256, "panels"),
+    (64, 64, 256, "fmruns"),  # random 64-tiles, large copies
+    (64, 64, 16, "rows"),  # random 64-tiles, small copies
+    (64, 256, 256, "fmruns"),  # runs of about 5 tiles of 64, density 0.25, batch 256
+    (64, 256, 64, "runs"),  # the same at batch 64
+    (128, 128, 256, "runs"),  # fmruns lost to runs at tile 128
+])
+def test_cpu_kernel_path_rule(tile, slot, batch, path):
+    """The ``cpu`` kernel's choice on the kinds of layout its rule was measured on
+    (benchmarks/tile_paths.py): N = 4096, random blocks of ``slot`` features at density 0.25."""
+    from seq2d.sparse.backends import get_kernel
+
+    n, k = 4096 // slot, slot // tile
+    blocks = torch.rand(n, n, generator=torch.Generator().manual_seed(0)) < 0.25
+    L = layout_from_tile_mask(tile, blocks.repeat_interleave(k, 0).repeat_interleave(k, 1))
+    assert get_kernel("cpu")._path(L, batch) == path
 
 
 @pytest.mark.parametrize("kernel", CPU_KERNELS)

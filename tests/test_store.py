@@ -255,7 +255,11 @@ def test_auto_picks_the_store_from_the_measured_crossover():
     sparse[1:, 0] = True
     sparse[torch.arange(1, 8), torch.arange(1, 8)] = True  # 14 of 64 blocks
     assert choose_store([64] * 8, sparse.tolist()) == ("tiled", 64)
-    assert choose_store([16] * 8, sparse.tolist()) == ("dense", None)  # tile 16: never picked
+    assert choose_store([16] * 8, sparse.tolist()) == ("tiled", 16)  # tile 16 below 0.4
+    half = sparse.clone()
+    half[1:, 4:] = True  # 38 of the box's 56 blocks: 0.68
+    assert choose_store([16] * 8, half.tolist()) == ("dense", None)
+    assert choose_store([16, 32, 48, 64] * 2, sparse.tolist()) == ("tiled", 16)  # 16 pads none of them
     assert choose_store([64] * 8, torch.ones(8, 8, dtype=torch.bool).tolist()) == ("dense", None)
     m = seq2d.from_mask([64] * 8, sparse, activations="tanh", bias=True, seed=0, steps=2, store="auto", dtype=D)
     assert isinstance(m.store, TiledStore) and m.store.tile == 64

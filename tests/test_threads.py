@@ -262,7 +262,7 @@ def test_follow_load_can_be_switched_off(monkeypatch):
     assert threads.follow_load_threads(2) == 1
 
 
-@pytest.mark.parametrize("kernel", ["cpu", "cpu_gather"])
+@pytest.mark.parametrize("kernel", ["cpu", "cpu_gather", "cpu_panels", "cpu_fmruns"])
 def test_cpu_kernels_under_load_give_the_same_product_and_restore_torch(monkeypatch, kernel):
     """With the follower saying one core is free, the runs/gather kernels (run with 1 thread)
     give the reference product and gradients, and leave torch's thread count as it was."""

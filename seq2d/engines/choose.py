@@ -17,9 +17,14 @@ STORES = ("auto", "dense", "loop")
 # N = 4096, fwd+bwd through the list API; benchmarks/results/model_step-grid-cpu-2026-11-23.json,
 # docs/performance.md "Model step"): with tile 64 the tiled store beat the dense store at every
 # density measured (0.1, 0.25, 0.5; 0.55x-0.98x its time quiet), so the crossover is at least
-# 0.5 and 0.5 is used; with tile 16 it lost at 0.25 and collapsed with 2 threads under load,
-# so tile 16 is never picked. Tiles 32 and 128 and the GPU are not measured: never picked.
-TILED_CROSSOVER = {"cpu": {64: 0.5}}
+# 0.5 and 0.5 is used. Tile 16, since the cpu kernel's feature-major paths (issue 35): `python
+# benchmarks/model_step.py --threads 1 --slots 256 64 --densities 0.1 0.25 0.5 --repeats 7
+# --sections grid` (2026-11-28, Intel Xeon AVX512, 1 thread, training runs paused; benchmarks/
+# results/model_step-smalltile-cpu-2026-11-28.json): 256 slots of 16, tiled / dense store 0.27,
+# 0.48, 1.20 at density 0.1, 0.25, 0.5 (tiled time about linear in density: even near 0.43),
+# so 0.4; benchmarks/store_auto.py checks it on irregular slots of 16-64. Two threads at tile 16
+# are not re-measured. Tiles 32 and 128 and the GPU are not measured: never picked.
+TILED_CROSSOVER = {"cpu": {64: 0.5, 16: 0.4}}
 
 
 def choose_store(sizes: Sequence[int], block_mask, device_type: str = "cpu",

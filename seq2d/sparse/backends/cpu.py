@@ -1,6 +1,6 @@
 """CPU kernels: GEMMs on strided views of the stored tiles, no weight copies.
 
-Three strategies behind one class, one registered kernel each (``CPUBackend(strategy=...)``):
+Five strategies behind one class, one registered kernel each (``CPUBackend(strategy=...)``):
 
 ``runs`` (default)
     Positions are grouped into *runs*: maximal sequences of stored tiles in one tile-row
@@ -13,7 +13,9 @@ Three strategies behind one class, one registered kernel each (``CPUBackend(stra
 
     Nothing is gathered or copied; the cost is one GEMM call per run. A layout of short
     runs (random tiles: about one or two tiles each) with small gathered copies is computed
-    as ``gather`` instead (``ROWS_MAX_TILES_PER_RUN``, ``ROWS_MAX_VALUES``, measured).
+    as ``gather`` instead (``ROWS_MAX_TILES_PER_RUN``, ``ROWS_MAX_VALUES``, measured); others
+    as ``fmruns`` (tile 64 at large batches) or ``panels`` (small tiles), see
+    ``FMRUNS_*`` and ``PANELS_*`` (measured).
 ``gather``
     One GEMM per tile-row over the gathered input tiles ``X_r`` (B, k*T) (forward, dW); dX
     is one GEMM per tile-row too, ``dy[:, r] @ panel_r.T`` -> the (B, k*T) products of the
@@ -45,6 +47,14 @@ Three strategies behind one class, one registered kernel each (``CPUBackend(stra
     tiles 64 and 128 and faster at tile 16; with a competing process it is many times
     faster (docs/performance.md).
 
+``panels`` (kernel ``cpu_panels``) and ``fmruns`` (kernel ``cpu_fmruns``)
+    The *feature-major* paths (:mod:`.cpu_fm`): the dense operand is transposed once per op,
+    so a tile-column is one contiguous (T, B) block. ``panels``: one GEMM per tile-row over
+    its gathered blocks forward, and per tile-column one gathered ``dy`` panel for both dX
+    and dW (tiles 16 and 32, where a run's GEMM is tiny and a batch-major gather copies
+    pieces of T values). ``fmruns``: ``runs`` on the contiguous blocks, dX tile by tile per
+    tile-column (larger tiles).
+
 ``panel_r = wp[a:b].view(k*T, T)`` is contiguous thanks to the transposed tile storage.
 Which strategy wins depends on density, batch, the machine's memory bandwidth and how busy
 the machine is; ``benchmarks/blocksparse.py`` measures them side by side, ``--contend``
@@ -63,6 +73,7 @@ from ...errors import InvalidValue
 from ...threads import follow_load_threads, threads_at_most
 from ..autograd import host_product
 from ..layout import BlockSparseLayout
+from . import cpu_fm
 from .base import KernelBackend, register_kernel
 
 
@@ -89,6 +100,26 @@ def _threads_for_load():
 # dX scatter leave the cache), 1.68 (1.85) with runs of 8 tiles.
 ROWS_MAX_TILES_PER_RUN = 2.0
 ROWS_MAX_VALUES = 4 * 1024 * 1024
+
+# The feature-major paths (:mod:`.cpu_fm`). ``fmruns`` at tiles FMRUNS_MIN_TILE..FMRUNS_MAX_TILE and
+# batch FMRUNS_MIN_BATCH and up, for a layout of short runs or of stored-tile density
+# FMRUNS_MIN_DENSITY and up (below it the two transposes per op cost more than the contiguous
+# blocks save); otherwise ``panels`` for a layout of short runs up to tile PANELS_MAX_TILE, and up
+# to tile PANELS_SMALL_TILE for runs up to PANELS_MAX_TILES_PER_RUN tiles on average (a GEMM per
+# run of 16 or 32 columns is slow). Measured with `python benchmarks/tile_paths.py --cases grid
+# --repeats 3 --rounds 2` (2026-11-28 23:25, Intel Xeon, AVX512, 1 thread, training runs paused,
+# load 2.1; benchmarks/results/tile_paths-cpu-2026-11-28-grid.json): model_step.py's layouts at
+# tiles 16-128, slots of one tile (random tiles) and of 64-512 features (runs of 1.1-39 tiles),
+# density 0.1/0.25, batch 64/256. Its `picked` (fmruns up to tile 128 then) was the fastest path
+# or within 1.10x in 54 of 56 layouts (1.19x: tile 32, runs of 20, batch 256, fmruns faster than
+# runs); at tile 128 fmruns lost to runs by 5-9% in the 3 layouts it took, hence FMRUNS_MAX_TILE.
+PANELS_MAX_TILE = 64
+PANELS_SMALL_TILE = 32
+PANELS_MAX_TILES_PER_RUN = 8.0
+FMRUNS_MIN_TILE = 64
+FMRUNS_MAX_TILE = 64
+FMRUNS_MIN_BATCH = 128
+FMRUNS_MIN_DENSITY = 0.2
 
 
 def _plan(layout: BlockSparseLayout) -> dict:
@@ -339,8 +370,8 @@ class CPUBackend(KernelBackend):
     """Block-sparse product on the CPU for float32/float64 (see the module docstring)."""
 
     def __init__(self, strategy: str = "runs", name: str = "cpu", chunk: int | None = None):
-        if strategy not in ("runs", "gather", "bmm"):
-            raise InvalidValue(f"Unknown CPU strategy {strategy!r}. Select from 'runs', 'gather' or 'bmm'.")
+        if strategy not in ("runs", "gather", "bmm", "panels", "fmruns"):
+            raise InvalidValue(f"Unknown CPU strategy {strategy!r}. Select from 'runs', 'gather', 'bmm', 'panels' or 'fmruns'.")
         if chunk is not None and (strategy != "bmm" or isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
             raise InvalidValue(f"chunk: a positive int for the 'bmm' strategy only, got {chunk!r}")
         self.strategy = strategy
@@ -359,16 +390,36 @@ class CPUBackend(KernelBackend):
         """Whether this call runs tile-row by tile-row over gathered tiles: always for ``gather``;
         for ``runs`` when the layout's runs are short and the gathered copies small
         (:data:`ROWS_MAX_TILES_PER_RUN`, :data:`ROWS_MAX_VALUES`)."""
+        return self._path(layout, batch) == "rows"
+
+    def _path(self, layout: BlockSparseLayout, batch: int) -> str:
+        """The path of this call: "runs", "rows" (over gathered tiles), "panels" or "fmruns"
+        (:mod:`.cpu_fm`); the ``runs`` strategy picks one per layout and batch
+        (:data:`ROWS_MAX_VALUES`, ``FMRUNS_*``, ``PANELS_*``)."""
         if self.strategy != "runs":
-            return self.strategy == "gather"
-        return _plan(layout)["short_runs"] and batch * layout.nnz * layout.tile <= ROWS_MAX_VALUES
+            return {"gather": "rows"}.get(self.strategy, self.strategy)
+        plan, T = _plan(layout), layout.tile
+        short = plan["short_runs"]
+        if short and batch * layout.nnz * T <= ROWS_MAX_VALUES:
+            return "rows"
+        if FMRUNS_MIN_TILE <= T <= FMRUNS_MAX_TILE and batch >= FMRUNS_MIN_BATCH and (short or layout.density >= FMRUNS_MIN_DENSITY):
+            return "fmruns"
+        if T <= PANELS_MAX_TILE and (short or (T <= PANELS_SMALL_TILE
+                                             and layout.nnz <= PANELS_MAX_TILES_PER_RUN * len(plan["runs"]))):
+            return "panels"
+        return "runs"
 
     # ------------------------------------------------------------------ forward
     def dds_t(self, x: Tensor, wp: Tensor, layout: BlockSparseLayout) -> Tensor:
         if self.strategy == "bmm":
             return self._dds_t_bmm(x, wp, layout)
         with _threads_for_load():
-            if self._by_rows(layout, x.shape[0]):
+            path = self._path(layout, x.shape[0])
+            if path == "panels":
+                return cpu_fm.panels_dds_t(x, wp, layout, _rows(layout), _plan(layout)["zero_rows"], _scratch)
+            if path == "fmruns":
+                return cpu_fm.fmruns_dds_t(x, wp, layout, _plan(layout), _scratch)
+            if path == "rows":
                 return _dds_t_rows(x, wp, layout)
             return self._dds_t_runs(x, wp, layout)
 
@@ -387,9 +438,18 @@ class CPUBackend(KernelBackend):
         if self.strategy == "bmm":
             return super().backward(dy, x, wp, layout, need_dx, need_dw)
         with _threads_for_load():
-            if self._by_rows(layout, dy.shape[0]):
-                return _backward_rows(dy, x, wp, layout, need_dx, need_dw)
-            return self._backward_runs(dy, x, wp, layout, need_dx, need_dw)
+            return self._backward_by(self._path(layout, dy.shape[0]), dy, x, wp, layout, need_dx, need_dw)
+
+    def _backward_by(self, path, dy, x, wp, layout, need_dx, need_dw):
+        if path == "panels":
+            return cpu_fm.panels_backward(dy, x, wp, layout, need_dx, need_dw, _scratch)
+        if path == "fmruns":
+            return cpu_fm.fmruns_backward(dy, x, wp, layout, need_dx, need_dw, _plan(layout), _scratch)
+        if path == "rows":
+            return _backward_rows(dy, x, wp, layout, need_dx, need_dw)
+        if wp is None:  # dW only: the runs loop writes into a buffer shaped like the tiles
+            wp = x.new_empty(layout.nnz, layout.tile, layout.tile)
+        return self._backward_runs(dy, x, wp, layout, need_dx, need_dw)
 
     def _backward_runs(self, dy, x, wp, layout, need_dx, need_dw):
         B, T = dy.shape[0], layout.tile
@@ -412,17 +472,12 @@ class CPUBackend(KernelBackend):
     def dds(self, dy: Tensor, wp: Tensor, layout: BlockSparseLayout) -> Tensor:
         if self.strategy == "bmm":
             return self._dds_bmm(dy, wp, layout)
-        if self._by_rows(layout, dy.shape[0]):
-            return _backward_rows(dy, None, wp, layout, True, False)[0]
-        return self._backward_runs(dy, None, wp, layout, True, False)[0]
+        return self._backward_by(self._path(layout, dy.shape[0]), dy, None, wp, layout, True, False)[0]
 
     def sdd_t(self, dy: Tensor, x: Tensor, layout: BlockSparseLayout) -> Tensor:
         if self.strategy == "bmm":
             return self._sdd_t_bmm(dy, x, layout)
-        if self._by_rows(layout, x.shape[0]):
-            return _backward_rows(dy, x, None, layout, False, True)[1]
-        T = layout.tile
-        return self._backward_runs(dy, x, x.new_empty(layout.nnz, T, T), layout, False, True)[1]
+        return self._backward_by(self._path(layout, x.shape[0]), dy, x, None, layout, False, True)[1]
 
     # ------------------------------------------------------------------ the bmm strategy
     @torch.no_grad()  # out= into scratch buffers: the autograd Function differentiates, not these ops
@@ -464,3 +519,5 @@ class CPUBackend(KernelBackend):
 register_kernel(CPUBackend("runs", "cpu"))
 register_kernel(CPUBackend("gather", "cpu_gather"))
 register_kernel(CPUBackend("bmm", "cpu_bmm"))
+register_kernel(CPUBackend("panels", "cpu_panels"))
+register_kernel(CPUBackend("fmruns", "cpu_fmruns"))
