@@ -1,4 +1,4 @@
-"""seq2d.lab.lm.train_lm's checkpoints (seq2d.train.lm_checkpoint.LMCheckpoint): a run stopped mid-epoch
+"""seq2d.lab.lm.train_lm's checkpoints (seq2d.lab.lm.checkpoint.LMCheckpoint): a run stopped mid-epoch
 or after an epoch and continued computes bitwise what the uninterrupted run computes (the same code
 path on the same machine and thread count, so bitwise is the right test), a finished run is not
 trained again, a checkpoint of another config is refused; the patience rule; the adaptive softmax
@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from seq2d.lab.wikitext import batchify
 from seq2d.lab.lm import RNNLM, evaluate, train_lm
 from seq2d.train.checkpoint import CheckpointError
-from seq2d.train.lm_checkpoint import LMCheckpoint
+from seq2d.lab.lm.checkpoint import LMCheckpoint
 
 torch.set_num_threads(1)
 V = 40

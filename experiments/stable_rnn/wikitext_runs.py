@@ -29,7 +29,7 @@ Subcommands::
 
 A run folder holds ``run.lock`` (``seq2d.train.rundir.RunDir``: a second process is refused, a
 dead holder's lock taken over), ``run.json`` (status running / complete / diverged / interrupted /
-failed, the config and its hash), ``checkpoint.pt`` (``seq2d.train.lm_checkpoint.LMCheckpoint``:
+failed, the config and its hash), ``checkpoint.pt`` (``seq2d.lab.lm.checkpoint.LMCheckpoint``:
 saved every ``--checkpoint-every`` batches, at every epoch's end and at the end, then holding the
 best-validation weights), ``log.txt`` and, once finished, ``result.json``. A run killed at any
 moment continues from its last save when the same command is run again, bitwise on the same
@@ -64,7 +64,7 @@ from seq2d.fileio import atomic_write
 from seq2d.lab.lm import divergence, evaluate, perplexity, train_lm
 from seq2d.results_page import json_safe
 from seq2d.train.errors import RunLockedError
-from seq2d.train.lm_checkpoint import LMCheckpoint
+from seq2d.lab.lm.checkpoint import LMCheckpoint
 from seq2d.train.rundir import RunDir, pid_alive, read_record
 from seq2d.train.datasets import seed_everything
 

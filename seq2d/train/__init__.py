@@ -13,8 +13,7 @@ Submodules: :mod:`~seq2d.train.config` (TrainConfig, TOML, flags),
 the loss-explosion rule, the progress bar), :mod:`~seq2d.train.datasets` (data sets, augmentation,
 seeds, epoch order), :mod:`~seq2d.train.errors`, :mod:`~seq2d.train.checkpoint` (atomic save,
 checked load), :mod:`~seq2d.train.rundir` (the run folder's lock, ``run.json``, metrics.jsonl/.csv,
-test predictions), :mod:`~seq2d.train.lm_checkpoint` (the file :func:`seq2d.lab.lm.train_lm` continues
-from), :mod:`~seq2d.train.identity` (the config hash, config differences),
+test predictions), :mod:`~seq2d.train.identity` (the config hash, config differences),
 :mod:`~seq2d.train.fingerprint` (the model a run trained), :mod:`~seq2d.train.builder` (the model a
 config names), :mod:`~seq2d.train.distributed` (torchrun/DDP, the run's threads and determinism),
 :mod:`~seq2d.train.vectorized` (several seeds as one batched computation),
@@ -40,7 +39,6 @@ _EXPORTS = {
     "builder": ("build_model",),
     "errors": ("NonFiniteLossError", "DivergenceError", "RunLockedError", "RunExistsError", "ConstantOutputError"),
     "rundir": ("RunDir", "read_record", "METRIC_COLUMNS", "write_metrics", "read_metrics"),
-    "lm_checkpoint": ("LMCheckpoint",),
     "loop": ("DivergenceMonitor", "train_step", "make_optimizer"),
     "datasets": ("load_data", "make_augment", "synthetic_data", "derive_seed", "epoch_permutation", "seed_everything"),
     "distributed": ("DistContext", "init_distributed", "cleanup", "wrap_model", "resolve_device"),

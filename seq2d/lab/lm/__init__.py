@@ -12,7 +12,7 @@ as its k-truncated feed-forward version with its own parameters
 Layout: :mod:`~seq2d.lab.lm.model` (the models), :mod:`~seq2d.lab.lm.evaluate` (perplexity, gradient
 norm vs distance, data lambda, :func:`~seq2d.lab.lm.divergence`), :mod:`~seq2d.lab.lm.train` (the classic training loop, recurrent
 or truncated, with a patience rule and resume from a :class:`~seq2d.lab.lm.LoopCheckpoint`, which
-:class:`seq2d.train.lm_checkpoint.LMCheckpoint` keeps in a file; weight distances).
+:class:`seq2d.lab.lm.checkpoint.LMCheckpoint` keeps in a file; weight distances).
 """
 
 from .evaluate import (VANISH_FRACTION, divergence, evaluate, evaluate_truncated, grad_norm_carried,

@@ -10,7 +10,7 @@ batches, same order, same steps: only the model's view of the past differs, whic
 comparison behind Miller & Hardt's training result (arXiv 1805.10369): for a stable model, gradient
 descent on the truncated and on the recurrent model ends at nearby weights. ``patience`` stops
 a run whose validation loss has stopped improving; ``checkpoint`` (a :class:`LoopCheckpoint`,
-e.g. :class:`seq2d.train.lm_checkpoint.LMCheckpoint`) makes a run survive a stop: it continues
+e.g. :class:`seq2d.lab.lm.checkpoint.LMCheckpoint`) makes a run survive a stop: it continues
 from its last save, bitwise on the same machine and thread count.
 """
 
@@ -35,7 +35,7 @@ __all__ = ["LoopCheckpoint", "recurrent_weights", "train_lm", "weight_distance"]
 
 class LoopCheckpoint(Protocol):
     """Where :func:`train_lm` keeps its state so that a stopped run continues (``checkpoint=``);
-    :class:`seq2d.train.lm_checkpoint.LMCheckpoint` is the file-backed one (one atomic file)."""
+    :class:`seq2d.lab.lm.checkpoint.LMCheckpoint` is the file-backed one (one atomic file)."""
 
     def load(self, model: nn.Module, optimizer: torch.optim.Optimizer, settings: dict) -> dict | None:
         """The saved loop state (``None``: nothing saved yet), after putting the saved weights in

@@ -17,8 +17,8 @@ One file in the format of :mod:`seq2d.train.checkpoint` (written by its
                 annealing, the best validation loss and its weights, epochs since it, why
                 training stopped (None while it runs), the resumes so far, the training time}
 
-``seq2d.lab.lm`` sits below ``seq2d.train`` and cannot import it: the loop defines what it keeps
-(:class:`seq2d.lab.lm.LoopCheckpoint`), this module keeps it in a file.
+The loop (:mod:`~seq2d.lab.lm.train`) defines what it keeps (:class:`seq2d.lab.lm.LoopCheckpoint`)
+and knows no files; this module keeps it in one.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import (CheckpointError, capture_rng_state, check_model_state, check_optimizer_state,
+from ...train.checkpoint import (CheckpointError, capture_rng_state, check_model_state, check_optimizer_state,
                          upgrade_checkpoint, load_checkpoint, restore_rng_state, save_checkpoint)
 
 __all__ = ["LMCheckpoint"]
