@@ -97,3 +97,28 @@ def test_the_claim_answer_names_a_setting_only_when_both_models_land_near():
     text = report.claim_answer(near)
     assert "both land within 0.5 point of 92.7%: A." in text and "B: mlp" in text
     assert "No setting" in report.claim_answer([row("B", "mlp", 0.927), row("B", "random-element", 0.95)])
+
+
+def test_the_claim_answer_gives_the_paired_test_where_only_the_mlp_lands_near(tmp_path):
+    """A setting where the mlp lands at 92.7% and the randomized model does not: the answer quotes their
+    paired test and says whether it tells them apart (both ways)."""
+    target = np.arange(1000) % 10
+
+    def group(errors_rnd, folder, start=0):
+        for s in range(2):
+            wrong = target.copy()
+            wrong[:73] = (target[:73] + 1) % 10                 # 92.7%
+            rnd = target.copy()
+            rnd[start:start + errors_rnd] = (target[start:start + errors_rnd] + 1) % 10
+            _run(folder, "mlp", s, [0.5] * 9 + [0.927], predictions=(wrong, target))
+            _run(folder, "random-element", s, [0.5] * 9 + [1 - errors_rnd / 1000], predictions=(rnd, target))
+        runs = report.load_group(folder)
+        rows = [{"setting": "S", "model": m, "accs": [r["test_acc"] for r in runs if r["model"] == m], "best": [0.9],
+                 "planned": 2, "group": "g"} for m in ("mlp", "random-element")]
+        return report.claim_answer(rows, {"g": runs})
+
+    apart = group(150, tmp_path / "a")                            # 85.0%: 77 more errors on the same digits
+    assert "Within 0.5 point at all: S: mlp." in apart and "random-element - mlp on the same test digits" in apart
+    assert "tells the two models apart" in apart and "-7.70 points" in apart
+    close = group(80, tmp_path / "b", start=500)  # 92.0%: outside 0.5 point, but wrong on other digits: 73 vs 80
+    assert "S: mlp." in close and "does not tell the two models apart" in close
