@@ -288,7 +288,8 @@ def claim_answer(rows, groups: dict | None = None) -> str:
         text.append("Settings where a standard and a randomized model both land within 0.5 point of 92.7%: "
                     + "; ".join(both) + ".")
     else:
-        text.append("No setting run so far puts both a standard and a randomized model within 0.5 point of 92.7%.")
+        text.append(f"No setting {'run so far ' if missing else ''}puts both a standard and a randomized model within "
+                    "0.5 point of 92.7%.")
     text.append("Within 0.5 point at all: " + ("; ".join(near_any) if near_any else "none") + ".")
     text.extend(apart)
     if missing:
