@@ -12,7 +12,7 @@ slots of ``(out[i] * w_i).sum()``, ``backward()``, batch 256, float32, one threa
 side by side with model_step.py's ``run_case`` (rotating order, medians), for:
 
 ==============  =================================================================
-``auto``        ``store="auto"`` (the store :func:`seq2d.engines.choose_store` picks)
+``auto``        ``store="auto"`` (the store :func:`seq2d.stores.choose_store` picks)
 ``dense_store`` ``store="dense"``
 ``tiled``       ``store="dense"``, then ``to_blocksparse(tile=16)``
 ``dense``       ``nn.Linear(N, N, bias=False)`` on ``(B, N)``, N = sum of the sizes

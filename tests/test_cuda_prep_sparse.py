@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import seq2d
-from seq2d.engines import TiledBlock
+from seq2d.stores import TiledBlock
 from seq2d.models.random import _engine_fan_in, random_tile_engine
 from seq2d.sparse.linear import BlockSparseLinear, Group
 

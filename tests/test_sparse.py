@@ -310,7 +310,7 @@ def test_tied_blocks_share_tiles():
 
 def test_engine_state_is_proportional_to_stored_tiles():
     eng = random_tile_engine([256] * 8, 32, 0.05, generator=torch.Generator().manual_seed(0))
-    m = Sequential2D(eng.sizes, {(i, j): seq2d.engines.TiledBlock(eng, g) for i, j, g in eng.placements},
+    m = Sequential2D(eng.sizes, {(i, j): seq2d.stores.TiledBlock(eng, g) for i, j, g in eng.placements},
                      bias=True, activations="tanh", inputs=[0], steps=3)
     P = eng.nnz_tiles
     assert eng.data.numel() == P * 32 * 32
@@ -324,7 +324,7 @@ def test_engine_state_is_proportional_to_stored_tiles():
 
 def test_state_errors_for_mixed_engines():
     eng = random_tile_engine([32, 32], 16, 0.5, generator=torch.Generator().manual_seed(0))
-    views = {(i, j): seq2d.engines.TiledBlock(eng, g) for i, j, g in eng.placements}
+    views = {(i, j): seq2d.stores.TiledBlock(eng, g) for i, j, g in eng.placements}
     views[(1, 1) if (1, 0) in views else (1, 0)] = seq2d.LinearBlock(32, 32)
     with pytest.raises(ValueError, match="dense LinearBlocks|do not match"):
         Sequential2D([32, 32], views)
@@ -340,7 +340,7 @@ def test_huge_sparse_state_never_allocates_n_by_n():
     code = textwrap.dedent("""
         import resource, torch, seq2d
         from seq2d.models.random import random_tile_engine
-        from seq2d.engines import TiledBlock
+        from seq2d.stores import TiledBlock
         torch.set_num_threads(2)
         sizes = [4096] * 16
         eng = random_tile_engine(sizes, 64, 0.001, generator=torch.Generator().manual_seed(0), kernel="cpu")

@@ -249,7 +249,7 @@ def test_compiled_flat_step_with_a_fixed_mask_is_one_graph():
 
 
 def test_auto_picks_the_store_from_the_measured_crossover():
-    from seq2d.engines import DenseStore, TiledStore, choose_store
+    from seq2d.stores import DenseStore, TiledStore, choose_store
 
     sparse = torch.zeros(8, 8, dtype=torch.bool)
     sparse[1:, 0] = True
@@ -275,7 +275,7 @@ def test_auto_measures_density_against_the_dense_box_not_the_whole_matrix():
     the entries. Against the whole N x N matrix its stored tiles look sparse (the input rows are
     held), but the dense store multiplies only rows 1..n-1 x all columns, where every tile is
     stored: dense. An MLP-shaped (acyclic) grid is dense per level."""
-    from seq2d.engines import choose_store
+    from seq2d.stores import choose_store
 
     n = 5
     region = [[i > 0 for _ in range(n)] for i in range(n)]

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 import seq2d
-from seq2d.engines import TiledBlock
+from seq2d.stores import TiledBlock
 from seq2d.models.random import random_tile_engine
 from seq2d.sparse import bsmm, layout_from_tile_mask
 

@@ -16,8 +16,8 @@ from torch import Tensor, nn
 
 from ..arguments import check_factory
 from ..blocks import ContextModule, LinearBlock, block_kind
-from ..engines import STORES, TiledStore, build_store, choose_store
-from ..engines.migrate import migrate_state_dict
+from ..stores import STORES, TiledStore, build_store, choose_store
+from ..stores.migrate import migrate_state_dict
 from ..errors import InvalidType, InvalidValue, renamed_keyword
 from ..gridtext import LEGEND, grid_text
 from .checks import (build_activations, check_block_fits, check_degenerate, check_sizes, check_slot_list, check_steps,
@@ -79,7 +79,7 @@ class Sequential2D(ContextModule):
         ``act[i]`` = per-slot activation, applied once after the sum.
 
     Fast paths, each tested equal to the loop above: all linear blocks of a step are
-    evaluated together by the model's parameter store (``store``, see :mod:`seq2d.engines`:
+    evaluated together by the model's parameter store (``store``, see :mod:`seq2d.stores`:
     dense boxes, or the block-sparse tiles of :meth:`to_blocksparse`) on a flat state
     (:mod:`seq2d.core.step`); and when the block graph is acyclic and
     ``steps >= depth`` the model evaluates each slot once, level by level in depth order
@@ -123,7 +123,7 @@ class Sequential2D(ContextModule):
         inputs: slots filled from the caller (default: the held slots; non-empty when given).
         outputs: slots read by the tensor call and sequence mode (default: the last; non-empty).
         steps: default number of steps (default: the depth when the graph is acyclic).
-        store: the parameter store: "auto", "dense" or "loop" (see :mod:`seq2d.engines`,
+        store: the parameter store: "auto", "dense" or "loop" (see :mod:`seq2d.stores`,
             :func:`seq2d.available_stores`).
     """
 
@@ -188,7 +188,7 @@ class Sequential2D(ContextModule):
         self._prepare()
 
     def _migrate_state_dict(self, state_dict, prefix, *args) -> None:
-        """Checkpoints of the per-block layout load through the handles (seq2d/engines/migrate.py)."""
+        """Checkpoints of the per-block layout load through the handles (seq2d/stores/migrate.py)."""
         migrate_state_dict(self, state_dict, prefix)
 
     @property
@@ -213,7 +213,7 @@ class Sequential2D(ContextModule):
             self.store.set_reference_mode(name == "loop")
 
     def _build_store(self):
-        """The model's parameter store (:mod:`seq2d.engines`), or None without linear blocks."""
+        """The model's parameter store (:mod:`seq2d.stores`), or None without linear blocks."""
         linear = [(i, j, b) for i, j, k, b in self.positions() if k == "linear"]
         # a LinearBlock bound to another model's store and used here inside a module block
         # owns its values again (it is trained as part of that module)
@@ -338,7 +338,7 @@ class Sequential2D(ContextModule):
         that require grad.
 
         With the dense store ``sum(p.numel() for p in self.parameters())`` is the same number (a
-        masked box stores its trained entries only, :mod:`seq2d.engines.compact`); the tiled store
+        masked box stores its trained entries only, :mod:`seq2d.stores.compact`); the tiled store
         (:meth:`to_blocksparse`) keeps whole tiles, so its parameters also hold the masked entries of
         partly trained tiles and the padding of slots that are not whole tiles (docs/concepts.md)."""
         return parameters.num_trainable(self, nested=Sequential2D)
@@ -452,7 +452,7 @@ class Sequential2D(ContextModule):
             upd = tuple(i for i in upd if i not in held)
         if steps > 1 and self.store is not None and self.options.use_held_products:
             # slots no step of this call writes (the held inputs, and ``hold``): the store computes
-            # their products once per call instead of once per step (seq2d/engines/dense.py)
+            # their products once per call instead of once per step (seq2d/stores/dense.py)
             memo = self.__dict__.setdefault("_held_during", {})  # updated rows -> slots never written
             const = memo.get(upd)
             if const is None:
@@ -502,11 +502,11 @@ class Sequential2D(ContextModule):
 
         Slots are padded to whole tiles; tiles with no trainable or frozen entry are not
         stored; tied LinearBlocks share tiles. Outputs are unchanged (within dtype rounding).
-        The LinearBlocks are replaced in the grid by :class:`seq2d.engines.TiledBlock` views
+        The LinearBlocks are replaced in the grid by :class:`seq2d.stores.TiledBlock` views
         (the old LinearBlock objects own their current values again). ``kernel``: the
         block-sparse kernel, a name from :func:`seq2d.sparse.available_kernels` or "auto"
         (see :func:`seq2d.sparse.resolve_kernel`)."""
-        from ..engines import TiledBlock
+        from ..stores import TiledBlock
         from ..sparse import TILE_SIZES
         from ..sparse.linear import BlockSparseLinear
 

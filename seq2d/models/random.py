@@ -183,7 +183,7 @@ def random_tiles(sizes: Sequence[int] = (64, 32, 16, 10), density: float = 0.1, 
     """``T x T`` tiles placed at random (exactly ``round(density * allowed)`` of the tiles of every
     non-input row x every column) in one block-sparse engine; slot 0 is the input, the last
     slot the output, rows without a tile are held."""
-    from ..engines import TiledBlock
+    from ..stores import TiledBlock
 
     check_seed(seed, "random_tiles")
     check_factory(device, dtype, "random_tiles")
@@ -366,7 +366,7 @@ def _scatter(elem: Tensor, blocks, counts, picks: Tensor, sizes, off) -> None:
 
 def _tile_model(core: Sequential2D, reg: Tensor, W: int, T: int, gen: torch.Generator, *, kernel, activations,
                 bias, inputs, outputs, steps, device, dtype) -> Sequential2D:
-    from ..engines import TiledBlock
+    from ..stores import TiledBlock
 
     sizes = core.sizes
     n = core.n

@@ -3,7 +3,7 @@
 Layers (as in stk): :mod:`.layout` (the type) -> :mod:`.ops` (public ops) ->
 :mod:`.autograd` (the Function) -> :mod:`.backends` (kernels). :mod:`.linear` holds the
 tiles as a module (``BlockSparseLinear``); how a Sequential2D steps with it is
-:mod:`seq2d.engines.tiled`.
+:mod:`seq2d.stores.tiled`.
 """
 
 from .backends import available_kernels, get_kernel

@@ -16,10 +16,10 @@ Storage (all proportional to the stored tiles, never N x N):
 
 A *group* is one weight object (a LinearBlock before conversion): its tile pattern and
 data tiles are shared by all grid positions it sits at (weight tying). The grid of the
-Sequential2D holds ``seq2d.engines.TiledBlock`` views, one per position, that read their
+Sequential2D holds ``seq2d.stores.TiledBlock`` views, one per position, that read their
 dense weight from here on demand (for inspection and the reference loop only). How a
 Sequential2D step uses the matrix (flat padded state, plan levels) is
-:mod:`seq2d.engines.tiled`: this package knows nothing of slots or steps.
+:mod:`seq2d.stores.tiled`: this package knows nothing of slots or steps.
 """
 
 from __future__ import annotations

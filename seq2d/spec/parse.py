@@ -14,7 +14,7 @@ from torch import Tensor
 
 from ..errors import InvalidType, InvalidValue
 from ..activations import ACTIVATIONS
-from ..engines import STORES
+from ..stores import STORES
 from ..errors import show_value as _show
 from .schema import (
     _BLOCK_DEFAULTS,

@@ -1,6 +1,6 @@
-"""Engines: where a Sequential2D's linear weights live and how a step multiplies them.
+"""Stores: where a Sequential2D's linear weights live and how a step multiplies them.
 
-One seam for every fast path. A model holds one engine (``model.store``):
+One seam for every fast path. A model holds one store (``model.store``):
 
 ==========  ===========================================================================
 ``dense``   :class:`DenseStore`: dense boxes (one ``(R, C)`` parameter for an iterated
@@ -19,11 +19,11 @@ block names the store that holds it) -> :mod:`.dense` / :mod:`.tiled`.
 
 from __future__ import annotations
 
-from .base import Engine, contiguous_runs
+from .base import Store, contiguous_runs
 from .dense import DenseStore
 from .tiled import TiledBlock, TiledStore
 from .choose import STORES, choose_store
 from .registry import STORE_CLASSES, build_store, register_store
 
-__all__ = ["Engine", "DenseStore", "TiledStore", "TiledBlock", "STORES", "choose_store", "contiguous_runs", "STORE_CLASSES",
+__all__ = ["Store", "DenseStore", "TiledStore", "TiledBlock", "STORES", "choose_store", "contiguous_runs", "STORE_CLASSES",
            "build_store", "register_store"]

@@ -1,9 +1,9 @@
-"""The engine interface: how a Sequential2D's linear part is stored and multiplied.
+"""The store interface: how a Sequential2D's linear part is stored and multiplied.
 
-An engine owns the parameters of every linear block of one model (the *store*) and knows
+A store owns the parameters of every linear block of one model and knows
 the model's flat state layout: slot ``i`` occupies ``[offsets[i], offsets[i] + sizes[i])``
-of a ``(*batch, offsets[-1])`` buffer (the tiled engine pads every slot to whole tiles,
-so its offsets step by multiples of the tile). A step asks the engine for the products of
+of a ``(*batch, offsets[-1])`` buffer (the tiled store pads every slot to whole tiles,
+so its offsets step by multiples of the tile). A step asks the store for the products of
 some *boxes* (groups of output rows evaluated together: all rows for an iterated model,
 one plan level for an acyclic one) and reads row ``i`` at ``row_source(i)``.
 """
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from torch import Tensor, nn
 
-__all__ = ["Engine", "contiguous_runs"]
+__all__ = ["Store", "contiguous_runs"]
 
 
 def contiguous_runs(slots: Sequence[int], offsets: Sequence[int]) -> list[tuple[int, int]]:
@@ -29,13 +29,13 @@ def contiguous_runs(slots: Sequence[int], offsets: Sequence[int]) -> list[tuple[
     return [(a, b) for a, b in runs]
 
 
-class Engine(nn.Module):
+class Store(nn.Module):
     """Base of the parameter stores (``DenseStore``, ``TiledStore``): what a step may ask of one.
 
     Callers (the step plan in :mod:`seq2d.core.step`, sequence mode, ``Sequential2D``) use only what
     is declared here and ask for capabilities through the attributes below, never a store's
-    class or ``kind``; a new store is added in ``seq2d/engines`` alone (docs/concepts.md, "Where
-    things live", lists what it must implement; tests/test_engine_seam.py builds a tiny one).
+    class or ``kind``; a new store is added in ``seq2d/stores`` alone (docs/concepts.md, "Where
+    things live", lists what it must implement; tests/test_store_seam.py builds a tiny one).
 
     Subclasses set ``offsets`` (flat layout, length n + 1), ``rows`` (slots holding linear
     blocks), ``boxes`` and ``box_of_row``, and implement :meth:`product`, :meth:`row_source`,

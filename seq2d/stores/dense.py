@@ -42,7 +42,7 @@ from torch import Tensor, nn
 
 from ..errors import InvalidType, InvalidValue
 from ..blocks import LinearBlock
-from .base import Engine, contiguous_runs
+from .base import Store, contiguous_runs
 from .registry import register_store
 from .compact import block_index, block_region, compact_boxes, compact_index, place, take
 from ..store_view import WriteBack
@@ -130,7 +130,7 @@ class _ColumnSplit:
 
 
 @register_store
-class DenseStore(Engine):
+class DenseStore(Store):
     """Dense boxes holding every linear block of a model (see the module docstring).
 
     Args:
@@ -148,7 +148,7 @@ class DenseStore(Engine):
 
     @classmethod
     def from_blocks(cls, sizes: Sequence[int], entries, levels, *, mode: str = "dense") -> "DenseStore":
-        """The store of a model's LinearBlocks (:func:`seq2d.engines.registry.build_store`): one box
+        """The store of a model's LinearBlocks (:func:`seq2d.stores.registry.build_store`): one box
         per plan level (``levels``; None: one box)."""
         return cls(sizes, entries, levels, mode=mode)
 

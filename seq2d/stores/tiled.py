@@ -22,14 +22,14 @@ from ..store_view import StoreView
 from ..sparse.layout import BlockSparseLayout
 from ..sparse.linear import BlockSparseLinear
 from ..sparse.ops import bsmm, resolve_kernel
-from .base import Engine
+from .base import Store
 from .registry import register_store
 
 __all__ = ["TiledStore", "TiledBlock"]
 
 
 @register_store
-class TiledStore(Engine):
+class TiledStore(Store):
     """The store of a block-sparse model: ``matrix`` is the BlockSparseLinear."""
 
     kind = "tiled"
@@ -40,7 +40,7 @@ class TiledStore(Engine):
 
     @classmethod
     def from_blocks(cls, sizes: Sequence[int], entries, levels, *, mode: str = "dense") -> "TiledStore":
-        """The store of a model's TiledBlocks (:func:`seq2d.engines.registry.build_store`): their one
+        """The store of a model's TiledBlocks (:func:`seq2d.stores.registry.build_store`): their one
         BlockSparseLinear, checked to match the model (``mode`` is the dense store's; ignored)."""
         engines = {id(b.engine): b.engine for _, _, b in entries}
         if len(engines) != 1:
@@ -159,7 +159,7 @@ class TiledStore(Engine):
         """``{box: x @ W_box.T}``: the sums of the box's rows only, side by side in slot order
         (:meth:`row_source`); ``x`` is a :class:`seq2d.core.state.Segments` view of the flat state.
 
-        Held inputs (``cache["const"]``, see :meth:`seq2d.engines.DenseStore.product`): the tiles
+        Held inputs (``cache["const"]``, see :meth:`seq2d.stores.DenseStore.product`): the tiles
         in the held slots' tile-columns are multiplied once per call, each step multiplies the
         other tiles only, and not at all while none of their columns is ``present``."""
         if bias is not None:
@@ -384,7 +384,7 @@ class TiledBlock(LinearLike):
     for inspection and the reference loop; the model's forward pass uses the engine directly.
     """
 
-    store_kind = "tiled"  # held by the TiledStore (seq2d/engines/registry.py)
+    store_kind = "tiled"  # held by the TiledStore (seq2d/stores/registry.py)
 
     def __init__(self, engine: BlockSparseLinear, group: int, bias: Tensor | None = None):
         super().__init__()

@@ -224,7 +224,7 @@ def renamed_fields(d: Mapping) -> dict:
         if given:
             raise InvalidValue(f"config: 'backend' is the old name of 'store' and 'kernel'; give {given[0]!r} only, "
                                "not both")
-        from ..engines import STORES
+        from ..stores import STORES
         from ..sparse import available_kernels
 
         value = out.pop("backend")
