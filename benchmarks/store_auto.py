@@ -87,8 +87,8 @@ def impls(sizes, mask, batch, seed) -> tuple[dict, dict]:
 
     out["loss"] = Impl(loss, _clear(list(leaves.values())))
     auto = models["auto"]
-    L = models["tiled"].engine.layout
-    info = {"auto_store": store_kind(auto), "auto_tile": getattr(getattr(auto, "engine", None), "tile", None),
+    L = models["tiled"].matrix.layout
+    info = {"auto_store": store_kind(auto), "auto_tile": getattr(getattr(auto, "matrix", None), "tile", None),
             "tile_density": float(L.density), "stored_tiles": int(L.nnz), "N": N}
     with torch.no_grad():  # the stores compute the same step
         a = models["dense_store"].step(state)

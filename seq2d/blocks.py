@@ -141,7 +141,7 @@ def draw_device(t: Tensor, generator: torch.Generator | None) -> torch.device:
 
 
 def takes_generator(m: nn.Module) -> bool:
-    """Whether ``m.reset_parameters`` accepts a ``generator`` (seq2d's blocks and tile engines do)."""
+    """Whether ``m.reset_parameters`` accepts a ``generator`` (seq2d's blocks and tile matrices do)."""
     f = getattr(m, "reset_parameters", None)
     return f is not None and "generator" in inspect.signature(f).parameters
 
@@ -189,7 +189,7 @@ class LinearLike(nn.Module):
     """Base of linear blocks: ``in_features``, ``out_features``, ``effective_weight()``,
     ``trainable_mask()``, ``num_trainable()``, ``mask``/``frozen`` (None when absent).
     :class:`LinearBlock` owns a dense weight; ``seq2d.stores.TiledBlock`` is a view of tiles
-    stored in a block-sparse engine. ``bias`` is the block's own bias (None when absent).
+    stored in a block-sparse matrix. ``bias`` is the block's own bias (None when absent).
     ``store_kind``: the parameter store that holds a model's blocks of this class (the key of
     ``seq2d.stores.registry.STORE_CLASSES``)."""
 

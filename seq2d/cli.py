@@ -286,7 +286,7 @@ def _add_draw(sub, name: str, summary: str) -> None:
     p.add_argument("-o", "--output", required=True, help="output file, .png or .svg")
     p.add_argument("--kind", choices=("graph", "spy", "both"), default="graph", help="what to draw (default: graph)")
     p.add_argument("--tile", type=int, default=None,
-                   help="convert the linear blocks to the block-sparse engine with this tile size first (16, 32, 64, 128)")
+                   help="convert the linear blocks to the block-sparse matrix with this tile size first (16, 32, 64, 128)")
     p.add_argument("--dpi", type=float, default=100, help="PNG resolution (default: 100)")
     p.add_argument("--style", choices=("default", "paper"), default="default",
                    help="paper: fonts 1.4x, a 0.02 in margin, no generated title (default: default)")

@@ -287,13 +287,13 @@ def test_registered_model_on_cuda_matches_cpu(name, tile, precision):
     y_ref.backward(g)
 
     core = _core(gpu)
-    if isinstance(getattr(core, "engine", None), BlockSparseLinear):
-        core.engine.kernel = "triton"  # already block-sparse (random_tiles): pin the kernel under test
+    if isinstance(getattr(core, "matrix", None), BlockSparseLinear):
+        core.matrix.kernel = "triton"  # already block-sparse (random_tiles): pin the kernel under test
     elif any(kind == "linear" for _, _, kind, _ in core.positions()):
         core.to_blocksparse(tile, kernel="triton")
     else:  # pragma: no cover - every registered model has linear blocks today
         pytest.skip(f"{name}: no linear blocks to convert")
-    assert core.engine is not None and core.engine.data.device.type == DEVICE.type
+    assert core.matrix is not None and core.matrix.data.device.type == DEVICE.type
     xg = x.to(DEVICE, torch.float32).requires_grad_(True)
     y = _first(gpu(xg))
     y.backward(g.to(DEVICE, torch.float32))
@@ -305,7 +305,7 @@ def test_registered_model_on_cuda_matches_cpu(name, tile, precision):
 
 
 @pytest.mark.parametrize("name", seq2d.list_models())
-def test_registered_model_dense_engine_on_cuda_matches_cpu(name, precision):
+def test_registered_model_dense_store_on_cuda_matches_cpu(name, precision):
     """Without to_blocksparse: the dense store on CUDA, parameter gradients compared by name."""
     from seq2d.testing import example_input
 
@@ -510,7 +510,7 @@ def _expect_compile(request, m):
     from seq2d.sparse import resolve_kernel
     from seq2d.sparse.backends.base import KernelBackend
 
-    eng = getattr(m, "engine", None)
+    eng = getattr(m, "matrix", None)
     if eng is None:
         return
     L = eng.layout
@@ -522,7 +522,7 @@ def _expect_compile(request, m):
 
 
 def _mask_of(m):
-    return m.engine.tmask if getattr(m, "engine", None) is not None else m.block(1, 0).mask
+    return m.matrix.tmask if getattr(m, "matrix", None) is not None else m.block(1, 0).mask
 
 
 @pytest.mark.parametrize("store", GRAPH_STORES)

@@ -163,7 +163,7 @@ def test_inputs_outputs_and_store_errors():
 
 
 def _old_keyword_calls():
-    from seq2d.models.random import random_model, random_tile_engine, random_tiles, randomize
+    from seq2d.models.random import random_model, random_tile_matrix, random_tiles, randomize
     from seq2d.sparse import BlockSparseLinear
 
     grid = {(1, 0): lin(3, 2)}
@@ -174,7 +174,7 @@ def _old_keyword_calls():
     yield "BlockSparseLinear", "kernel", lambda: BlockSparseLinear([3, 2], 16, [], [], backend="cpu")
     yield "random_model", "kernel", lambda: random_model(backend="cpu")
     yield "random_tiles", "kernel", lambda: random_tiles(backend="cpu")
-    yield "random_tile_engine", "kernel", lambda: random_tile_engine([16, 16], 16, 1.0, backend="cpu")
+    yield "random_tile_matrix", "kernel", lambda: random_tile_matrix([16, 16], 16, 1.0, backend="cpu")
     yield "randomize", "kernel", lambda: randomize(seq2d.mlp([3, 2]), backend="cpu")
 
 

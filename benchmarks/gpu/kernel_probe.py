@@ -173,7 +173,7 @@ def probe_model_step(args, dev, dtype, record, save) -> None:
 
     for kernel in KERNELS:
         s = Setting(args.step_N, args.step_batch, args.slots, args.step_density, args.seed, dtype, dev, args.step_tile)
-        s.engine.kernel = kernel  # the tiled model's engine: resolved at every call
+        s.matrix.kernel = kernel  # the tiled model's matrix: resolved at every call
         step, params = s.impl("tiled")
         kstep, kparams = s.impl("kernel")
         row = dict(kernel=kernel, slots=args.slots, N=args.step_N, batch=args.step_batch, density=args.step_density,

@@ -181,7 +181,7 @@ def write_doc(doc: Path, out: Path, env: dict, table: str, sweep_table: str | No
         "reach the same test accuracy (92.7% both, 100 epochs). Here the randomized models have **exactly** the MLP's",
         "1,371,810 trainable parameters (`seq2d.randomize`, weights and biases counted by `num_parameters()`),",
         "at element granularity (entries drawn one by one) and tile granularity (whole 64 x 64 tiles of the",
-        "block-sparse engine), and run 4 iterations.",
+        "block-sparse matrix), and run 4 iterations.",
         "",
         f"- command: `{env['command']}`",
         f"- date: {env['date']}; hardware: {env['hardware']}; torch {env['torch']}"

@@ -290,7 +290,7 @@ class Sequential2D(ContextModule):
         return self.flat_offsets[-1]
 
     @property
-    def engine(self):
+    def matrix(self):
         """The block-sparse matrix (``seq2d.sparse.BlockSparseLinear``) of a tiled model, else None."""
         return self.store.matrix if self.store is not None and self.store.block_sparse else None
 
@@ -498,7 +498,7 @@ class Sequential2D(ContextModule):
 
     @renamed_keyword("backend", "kernel", "kernel choice")
     def to_blocksparse(self, tile: int = 64, kernel: str = "auto") -> "Sequential2D":
-        """Move every linear block into one block-sparse engine (in place; returns self).
+        """Move every linear block into one block-sparse matrix (in place; returns self).
 
         Slots are padded to whole tiles; tiles with no trainable or frozen entry are not
         stored; tied LinearBlocks share tiles. Outputs are unchanged (within dtype rounding).

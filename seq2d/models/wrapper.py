@@ -45,7 +45,7 @@ class CoreModel(nn.Module):
 
     def to_blocksparse(self, tile: int = 64, kernel: str = "auto") -> "CoreModel":
         """The core's :meth:`~seq2d.Sequential2D.to_blocksparse` (in place); returns this model,
-        called as before. The blocks become tile views of one block-sparse engine, so the
+        called as before. The blocks become tile views of one block-sparse matrix, so the
         ``weight`` read through a block (``layer_blocks``, ``torch_named_parameters``) is then
         a view of the tiles, not a Parameter."""
         self.core.to_blocksparse(tile, kernel=kernel)

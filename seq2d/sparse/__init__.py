@@ -1,4 +1,4 @@
-"""The block-sparse engine: tiles, one block-sparse product per step, CPU and Triton kernels.
+"""The block-sparse matrix: tiles, one block-sparse product per step, CPU and Triton kernels.
 
 Layers (as in stk): :mod:`.layout` (the type) -> :mod:`.ops` (public ops) ->
 :mod:`.autograd` (the Function) -> :mod:`.backends` (kernels). :mod:`.linear` holds the

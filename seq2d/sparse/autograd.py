@@ -42,7 +42,7 @@ class BlockSparseMatmul(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, wp: torch.Tensor, layout: BlockSparseLayout, kernel: KernelBackend):
         ctx.layout, ctx.kernel = layout, kernel
-        wp = wp.contiguous()  # a no-op for the engines' own tiles; one copy for a strided view
+        wp = wp.contiguous()  # a no-op for the matrices' own tiles; one copy for a strided view
         ctx.save_for_backward(x, wp)
         return kernel.dds_t(x, wp, layout)
 

@@ -106,7 +106,7 @@ class TrainConfig:
                                             "(ConstantOutputError)", resume="free")
     granularity: str = _f("element", 'sparsity unit of the randomized model: "element", "tile" or "block"',
                           model=True, choices=("element", "tile", "block"))
-    tile: int = _f(64, "tile edge for granularity 'tile' and for the block-sparse engine", model=True)
+    tile: int = _f(64, "tile edge for granularity 'tile' and for the block-sparse matrix", model=True)
     region: str = _f("default", "where the randomized model may place trainable entries (see seq2d.randomize)", model=True)
     model_seed: int | None = _f(None, "seed of the model's random structure and initial values (None = seed)", model=True)
     store: str = _f("auto", 'parameter store handed to model constructors that take one ("dense", "loop"; see '
