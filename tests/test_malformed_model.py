@@ -399,7 +399,7 @@ def test_module_block_output_refused(name):
 
 def test_module_block_output_refused_on_loop_store():
     m = _acyclic(Narrow())
-    m.store_choice = "loop"
+    m.loop = True
     with pytest.raises(InvalidInput, match=WIDTH):
         m(X(2, 3))
 
@@ -442,7 +442,7 @@ def test_module_block_input_width_refused(name):
 
 def test_module_block_loop_store_input_width_and_other_errors():
     m = _acyclic(_wide())
-    m.store_choice = "loop"
+    m.loop = True
     with pytest.raises(InvalidInput, match=IN_WIDTH):
         m(X(2, 3))
 

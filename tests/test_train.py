@@ -562,13 +562,16 @@ def test_a_config_saved_with_the_old_backend_field_loads_and_keeps_its_identity(
     new = config_to_dict(TrainConfig(model="random", granularity="tile", epochs=3))
     old = {"backend" if k == "store" else k: (value if k == "store" else v) for k, v in new.items() if k != "kernel"}
     cfg = config_from_dict(old)
-    assert getattr(cfg, field) == value and getattr(cfg, {"store": "kernel", "kernel": "store"}[field]) == "auto"
+    if value == "loop":  # the old store 'loop' is now the dense store's loop mode (seq2d/stores/migrate.py)
+        assert (cfg.store, cfg.loop, cfg.kernel) == ("dense", True, "auto")
+    else:
+        assert getattr(cfg, field) == value and getattr(cfg, {"store": "kernel", "kernel": "store"}[field]) == "auto"
     assert config_hash(cfg) == config_hash(old) == _hash_before_the_rename(old)
     assert config_diff(old, cfg) == {}
     text = (tmp_path / "config.toml")
     save_config(TrainConfig(), text)
     text.write_text(text.read_text().replace('store = "auto"', f'backend = "{value}"').replace('kernel = "auto"\n', ""))
-    assert getattr(load_config(text), field) == value
+    assert getattr(load_config(text), field) == (value if value != "loop" else "dense")
     with pytest.raises(ValueError, match=r"'backend' is the old name of 'store' and 'kernel'; give 'store' only"):
         config_from_dict({"backend": value, "store": "auto"})
     with pytest.raises(ValueError, match=r"override: key 'backend' is now 'store' or 'kernel'"):
@@ -581,8 +584,28 @@ def test_store_and_kernel_reach_the_constructors_that_take_them():
     cfg = TrainConfig(model="random", granularity="tile", tile=16, sizes=[40, 20, 10], kernel="cpu_bmm")
     assert core_of(build_model(cfg)).store.matrix.kernel == "cpu_bmm"
     with pytest.raises(ValueError, match=r"config field\(s\) 'store' are set, but model 'random' does not use them"):
-        build_model(dataclasses.replace(cfg, store="loop"))
-    assert core_of(build_model(TrainConfig(model="from_mask", sizes=[6, 4, 2], store="loop"))).store_choice == "loop"
+        build_model(dataclasses.replace(cfg, store="dense"))
+    assert core_of(build_model(TrainConfig(model="from_mask", sizes=[6, 4, 2], store="dense", loop=True))).loop
+    assert core_of(build_model(TrainConfig(model="mlp", sizes=[6, 4, 2], loop=True))).loop  # set on the model
+    with pytest.raises(ValueError, match=r"TrainConfig got store='loop'; it is now called store='dense', loop=True"):
+        TrainConfig(store="loop")
+
+
+def test_a_config_saved_with_store_loop_loads_and_keeps_its_identity(tmp_path):
+    """``store = "loop"`` (before the per-block loop became the dense store's mode) loads as
+    ``store = "dense"``, ``loop = true`` (seq2d/stores/migrate.py OLD_NAMES) from a dict and from
+    config.toml, and hashes as before."""
+    old = {**config_to_dict(TrainConfig(model="from_mask", epochs=3)), "store": "loop"}
+    del old["loop"]
+    cfg = config_from_dict(old)
+    assert (cfg.store, cfg.loop) == ("dense", True)
+    assert config_hash(cfg) == config_hash(old) == _hash_before_the_rename(old)
+    path = tmp_path / "config.toml"
+    save_config(TrainConfig(), path)
+    path.write_text(path.read_text().replace('store = "auto"', 'store = "loop"').replace("loop = false\n", ""))
+    assert (load_config(path).store, load_config(path).loop) == ("dense", True)
+    with pytest.raises(ValueError, match=r"store = 'loop' is the old spelling"):
+        config_from_dict({"store": "loop", "loop": True})
 
 
 def test_resume_from_a_nan_checkpoint_is_refused_before_training(tmp_path):

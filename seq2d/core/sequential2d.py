@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from ..arguments import check_factory
 from ..blocks import ContextModule, LinearBlock, block_kind
 from ..stores import STORES, TiledStore, build_store, choose_store
-from ..stores.migrate import migrate_state_dict
+from ..stores.migrate import check_store_value, migrate_state_dict
 from ..errors import InvalidType, InvalidValue, renamed_keyword
 from ..gridtext import LEGEND, grid_text
 from .checks import (build_activations, check_block_fits, check_degenerate, check_sizes, check_slot_list, check_steps,
@@ -123,8 +123,10 @@ class Sequential2D(ContextModule):
         inputs: slots filled from the caller (default: the held slots; non-empty when given).
         outputs: slots read by the tensor call and sequence mode (default: the last; non-empty).
         steps: default number of steps (default: the depth when the graph is acyclic).
-        store: the parameter store: "auto", "dense" or "loop" (see :mod:`seq2d.stores`,
-            :func:`seq2d.available_stores`).
+        store: the parameter store: "dense", "tiled" or "auto" (see :mod:`seq2d.stores`,
+            :func:`seq2d.available_stores`); ``model.store.kind`` says which holds the blocks.
+        loop: evaluate the dense store one ``F.linear`` per block position (the docstring
+            loop, the slow reference) instead of one GEMM per box; settable as ``model.loop``.
     """
 
     use_plan = option()  # model.use_plan = False sets model.options.use_plan (the switches: seq2d/core/options.py)
@@ -144,6 +146,7 @@ class Sequential2D(ContextModule):
         outputs: Sequence[int] | None = None,
         steps: int | None = None,
         store: str = "dense",
+        loop: bool = False,
         device=None,
         dtype=None,
     ) -> None:
@@ -168,9 +171,15 @@ class Sequential2D(ContextModule):
         self.acts = build_activations(self.sizes, activations, held, factory_kwargs)
         given, self._fresh_bias = slot_biases(self.sizes, bias, held, factory_kwargs)
         self.slot_bias = SlotBias(self.sizes, given, self._fresh_bias, **factory_kwargs)
+        check_store_value("Sequential2D", store)  # an old spelling: the "now called" error
         if not isinstance(store, str) or store not in STORES:
             raise InvalidValue(f"Unknown store {store!r}. Select from " + ", ".join(repr(k) for k in STORES))
-        self._store_choice = store
+        if not isinstance(loop, bool):
+            raise InvalidType(f"Sequential2D: loop must be a bool, got {type(loop).__name__} {loop!r}")
+        if loop and store == "tiled":
+            raise InvalidValue("Sequential2D got store='tiled' and loop=True; the per-block loop is a mode of the "
+                               "dense store: give store='dense' (or leave loop off)")
+        self._store_arg, self._loop = store, loop  # the constructor's request (repr, to_spec)
         self.depth = self._compute_depth()
         # static row sets a call iterates over (computed once, not per call)
         self._all_rows_t = tuple(sorted(self._rows))
@@ -192,25 +201,19 @@ class Sequential2D(ContextModule):
         migrate_state_dict(self, state_dict, prefix)
 
     @property
-    def store_choice(self) -> str:
-        """The ``store`` given at construction ('dense', 'loop' or 'auto'), kept after
-        :meth:`to_blocksparse` (which store holds the blocks now: :attr:`store_kind`). Setting 'dense'
-        or 'loop' switches a dense store between one GEMM per box and one F.linear per block."""
-        return self._store_choice
+    def loop(self) -> bool:
+        """Whether the dense store evaluates one ``F.linear`` per block position (the reference)
+        instead of one GEMM per box. Setting it switches the store (a tiled store has no loop
+        mode and ignores it)."""
+        return self._loop
 
-    @property
-    def store_kind(self) -> str | None:
-        """Which parameter store holds the linear blocks now: 'dense' or 'tiled' (after
-        :meth:`to_blocksparse`, or ``store='auto'`` choosing tiles); None without linear blocks."""
-        return None if self.store is None else self.store.name
-
-    @store_choice.setter
-    def store_choice(self, name: str) -> None:
-        if not isinstance(name, str) or name not in STORES:
-            raise InvalidValue(f"Unknown store {name!r}. Select from " + ", ".join(repr(k) for k in STORES))
-        self._store_choice = name
+    @loop.setter
+    def loop(self, on: bool) -> None:
+        if not isinstance(on, bool):
+            raise InvalidType(f"Sequential2D.loop must be a bool, got {type(on).__name__} {on!r}")
+        self._loop = on
         if self.store is not None:
-            self.store.set_reference_mode(name == "loop")
+            self.store.set_loop(on)
 
     def _build_store(self):
         """The model's parameter store (:mod:`seq2d.stores`), or None without linear blocks."""
@@ -226,14 +229,17 @@ class Sequential2D(ContextModule):
                         m._release()
         if not linear:
             return None
-        mode = "loop" if self.store_choice == "loop" else "dense"
-        store = build_store(self.sizes, linear, self._levels, mode)  # the store the blocks name
-        if self.store_choice == "auto" and not store.block_sparse:
+        store = build_store(self.sizes, linear, self._levels, self._loop)  # the store the blocks name
+        if self._store_arg in ("auto", "tiled") and not store.block_sparse and not self._loop:
             mask = [[False] * self.n for _ in range(self.n)]
             for i, j, _ in linear:
                 mask[i][j] = True
             kind, tile = choose_store(self.sizes, mask, store.device.type,
-                                      boxes=[(box.rows, box.cols) for box in store.boxes])
+                                      boxes=[(box.rows, box.cols) for box in store.boxes], tiled=self._store_arg == "tiled")
+            if kind != "tiled" and self._store_arg == "tiled":
+                raise InvalidValue(f"Sequential2D got store='tiled', but no tile size fits slots {list(self.sizes)} (a "
+                                   "tile at most the smallest slot holding a linear block, padding at most 1/8 of the "
+                                   "state); give store='dense' and call to_blocksparse(tile) with the tile you want")
             if kind == "tiled":
                 self.store = store
                 self.to_blocksparse(tile)
@@ -362,8 +368,10 @@ class Sequential2D(ContextModule):
             s += f", inputs={list(self.inputs)}"
         if self.outputs != (self.n - 1,):
             s += f", outputs={list(self.outputs)}"
-        if self.store_choice != "dense":
-            s += f", store={self.store_choice!r}"
+        if self._store_arg != "dense":
+            s += f", store={self._store_arg!r}"
+        if self._loop:
+            s += ", loop=True"
         return s
 
     @property

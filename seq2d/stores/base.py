@@ -41,15 +41,13 @@ class Store(nn.Module):
     blocks), ``boxes`` and ``box_of_row``, and implement :meth:`product`, :meth:`row_source`,
     :meth:`num_trainable` and :meth:`dense_weight`."""
 
+    #: the store's name ('dense', 'tiled'), its one identity: the registry's key
+    #: (:mod:`.registry`), shown to a reader as ``model.store.kind`` ("the tiled store"), never
+    #: branched on outside this package (ask for a capability below instead)
     kind = "base"
-    #: a label for messages ("the tiled (block-sparse) store")
-    label = "base"
-
-    @property
-    def name(self) -> str:
-        """The store's short name, as ``model.store_kind`` reports it ('dense', 'tiled'): to show
-        to a reader, never to branch on (ask for a capability below instead)."""
-        return self.kind
+    #: evaluating one ``F.linear`` per block position (the docstring loop, the reference) instead
+    #: of the store's fast products: ``Sequential2D(..., loop=True)``, :meth:`set_loop`
+    loop = False
     #: ``product(..., bias=b)`` adds ``b`` inside its GEMM (one box only)
     fuses_bias = False
     #: ``product``'s outputs are fresh tensors that no autograd node saved: a caller may add to
@@ -112,10 +110,6 @@ class Store(nn.Module):
         this store can (then ``True``, and ``cache`` holds them); the default cannot."""
         return False
 
-    def set_reference_mode(self, on: bool) -> None:
-        """Switch to the per-block reference evaluation (``store="loop"``) where the store has
-        one; the default has none and ignores it."""
-
-    @property
-    def reference_mode(self) -> bool:
-        return False
+    def set_loop(self, on: bool) -> None:
+        """Switch to the per-block loop (:attr:`loop`) where the store has one (the dense store);
+        the default has none and ignores it."""

@@ -33,15 +33,14 @@ class TiledStore(Store):
     """The store of a block-sparse model: ``matrix`` is the BlockSparseLinear."""
 
     kind = "tiled"
-    label = "tiled (block-sparse)"
     output_writable = True  # the kernels save their inputs, not their output
     block_sparse = True
     partial_rows = True  # boxes_for gives exactly the updated rows' tile-rows
 
     @classmethod
-    def from_blocks(cls, sizes: Sequence[int], entries, levels, *, mode: str = "dense") -> "TiledStore":
+    def from_blocks(cls, sizes: Sequence[int], entries, levels, *, loop: bool = False) -> "TiledStore":
         """The store of a model's TiledBlocks (:func:`seq2d.stores.registry.build_store`): their one
-        BlockSparseLinear, checked to match the model (``mode`` is the dense store's; ignored)."""
+        BlockSparseLinear, checked to match the model (``loop`` is the dense store's mode; ignored)."""
         matrices = {id(b.matrix): b.matrix for _, _, b in entries}
         if len(matrices) != 1:
             raise InvalidValue(f"all tiled blocks of one Sequential2D must share one matrix, got {len(matrices)}")

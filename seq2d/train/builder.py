@@ -23,6 +23,7 @@ _MODEL_KWARGS = {
     "region": ("region",),
     "store": ("store",),
     "kernel": ("kernel",),
+    "loop": ("loop",),
     "iterations": ("iterations", "steps"),
 }
 
@@ -50,13 +51,14 @@ def build_model(cfg: TrainConfig, *, device=None) -> nn.Module:
     check_device(device, "build_model")
     defaults = TrainConfig()
     seed = cfg.effective_model_seed()
-    changed = [k for k in _MODEL_KWARGS if k != "iterations" and getattr(cfg, k) != getattr(defaults, k)]
+    changed = [k for k in _MODEL_KWARGS if k not in ("iterations", "loop") and getattr(cfg, k) != getattr(defaults, k)]
     consumed: set[str] = set()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         if cfg.model in list_models():
             available = {f: (names, getattr(cfg, f)) for f, names in _MODEL_KWARGS.items()
-                         if not ((f in ("store", "kernel") and getattr(cfg, f) == "auto") or (f == "iterations" and cfg.iterations is None))}
+                         if not ((f in ("store", "kernel") and getattr(cfg, f) == "auto") or (f == "iterations" and cfg.iterations is None)
+                                 or (f == "loop" and not cfg.loop))}
             available["seed"] = (("seed",), seed)
             kwargs, consumed = constructor_options(cfg.model, available)
             consumed.discard("seed")
@@ -86,6 +88,15 @@ def build_model(cfg: TrainConfig, *, device=None) -> nn.Module:
         except TypeError:
             raise InvalidValue(f"config field 'iterations' is set, but a {type(model).__name__} has no Sequential2D steps to set") from None
         target.steps = check_steps(cfg.iterations)
+    if cfg.loop and "loop" not in consumed:
+        from ..core import core_of
+
+        try:
+            target = core_of(model)
+        except TypeError:
+            raise InvalidValue(f"config field 'loop' is set, but a {type(model).__name__} has no Sequential2D store to "
+                               "evaluate block by block") from None
+        target.loop = True
     if device is not None:
         model = model.to(device)
     return model

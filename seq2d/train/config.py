@@ -109,8 +109,11 @@ class TrainConfig:
     tile: int = _f(64, "tile edge for granularity 'tile' and for the block-sparse matrix", model=True)
     region: str = _f("default", "where the randomized model may place trainable entries (see seq2d.randomize)", model=True)
     model_seed: int | None = _f(None, "seed of the model's random structure and initial values (None = seed)", model=True)
-    store: str = _f("auto", 'parameter store handed to model constructors that take one ("dense", "loop"; see '
+    store: str = _f("auto", 'parameter store handed to model constructors that take one ("dense", "tiled"; see '
                             'seq2d.available_stores(); "auto" = their default)', resume="free", was="backend")
+    loop: bool = _f(False, "evaluate the dense store one F.linear per block position (the slow reference) instead of "
+                           "one GEMM per box: handed to model constructors that take loop=, else set as model.loop",
+                    resume="free")
     kernel: str = _f("auto", 'block-sparse kernel handed to model constructors that take one (see '
                              'seq2d.sparse.available_kernels(); "auto" = their default)', resume="free", was="backend")
     # ---- data
@@ -217,7 +220,11 @@ OUTPUT_FIELDS = tuple(k for k, m in _META.items() if m["output"])
 def renamed_fields(d: Mapping) -> dict:
     """``d`` (read from a file written before a rename) with ``backend`` read as ``kernel`` when its
     value is a kernel name and no store name ('cpu', 'triton', ...), else as ``store`` ('auto',
-    the default of both, 'dense', 'loop'); giving an old key with a new one is an error."""
+    the default of both, 'dense', 'loop'), and an old ``store`` value as the fields that now say it
+    (seq2d.stores.migrate.OLD_NAMES: ``store = "loop"`` is ``store = "dense"``, ``loop = true``);
+    giving an old key with a new one is an error."""
+    from ..stores.migrate import OLD_NAMES, migrate_store_value
+
     out = dict(d)
     if "backend" in out:
         given = [k for k in RENAMED_FIELDS["backend"] if k in out]
@@ -228,8 +235,9 @@ def renamed_fields(d: Mapping) -> dict:
         from ..sparse import available_kernels
 
         value = out.pop("backend")
-        out["kernel" if value not in STORES and value in available_kernels() else "store"] = value
-    return out
+        store_like = value in STORES or value in OLD_NAMES["store"]
+        out["kernel" if not store_like and value in available_kernels() else "store"] = value
+    return migrate_store_value(out, "config")
 
 _HINTS: dict[str, Any] = typing.get_type_hints(TrainConfig)
 
@@ -310,6 +318,9 @@ def _check(name: str, hint, value, expected: str | None = None):
 
 
 def _check_values(cfg: TrainConfig) -> None:
+    from ..stores.migrate import check_store_value
+
+    check_store_value("TrainConfig", cfg.store)  # an old spelling: the "now called" error
     for name, choices in CHOICES.items():
         v = getattr(cfg, name)
         if v not in choices:
