@@ -170,7 +170,7 @@ def block_mask(n: int, density: float, seed: int) -> torch.Tensor:
     return m.view(n, n)
 
 
-def store_kind(model) -> str:
+def which_store(model) -> str:
     """How the model holds its linear blocks ("dense", "tiled", ...; the library's own name when it has one)."""
     store = getattr(model, "store", None)
     if store is not None:
@@ -209,7 +209,7 @@ class Setting:
         t0 = time.perf_counter()
         self.model = seq2d.from_mask(*args, **kw)
         self.build_s = {"from_mask": time.perf_counter() - t0}
-        self.default_store = store_kind(self.model)
+        self.default_store = which_store(self.model)
         self.tiled = self.matrix = self.layout = None
         if build_tiled:
             t0 = time.perf_counter()
@@ -807,7 +807,7 @@ def grid_section(args, meter, contender, modes, result, path) -> None:
             continue
         info = {"n": n, "S": s.S, "density": d, "blocks": s.blocks, "reached_slots": len(s.reached),
                 "tile": s.tile, "stored_tiles": s.stored_tiles, "tile_density": s.tile_density,
-                "default_store": s.default_store, "tiled_store": store_kind(s.tiled) if s.tiled is not None else None,
+                "default_store": s.default_store, "tiled_store": which_store(s.tiled) if s.tiled is not None else None,
                 "build_s": s.build_s}
         nodes = {}
         for which in LIBRARY:

@@ -39,7 +39,7 @@ from torch import nn
 import seq2d
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from model_step import Impl, Meter, _clear, _uptime, block_mask, med, run_case, store_kind  # noqa: E402
+from model_step import Impl, Meter, _clear, _uptime, block_mask, med, run_case, which_store  # noqa: E402
 
 from seq2d.envinfo import cpu_name  # noqa: E402
 
@@ -88,7 +88,7 @@ def impls(sizes, mask, batch, seed) -> tuple[dict, dict]:
     out["loss"] = Impl(loss, _clear(list(leaves.values())))
     auto = models["auto"]
     L = models["tiled"].matrix.layout
-    info = {"auto_store": store_kind(auto), "auto_tile": getattr(getattr(auto, "matrix", None), "tile", None),
+    info = {"auto_store": which_store(auto), "auto_tile": getattr(getattr(auto, "matrix", None), "tile", None),
             "tile_density": float(L.density), "stored_tiles": int(L.nnz), "N": N}
     with torch.no_grad():  # the stores compute the same step
         a = models["dense_store"].step(state)

@@ -11,6 +11,7 @@ import pytest
 from seq2d.train import config as C
 
 # What the properties held when they were 7 hand-written tuples (commit 5df5692).
+# (+ "loop" in RESUME_FREE_FIELDS: the dense store's loop mode, once store = "loop", issue 36)
 EXPECTED = {
     "CHOICES": {"granularity": ("element", "tile", "block"), "data": ("subset", "full", "mnist1d", "synthetic"),
                 "optimizer": ("adam", "sgd"), "optimizer_impl": ("fused", "foreach", "loop"),
@@ -18,7 +19,7 @@ EXPECTED = {
     "MODEL_FIELDS": {"model", "sizes", "activation", "iterations", "granularity", "tile", "region", "model_seed",
                      "image_size"},
     "RESUME_FREE_FIELDS": {"epochs", "device", "dist_backend", "num_threads", "name", "out_dir", "log_every",
-                           "eval_batch_size", "max_steps", "quiet", "data_root", "download", "deterministic", "store",
+                           "eval_batch_size", "max_steps", "quiet", "data_root", "download", "deterministic", "store", "loop",
                            "kernel", "checkpoint_every", "divergence_factor", "tensorboard", "allow_constant_output"},
     "ALLOW_CHANGED_FIELDS": {"lr", "optimizer", "weight_decay", "optimizer_impl"},
     "LEGACY_DEFAULTS": {"optimizer_impl": "loop"},

@@ -167,9 +167,9 @@ def _old_keyword_calls():
     from seq2d.sparse import BlockSparseLinear
 
     grid = {(1, 0): lin(3, 2)}
-    yield "Sequential2D", "store", lambda: Sequential2D([3, 2], grid, backend="loop")
-    yield "from_mask", "store", lambda: seq2d.from_mask([3, 2], backend="loop")
-    yield "from_iterativenn", "store", lambda: seq2d.from_iterativenn([3], [2], [["Linear"]], backend="loop")
+    yield "Sequential2D", "store", lambda: Sequential2D([3, 2], grid, backend="dense")
+    yield "from_mask", "store", lambda: seq2d.from_mask([3, 2], backend="dense")
+    yield "from_iterativenn", "store", lambda: seq2d.from_iterativenn([3], [2], [["Linear"]], backend="dense")
     yield "Sequential2D.to_blocksparse", "kernel", lambda: Sequential2D([3, 2], grid).to_blocksparse(16, backend="cpu")
     yield "BlockSparseLinear", "kernel", lambda: BlockSparseLinear([3, 2], 16, [], [], backend="cpu")
     yield "random_model", "kernel", lambda: random_model(backend="cpu")

@@ -177,7 +177,7 @@ def test_to_blocksparse_releases_the_old_handles_with_their_values():
     assert a.store is None and isinstance(a.weight, nn.Parameter) and torch.equal(a.weight, w)
 
 
-def test_store_kind_says_which_store_holds_the_blocks():
+def test_store_dot_kind_says_which_store_holds_the_blocks():
     m, _, _ = _two_block_model()
     assert m.store.kind == "dense" and "store=" not in repr(m)
     m.to_blocksparse(16)

@@ -6,12 +6,15 @@ One seam for every fast path. A model holds one store (``model.store``):
 ``dense``   :class:`DenseStore`: dense boxes (one ``(R, C)`` parameter for an iterated
             model, one per level for a plan-evaluated acyclic one), masks and frozen
             values as buffers over them; one GEMM per box per step.
-``loop``    the same storage, one ``F.linear`` per block position (the reference).
 ``tiled``   :class:`TiledStore`: the block-sparse tiles of :mod:`seq2d.sparse`
-            (``model.to_blocksparse(tile)``), one block-sparse product per step.
+            (``model.to_blocksparse(tile)``, or the tile ``auto`` would take), one
+            block-sparse product per step.
 ``auto``    ``tiled`` where the measured crossover says the tiles win, else ``dense``
             (:func:`choose_store`).
 ==========  ===========================================================================
+
+The dense store's mode ``loop=True`` (``model.loop``) keeps its storage and evaluates one
+``F.linear`` per block position (the reference). ``model.store.kind`` names the store.
 
 Layers: :mod:`.base` (interface, flat layout) -> :mod:`.registry` (the stores by name: each linear
 block names the store that holds it) -> :mod:`.dense` / :mod:`.tiled`.
