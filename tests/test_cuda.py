@@ -111,7 +111,7 @@ def reference(x, dy, wp, layout):
 @pytest.mark.parametrize("dtype_name", list(DTYPES))
 @pytest.mark.parametrize("tile", TILE_SIZES)
 def test_triton_ops_match_reference_at_real_size(tile, dtype_name, precision):
-    from seq2d.sparse.backends import triton_backend as tb
+    from seq2d.sparse.kernels import triton_v1 as tb
 
     dtype, tf32, tol = DTYPES[dtype_name]
     precision(tf32)
@@ -145,7 +145,7 @@ def test_triton_ops_match_reference_at_real_size(tile, dtype_name, precision):
 def test_triton_dw_with_batch_splits(tile, dtype_name, precision):
     """Few stored tiles and a long batch: dW splits the batch over many programs per tile
     (fp32 workspace, then a sum), the path the big-N benchmark case takes."""
-    from seq2d.sparse.backends import triton_backend as tb
+    from seq2d.sparse.kernels import triton_v1 as tb
 
     dtype, tf32, tol = DTYPES[dtype_name]
     precision(tf32)
@@ -508,14 +508,14 @@ def _graph_batch(k):
 def _expect_compile(request, m):
     """xfail (not strict) a compiled tiled model whose kernel is Triton while Triton is no torch op."""
     from seq2d.sparse import resolve_kernel
-    from seq2d.sparse.backends.base import KernelBackend
+    from seq2d.sparse.kernels.base import Kernel
 
     eng = getattr(m, "matrix", None)
     if eng is None:
         return
     L = eng.layout
     k = resolve_kernel(eng.kernel, DEVICE, eng.data.dtype, L.density, L.tile)
-    if k.name.startswith("triton") and type(k).product is KernelBackend.product:
+    if k.name.startswith("triton") and type(k).product is Kernel.product:
         request.applymarker(pytest.mark.xfail(strict=False, reason=(
             f"kernel {k.name!r} runs inside an autograd.Function: fullgraph compile needs it as a "
             "torch.library.triton_op (issue 35, under way)")))

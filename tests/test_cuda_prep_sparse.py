@@ -198,7 +198,7 @@ def test_kernel_offsets_are_64_bit(name, strides):
     """Every stride that multiplies a batch row, a tile index or a position is widened to i64
     before the multiply (``p * stride_op`` in int32 wraps once P*T*T >= 2^31)."""
     pytest.importorskip("triton")
-    from seq2d.sparse.backends import triton_backend as tb
+    from seq2d.sparse.kernels import triton_v1 as tb
 
     ir = _ttir(getattr(tb, name))
     widened = {s for s in strides if f"arith.extsi %{s} : i32 to i64" in ir}

@@ -93,7 +93,7 @@ def test_cpu_kernel_paths_match_reference(monkeypatch, path, density):
     batch-major runs by tile and run length (PANELS_*, FMRUNS_*): each path against the
     dense reference (float64, output and both gradients) and gradcheck, forced each way through
     the rule's constants; a full layout (one run per row) never takes the rows or panels path."""
-    from seq2d.sparse.backends import cpu, get_kernel
+    from seq2d.sparse.kernels import cpu, get_kernel
 
     monkeypatch.setattr(cpu, "ROWS_MAX_VALUES", 1 << 40 if path == "rows" else 0)
     monkeypatch.setattr(cpu, "PANELS_MAX_TILE", 16 if path == "panels" else 0)
@@ -145,7 +145,7 @@ def test_cpu_kernel_paths_match_reference(monkeypatch, path, density):
 def test_cpu_kernel_path_rule(tile, slot, batch, path):
     """The ``cpu`` kernel's choice on the kinds of layout its rule was measured on
     (benchmarks/tile_paths.py): N = 4096, random blocks of ``slot`` features at density 0.25."""
-    from seq2d.sparse.backends import get_kernel
+    from seq2d.sparse.kernels import get_kernel
 
     n, k = 4096 // slot, slot // tile
     blocks = torch.rand(n, n, generator=torch.Generator().manual_seed(0)) < 0.25
