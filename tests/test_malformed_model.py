@@ -559,7 +559,7 @@ def test_no_trainable_parameter_warns():
 
 def test_steps_below_the_input_output_distance_warns_once_per_model():
     m = seq2d.mlp([3, 4, 4, 4, 2])  # output slot 4 is 4 blocks from the input
-    m.steps = 1  # as `--iterations 1` does
+    m.steps = 1  # as `--steps 1` does
     x = X(2, 3)
     with pytest.warns(UserWarning, match=r"steps=1 is smaller than the distance from the input slots \[0\] to output "
                                          r"slot 4 \(4 blocks\).*needs steps >= 4"):

@@ -98,9 +98,9 @@ class TrainConfig:
     sizes: list[int] = _f([2500, 500, 200, 100, 10], "slot sizes, input first, classes last (2500 = 50 x 50 images)",
                           model=True)
     activation: str = _f("relu", "hidden-slot activation", model=True)
-    iterations: int | None = _f(None, "Sequential2D steps per forward (None = the model's default, its depth when acyclic)",
-                                model=True)
-    allow_constant_output: bool = _f(False, "train a model whose output cannot depend on its input within its iterations "
+    steps: int | None = _f(None, "Sequential2D steps per forward (None = the model's default, its depth when acyclic)",
+                           model=True, was="iterations")
+    allow_constant_output: bool = _f(False, "train a model whose output cannot depend on its input within its steps "
                                             "(fewer than the blocks from input to output, or no path: a constant "
                                             "predictor); without it such a model is refused before training "
                                             "(ConstantOutputError)", resume="free")
@@ -207,7 +207,8 @@ LEGACY_DEFAULTS: dict[str, Any] = {k: m["legacy"] for k, m in _META.items() if m
 
 # Fields renamed since configs were first saved (config.toml, run.json, checkpoints): old key ->
 # the fields that replace it. ``backend`` held a store name or a kernel name, whichever the
-# model's constructor took; seq2d.train.identity hashes the new fields under the old name.
+# model's constructor took; ``iterations`` is ``steps`` (the model's keyword); seq2d.train.identity
+# hashes the new fields under the old name.
 RENAMED_FIELDS: dict[str, tuple[str, ...]] = {}
 for _k, _m in _META.items():
     if _m["was"] is not None:
@@ -222,10 +223,16 @@ def renamed_fields(d: Mapping) -> dict:
     value is a kernel name and no store name ('cpu', 'triton', ...), else as ``store`` ('auto',
     the default of both, 'dense', 'loop'), and an old ``store`` value as the fields that now say it
     (seq2d.stores.migrate.OLD_NAMES: ``store = "loop"`` is ``store = "dense"``, ``loop = true``);
-    giving an old key with a new one is an error."""
+    giving an old key with a new one is an error; any other renamed key is read as the one field
+    that replaces it (``iterations`` as ``steps``)."""
     from ..stores.migrate import OLD_NAMES, migrate_store_value
 
     out = dict(d)
+    for old, new in RENAMED_FIELDS.items():
+        if len(new) == 1 and old in out:
+            if new[0] in out:
+                raise InvalidValue(f"config: {old!r} is the old name of {new[0]!r}; give {new[0]!r} only, not both")
+            out[new[0]] = out.pop(old)
     if "backend" in out:
         given = [k for k in RENAMED_FIELDS["backend"] if k in out]
         if given:
@@ -334,11 +341,11 @@ def _check_values(cfg: TrainConfig) -> None:
     positive = ["tile", "image_size", "batch_size", "log_every", "eval_batch_size"]
     if isinstance(cfg.num_threads, str) and cfg.num_threads != "auto":
         raise InvalidValue(f"config field 'num_threads': expected {_EXPECTED['num_threads']}, got the string {cfg.num_threads!r}")
-    for name in positive + ["iterations", "num_threads", "max_steps", "checkpoint_every"]:
+    for name in positive + ["steps", "num_threads", "max_steps", "checkpoint_every"]:
         v = getattr(cfg, name)
         if isinstance(v, str):  # num_threads = "auto"
             continue
-        if v is not None and v <= 0 and not (name == "iterations" and v == 0):
+        if v is not None and v <= 0 and not (name == "steps" and v == 0):
             raise InvalidValue(f"config field {name!r}: expected a positive int, got {v}")
     if cfg.data != "full" and cfg.data_root is not None:
         raise InvalidValue(f"config field 'data_root' is set, but data = {cfg.data!r} reads no MNIST files (only "
