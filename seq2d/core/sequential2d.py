@@ -16,8 +16,8 @@ from torch import Tensor, nn
 
 from ..arguments import check_factory
 from ..blocks import ContextModule, LinearBlock, block_kind
-from ..stores import STORES, TiledStore, build_store, choose_store
-from ..stores.migrate import check_store_value, migrate_state_dict
+from ..stores import TiledStore, build_store, check_store, choose_store
+from ..stores.migrate import migrate_state_dict
 from ..errors import InvalidType, InvalidValue, renamed_keyword
 from ..gridtext import LEGEND, grid_text
 from .checks import (build_activations, check_block_fits, check_degenerate, check_sizes, check_slot_list, check_steps,
@@ -171,14 +171,7 @@ class Sequential2D(ContextModule):
         self.acts = build_activations(self.sizes, activations, held, factory_kwargs)
         given, self._fresh_bias = slot_biases(self.sizes, bias, held, factory_kwargs)
         self.slot_bias = SlotBias(self.sizes, given, self._fresh_bias, **factory_kwargs)
-        check_store_value("Sequential2D", store)  # an old spelling: the "now called" error
-        if not isinstance(store, str) or store not in STORES:
-            raise InvalidValue(f"Unknown store {store!r}. Select from " + ", ".join(repr(k) for k in STORES))
-        if not isinstance(loop, bool):
-            raise InvalidType(f"Sequential2D: loop must be a bool, got {type(loop).__name__} {loop!r}")
-        if loop and store == "tiled":
-            raise InvalidValue("Sequential2D got store='tiled' and loop=True; the per-block loop is a mode of the "
-                               "dense store: give store='dense' (or leave loop off)")
+        check_store("Sequential2D", store, loop)
         self._store_arg, self._loop = store, loop  # the constructor's request (repr, to_spec)
         self.depth = self._compute_depth()
         # static row sets a call iterates over (computed once, not per call)
@@ -236,10 +229,6 @@ class Sequential2D(ContextModule):
                 mask[i][j] = True
             kind, tile = choose_store(self.sizes, mask, store.device.type,
                                       boxes=[(box.rows, box.cols) for box in store.boxes], tiled=self._store_arg == "tiled")
-            if kind != "tiled" and self._store_arg == "tiled":
-                raise InvalidValue(f"Sequential2D got store='tiled', but no tile size fits slots {list(self.sizes)} (a "
-                                   "tile at most the smallest slot holding a linear block, padding at most 1/8 of the "
-                                   "state); give store='dense' and call to_blocksparse(tile) with the tile you want")
             if kind == "tiled":
                 self.store = store
                 self.to_blocksparse(tile)

@@ -25,8 +25,8 @@ from __future__ import annotations
 from .base import Store, contiguous_runs
 from .dense import DenseStore
 from .tiled import TiledBlock, TiledStore
-from .choose import STORES, choose_store
+from .choose import STORES, check_store, choose_store
 from .registry import STORE_CLASSES, build_store, register_store
 
-__all__ = ["Store", "DenseStore", "TiledStore", "TiledBlock", "STORES", "choose_store", "contiguous_runs", "STORE_CLASSES",
+__all__ = ["Store", "DenseStore", "TiledStore", "TiledBlock", "STORES", "check_store", "choose_store", "contiguous_runs", "STORE_CLASSES",
            "build_store", "register_store"]

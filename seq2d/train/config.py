@@ -205,10 +205,9 @@ ALLOW_CHANGED_FIELDS = tuple(k for k, m in _META.items() if m["resume"] == "ask"
 # written before the field existed (a run.json or checkpoint without it) stands for.
 LEGACY_DEFAULTS: dict[str, Any] = {k: m["legacy"] for k, m in _META.items() if m["legacy"] is not _NO_LEGACY}
 
-# Fields renamed since configs were first saved (config.toml, run.json, checkpoints): old key ->
-# the fields that replace it. ``backend`` held a store name or a kernel name, whichever the
-# model's constructor took; ``iterations`` is ``steps`` (the model's keyword); seq2d.train.identity
-# hashes the new fields under the old name.
+# Fields renamed since configs were first saved (config.toml, run.json, checkpoints): old key -> the
+# fields that replace it (``backend``: a store or a kernel name; ``iterations``: ``steps``, the model's
+# keyword); seq2d.train.identity hashes the new fields under the old name.
 RENAMED_FIELDS: dict[str, tuple[str, ...]] = {}
 for _k, _m in _META.items():
     if _m["was"] is not None:
@@ -223,8 +222,7 @@ def renamed_fields(d: Mapping) -> dict:
     value is a kernel name and no store name ('cpu', 'triton', ...), else as ``store`` ('auto',
     the default of both, 'dense', 'loop'), and an old ``store`` value as the fields that now say it
     (seq2d.stores.migrate.OLD_NAMES: ``store = "loop"`` is ``store = "dense"``, ``loop = true``);
-    giving an old key with a new one is an error; any other renamed key is read as the one field
-    that replaces it (``iterations`` as ``steps``)."""
+    giving an old key with a new one is an error; another renamed key is read as its one new field."""
     from ..stores.migrate import OLD_NAMES, migrate_store_value
 
     out = dict(d)
