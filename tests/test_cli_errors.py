@@ -331,7 +331,7 @@ def test_train_refuses_a_model_whose_output_never_sees_the_input(tmp_path, capsy
 
 
 def test_train_says_when_the_output_never_sees_the_input(tmp_path, capsys):
-    """Issue 18: a run whose output cannot depend on its input (too few iterations), trained on
+    """Issue 18: a run whose output cannot depend on its input (too few steps), trained on
     purpose (--allow-constant-output, issue 31), is a ``seq2d: warning:`` line on stderr, also with
     --quiet; the API's UserWarning, in CLI form."""
     argv = ["train", "--data", "synthetic", "--sizes", "16,8,4", "--steps", "1", "--epochs", "1", "--quiet",

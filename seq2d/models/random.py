@@ -147,7 +147,7 @@ def random_blocks_density(sizes: Sequence[int] = (2500, 500, 200, 100, 10), dens
     input) is a masked :class:`~seq2d.blocks.LinearBlock` keeping exactly
     ``round(density * block size)`` entries, drawn uniformly, with its own bias
     (``LinearBlock(bias=True)``; no slot biases); ``activation`` on every non-input slot,
-    the output too when ``output_activation`` (so between iterations and on the returned
+    the output too when ``output_activation`` (so between steps and on the returned
     logits; the held input slot keeps its value, which ReLU leaves alone for pixels in
     [0, 1]). ``steps`` default ``len(sizes) - 1``. The parameter count is not matched to
     the MLP's (masked weights plus one bias per block)."""
