@@ -23,8 +23,8 @@ seed=--seed, steps=1)``. The state is ``n`` random ``(B, S)`` tensors requiring 
                   ``loss.backward()``; ``w_i`` fixed random ``(B, S)``.
 ``tiled``         the same on ``copy.deepcopy(model).to_blocksparse(tile=min(64, S))``.
 ``kernel``        the kernel alone on the same layout: ``seq2d.sparse.bsmm(x, wp, layout,
-                  engine.kernel)`` with ``engine = tiled.engine``, ``layout = engine.layout``,
-                  ``wp = engine.position_tiles()`` detached (a leaf requiring grad), ``x``
+                  matrix.kernel)`` with ``matrix = tiled.matrix``, ``layout = matrix.layout``,
+                  ``wp = matrix.position_tiles()`` detached (a leaf requiring grad), ``x``
                   ``(B, Kt * tile)`` requiring grad; ``(y * w).sum().backward()``.
 ``dense``         ``nn.Linear(N, N, bias=False)`` on ``x`` ``(B, N)`` requiring grad, same loss.
 ``masked_dense``  ``F.linear(x, W * M)``, ``W`` an ``(N, N)`` parameter, ``M`` the element
@@ -170,12 +170,12 @@ def block_mask(n: int, density: float, seed: int) -> torch.Tensor:
     return m.view(n, n)
 
 
-def store_kind(model) -> str:
+def which_store(model) -> str:
     """How the model holds its linear blocks ("dense", "tiled", ...; the library's own name when it has one)."""
     store = getattr(model, "store", None)
     if store is not None:
         return str(getattr(store, "kind", type(store).__name__))
-    return "tiled" if getattr(model, "engine", None) is not None else "dense"
+    return "tiled" if getattr(model, "matrix", None) is not None else "dense"
 
 
 class Impl:
@@ -209,17 +209,17 @@ class Setting:
         t0 = time.perf_counter()
         self.model = seq2d.from_mask(*args, **kw)
         self.build_s = {"from_mask": time.perf_counter() - t0}
-        self.default_store = store_kind(self.model)
-        self.tiled = self.engine = self.layout = None
+        self.default_store = which_store(self.model)
+        self.tiled = self.matrix = self.layout = None
         if build_tiled:
             t0 = time.perf_counter()
-            if getattr(self.model, "engine", None) is None:
+            if getattr(self.model, "matrix", None) is None:
                 self.tiled = copy.deepcopy(self.model).to_blocksparse(tile=self.tile)
             else:  # from_mask already chose the tiled store: convert its dense-store twin (same weights)
                 self.tiled = seq2d.from_mask(*args, **kw, store="dense").to_blocksparse(tile=self.tile)
             self.build_s["to_blocksparse"] = time.perf_counter() - t0
-            self.engine = self.tiled.engine
-            self.layout = self.engine.layout
+            self.matrix = self.tiled.matrix
+            self.layout = self.matrix.layout
         g = torch.Generator().manual_seed(seed + 1)
         self.state = [torch.randn(batch, S, generator=g).requires_grad_() for _ in range(n)]
         self.w = {i: torch.randn(batch, S, generator=g) for i in self.reached}
@@ -261,7 +261,7 @@ class Setting:
         return Impl(step, _clear(params + self.state), backend=backend)
 
     def kernel_impl(self) -> Impl:
-        eng, L = self.engine, self.layout
+        eng, L = self.matrix, self.layout
         T = L.tile
         wp = eng.position_tiles().detach().requires_grad_()
         x = torch.randn(self.B, L.Kt * T, generator=self.gen).requires_grad_()
@@ -807,7 +807,7 @@ def grid_section(args, meter, contender, modes, result, path) -> None:
             continue
         info = {"n": n, "S": s.S, "density": d, "blocks": s.blocks, "reached_slots": len(s.reached),
                 "tile": s.tile, "stored_tiles": s.stored_tiles, "tile_density": s.tile_density,
-                "default_store": s.default_store, "tiled_store": store_kind(s.tiled) if s.tiled is not None else None,
+                "default_store": s.default_store, "tiled_store": which_store(s.tiled) if s.tiled is not None else None,
                 "build_s": s.build_s}
         nodes = {}
         for which in LIBRARY:

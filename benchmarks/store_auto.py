@@ -12,7 +12,7 @@ slots of ``(out[i] * w_i).sum()``, ``backward()``, batch 256, float32, one threa
 side by side with model_step.py's ``run_case`` (rotating order, medians), for:
 
 ==============  =================================================================
-``auto``        ``store="auto"`` (the store :func:`seq2d.engines.choose_store` picks)
+``auto``        ``store="auto"`` (the store :func:`seq2d.stores.choose_store` picks)
 ``dense_store`` ``store="dense"``
 ``tiled``       ``store="dense"``, then ``to_blocksparse(tile=16)``
 ``dense``       ``nn.Linear(N, N, bias=False)`` on ``(B, N)``, N = sum of the sizes
@@ -39,7 +39,7 @@ from torch import nn
 import seq2d
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from model_step import Impl, Meter, _clear, _uptime, block_mask, med, run_case, store_kind  # noqa: E402
+from model_step import Impl, Meter, _clear, _uptime, block_mask, med, run_case, which_store  # noqa: E402
 
 from seq2d.envinfo import cpu_name  # noqa: E402
 
@@ -87,8 +87,8 @@ def impls(sizes, mask, batch, seed) -> tuple[dict, dict]:
 
     out["loss"] = Impl(loss, _clear(list(leaves.values())))
     auto = models["auto"]
-    L = models["tiled"].engine.layout
-    info = {"auto_store": store_kind(auto), "auto_tile": getattr(getattr(auto, "engine", None), "tile", None),
+    L = models["tiled"].matrix.layout
+    info = {"auto_store": which_store(auto), "auto_tile": getattr(getattr(auto, "matrix", None), "tile", None),
             "tile_density": float(L.density), "stored_tiles": int(L.nnz), "N": N}
     with torch.no_grad():  # the stores compute the same step
         a = models["dense_store"].step(state)

@@ -3,10 +3,10 @@
     python benchmarks/tile_paths.py [--repeats 15] [--rounds 3] [--json FILE]
     python benchmarks/tile_paths.py --cases grid --repeats 5 --rounds 2   # the panels rule's grid
 
-The ``cpu`` kernel (``seq2d/sparse/backends/cpu.py``) runs a layout of short runs row by row
+The ``cpu`` kernel (``seq2d/sparse/kernels/cpu.py``) runs a layout of short runs row by row
 over gathered tiles when the gathered copies are small (``ROWS_MAX_TILES_PER_RUN``,
 ``ROWS_MAX_VALUES``), and otherwise by feature-major panels or feature-major runs
-(``seq2d/sparse/backends/cpu_fm.py``) or the batch-major runs, by tile and run length
+(``seq2d/sparse/kernels/cpu_fm.py``) or the batch-major runs, by tile and run length
 (``PANELS_*``, ``FMRUNS_*``). This times the paths, forced, on the layouts those rules were set from
 (``--cases``): ``mnist``, the two products of the random-tile MNIST model's step (its
 held-input tiles and the rest, at batch 64, built by ``seq2d.train.build_model`` as ``seq2d
@@ -35,7 +35,7 @@ import torch
 
 from seq2d.envinfo import cpu_name
 from seq2d.sparse import layout_from_tile_mask
-from seq2d.sparse.backends import cpu, cpu_fm, get_kernel
+from seq2d.sparse.kernels import cpu, cpu_fm, get_kernel
 
 
 def mnist_layouts(sizes, image_size) -> list:

@@ -86,7 +86,7 @@ def measure(models: dict, *, batch: int, repeats: int, warmup: int, seed: int = 
 
 def sweep(densities, *, repeats: int, shape=(810, 3310), seed: int = 0) -> dict:
     """Per-step cost of a masked box's layout (see the module docstring), ms, by density."""
-    from seq2d.engines.compact import compact_index, place
+    from seq2d.stores.compact import compact_index, place
 
     R, C = shape
     out = {}

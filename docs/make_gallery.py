@@ -53,7 +53,7 @@ GALLERY = [
 ]
 BLOCKSPARSE = ("blocksparse", "random_tiles:784,256,128,10,density=0.1,tile=32",
                "Block-sparse randomized model (tile 32, tile density 0.1)",
-               "random 32 x 32 tiles (10% of the tiles of every non-input row) in one block-sparse engine (`seq2d draw ... --kind spy`).")
+               "random 32 x 32 tiles (10% of the tiles of every non-input row) in one block-sparse matrix (`seq2d draw ... --kind spy`).")
 
 MEMORY_CASES = [
     ("MLP [784, 256, 128, 10] (L = 3 layers)", "mlp:784,256,128,10", "L"),
@@ -133,7 +133,7 @@ and it does not depend on the initial state of the non-held slots. The plan comp
 directly: when level `d` is evaluated, every slot it reads is held or of a lower level,
 already final. (`None` slots are skipped in both, as in the step.) `tests/test_plan.py`
 checks the plan against plain iteration on random DAGs, every constructor and the
-block-sparse engine; `model.use_plan = False` turns it off.
+block-sparse matrix; `model.use_plan = False` turns it off.
 
 A cyclic graph (an RNN, a randomized model) has no depth: it is iterated for exactly `steps`
 Jacobi steps, which then must be given.
@@ -178,7 +178,7 @@ Presets: `mlp:SIZES[,act=relu]`, `rnn:IN,HIDDEN[,layers=1][,nonlinearity=tanh]`,
   side (`min_slot`, `--min-slot`; 0: to scale) is drawn that wide, its entries as wider
   cells, so a 10-unit output slot is not a sliver; the axes keep the true sizes. Above
   `N = 2000` the mask is block-max pooled to at most 1000 x 1000 pixels. Block-sparse models
-  (after `model.to_blocksparse(tile)`) are read tile by tile from the engine.
+  (after `model.to_blocksparse(tile)`) are read tile by tile from the matrix.
 - **For a paper.** `style="paper"` (`--style paper`): fonts 1.4x, a 0.02 in margin, no
   generated title (the caption carries it); `slot_labels=["x", "h", "y"]` (`--slot-labels
   x,h,y`) names the slots instead of numbering them. Epoch axes of the training plots have

@@ -1,7 +1,7 @@
 """seq2d: Sequential2D block networks in PyTorch.
 
 One documented semantics (``Sequential2D``'s docstring, docs/concepts.md), constructors
-proven equal to torch.nn, and one engine seam (seq2d.engines) for the parameter stores and their fast paths.
+proven equal to torch.nn, and one seam (seq2d.stores) for the parameter stores and their fast paths.
 """
 
 from typing import TYPE_CHECKING
@@ -16,7 +16,7 @@ _EXPORTS = {
     ".attention": ("AttentionCore",),
     ".blocks": ("ContextModule", "Identity", "LinearBlock"),
     ".core": ("Sequential2D", "block_kind"),
-    ".engines": ("DenseStore", "TiledBlock", "TiledStore"),
+    ".stores": ("DenseStore", "TiledBlock", "TiledStore"),
     ".models": ("RNN", "TransformerEncoder", "TransformerEncoderLayer", "TruncatedRNN", "create_model", "from_mask",
                 "from_torch", "list_models", "mlp", "randomize", "register_model", "resolve_model", "rnn",
                 "transformer_encoder", "transformer_layer", "truncated_rnn"),
@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # the table above as static imports
     from .attention import AttentionCore
     from .blocks import ContextModule, Identity, LinearBlock
     from .core import Sequential2D, block_kind
-    from .engines import DenseStore, TiledBlock, TiledStore
+    from .stores import DenseStore, TiledBlock, TiledStore
     from .models import (RNN, TransformerEncoder, TransformerEncoderLayer, TruncatedRNN, create_model, from_mask,
                          from_torch, list_models, mlp, randomize, register_model, resolve_model, rnn,
                          transformer_encoder, transformer_layer, truncated_rnn)
@@ -44,8 +44,8 @@ __version__ = "0.1.0"
 
 
 def available_stores() -> list[str]:
-    """Store names a Sequential2D accepts as ``store`` (see :mod:`seq2d.engines`)."""
-    from .engines import STORES
+    """Store names a Sequential2D accepts as ``store`` (see :mod:`seq2d.stores`)."""
+    from .stores import STORES
 
     return list(STORES)
 

@@ -141,7 +141,7 @@ def draw_device(t: Tensor, generator: torch.Generator | None) -> torch.device:
 
 
 def takes_generator(m: nn.Module) -> bool:
-    """Whether ``m.reset_parameters`` accepts a ``generator`` (seq2d's blocks and tile engines do)."""
+    """Whether ``m.reset_parameters`` accepts a ``generator`` (seq2d's blocks and tile matrices do)."""
     f = getattr(m, "reset_parameters", None)
     return f is not None and "generator" in inspect.signature(f).parameters
 
@@ -188,10 +188,10 @@ def _check_matrix(name: str, value, shape: tuple[int, int], what: str) -> Tensor
 class LinearLike(nn.Module):
     """Base of linear blocks: ``in_features``, ``out_features``, ``effective_weight()``,
     ``trainable_mask()``, ``num_trainable()``, ``mask``/``frozen`` (None when absent).
-    :class:`LinearBlock` owns a dense weight; ``seq2d.engines.TiledBlock`` is a view of tiles
-    stored in a block-sparse engine. ``bias`` is the block's own bias (None when absent).
+    :class:`LinearBlock` owns a dense weight; ``seq2d.stores.TiledBlock`` is a view of tiles
+    stored in a block-sparse matrix. ``bias`` is the block's own bias (None when absent).
     ``store_kind``: the parameter store that holds a model's blocks of this class (the key of
-    ``seq2d.engines.registry.STORE_CLASSES``)."""
+    ``seq2d.stores.registry.STORE_CLASSES``)."""
 
     store_kind: str
 
@@ -215,7 +215,7 @@ class LinearBlock(LinearLike):
 
     **Handle into a store.** A LinearBlock on its own owns its ``weight`` Parameter and
     its ``mask``/``frozen`` buffers. Once placed in a :class:`~seq2d.Sequential2D`, the
-    model's parameter store (:mod:`seq2d.engines`) takes the values over and the block
+    model's parameter store (:mod:`seq2d.stores`) takes the values over and the block
     becomes a *handle*: ``weight``, ``mask``, ``frozen`` are views of the store's region
     (writes through them, ``blk.mask = m`` and in-place edits, are seen by the next
     forward), ``grad`` is the region of the store's gradient (so is ``weight.grad``:
@@ -235,7 +235,7 @@ class LinearBlock(LinearLike):
     """
 
     _HANDLE_ATTRS = ("weight", "mask", "frozen")
-    store_kind = "dense"  # held by the DenseStore (seq2d/engines/registry.py)
+    store_kind = "dense"  # held by the DenseStore (seq2d/stores/registry.py)
 
     def __init__(
         self,

@@ -286,7 +286,7 @@ def _add_draw(sub, name: str, summary: str) -> None:
     p.add_argument("-o", "--output", required=True, help="output file, .png or .svg")
     p.add_argument("--kind", choices=("graph", "spy", "both"), default="graph", help="what to draw (default: graph)")
     p.add_argument("--tile", type=int, default=None,
-                   help="convert the linear blocks to the block-sparse engine with this tile size first (16, 32, 64, 128)")
+                   help="convert the linear blocks to the block-sparse matrix with this tile size first (16, 32, 64, 128)")
     p.add_argument("--dpi", type=float, default=100, help="PNG resolution (default: 100)")
     p.add_argument("--style", choices=("default", "paper"), default="default",
                    help="paper: fonts 1.4x, a 0.02 in margin, no generated title (default: default)")
@@ -342,7 +342,7 @@ def _cmd_mnist(args) -> int:
         proto["data"] = args.data
     if args.epochs is not None:
         proto["epochs"] = args.epochs
-    for key in ("iterations", "device", "num_threads", "max_steps"):
+    for key in ("steps", "device", "num_threads", "max_steps"):
         value = getattr(args, key)
         if value is not None:
             proto[key] = value
@@ -399,7 +399,7 @@ def _add_mnist(sub, name: str, summary: str) -> None:
                "  seq2d mnist --protocol paper --epochs 4 --seeds 0,1,2\n"
                "  seq2d mnist --protocol ms-thesis\n"
                "  seq2d mnist --data full --epochs 5 --seeds 0,1,2 --models mlp,random-element,random-tile\n"
-               "  seq2d mnist --models random-element --iterations 6\n"
+               "  seq2d mnist --models random-element --steps 6\n"
                "  seq2d mnist --full --jobs 2 --out runs/mnist_full   (2 runs at once, 1 torch thread each)\n"
                "  seq2d mnist --full --launcher slurm --partition cpu --time 12:00:00 --mem 4G   (a SLURM job array)",
         formatter_class=_FMT, allow_abbrev=False)
@@ -418,7 +418,7 @@ def _add_mnist(sub, name: str, summary: str) -> None:
     p.add_argument("--data", choices=("subset", "full"), default=None, help="bundled subset or full MNIST")
     p.add_argument("--data-root", default=None, help="MNIST root (holds MNIST/raw); default $SEQ2D_DATA")
     p.add_argument("--download", action="store_true", help="download MNIST through torchvision when absent")
-    p.add_argument("--iterations", type=int, default=None, help="Sequential2D steps of the randomized models (default 4)")
+    p.add_argument("--steps", type=int, default=None, help="Sequential2D steps of the randomized models (default 4)")
     p.add_argument("--device", default=None, help="auto (default), cpu or cuda")
     p.add_argument("--jobs", type=jobs_arg, default="auto", metavar="INT|auto",
                    help="runs trained at once, each in its own process (seq2d.lab.parallel); auto (default): as many as "

@@ -4,7 +4,7 @@ r"""The iteration map of a Sequential2D as a dynamical system: the states it vis
 A Sequential2D iterates ``x <- F(x)`` over its slots (docs/concepts.md); with its input slots
 held, the map on the *updated* (non-held) slots ``z`` is ``z <- f(z; u)`` for a fixed input
 ``u``. Near a fixed point ``z*`` the distance shrinks like ``rho^t``, ``rho`` the spectral radius
-of ``J = d f / d z`` there: a small ``rho`` means few iterations are needed; an acyclic model (an
+of ``J = d f / d z`` there: a small ``rho`` means few steps are needed; an acyclic model (an
 MLP) has a nilpotent ``J`` (``rho = 0``) and stops moving after ``depth`` steps. Koopman /
 DMD (Hershey et al.'s open question 3) fits one linear operator to the trajectories instead.
 

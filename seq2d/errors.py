@@ -71,7 +71,7 @@ def show_value(v) -> str:
 
 def renamed_keyword(old: str, new: str, meaning: str):
     """Decorator for a callable whose keyword ``old`` is now ``new``: a call that still passes
-    ``old`` raises :class:`InvalidType` naming the new keyword (``Sequential2D got backend='loop';
+    ``old`` raises :class:`InvalidType` naming the new keyword (``Sequential2D got backend='dense';
     the store choice is now store=``). Not a shim: the old keyword's value is never used."""
     import functools
 

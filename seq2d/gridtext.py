@@ -15,7 +15,7 @@ LEGEND = ("cells: . absent, I identity, W dense linear, w masked linear, F linea
 def grid_text(model) -> str:
     """The block grid as text. Legend: ``.`` absent, ``I`` identity, ``W`` dense linear,
     ``w`` masked linear, ``F`` linear with frozen values, ``T`` a tiled block of the
-    block-sparse engine, ``M`` module; a digit after the
+    block-sparse matrix, ``M`` module; a digit after the
     letter names the tied-weight group when one LinearBlock sits at several positions."""
     n = model.n
     groups: dict[int, int] = {}
@@ -35,7 +35,7 @@ def grid_text(model) -> str:
         else:
             c = "F" if blk.frozen is not None else ("w" if blk.mask is not None else "W")
             if not isinstance(blk, LinearBlock):
-                c = "T" + c[1:]  # tiled (block-sparse engine)
+                c = "T" + c[1:]  # tiled (block-sparse matrix)
             if id(blk) in groups:
                 c += str(groups[id(blk)])
         cells[i][j] = c

@@ -81,7 +81,7 @@ class StoreView(WriteBack):
 
     With the dense store the region is a view of one store Parameter (writes go through). A
     tiled block's ``weight`` is its tiles assembled into the dense ``(out, in)`` matrix, a copy
-    (``region``: the function that assembles it from a tensor shaped like the engine's tiles).
+    (``region``: the function that assembles it from a tensor shaped like the matrix's tiles).
     Neither is a leaf, so torch gives it no ``.grad`` of its own (``None``, with a warning);
     code written for ``nn.Linear`` reads ``layer.weight.grad``, so the handles return this
     subclass instead. Anything computed from it is a plain tensor. ``.grad`` is read-only:

@@ -148,7 +148,7 @@ CASES = [
     ("mnist-num-threads", ["mnist", "--num-threads", "x"], ["--num-threads", "'x'"]),
     ("mnist-device", ["mnist", "--device", "nope"], ["config field 'device'", "'nope'"]),
     ("mnist-epochs-negative", ["mnist", "--epochs", "-1"], ["config field 'epochs'", "-1"]),
-    ("mnist-iterations-negative", ["mnist", "--iterations", "-1"], ["config field 'iterations'", "-1"]),
+    ("mnist-steps-negative", ["mnist", "--steps", "-1"], ["config field 'steps'", "-1"]),
     ("mnist-max-steps-0", ["mnist", "--max-steps", "0"], ["config field 'max_steps'", "got 0"]),
     ("mnist-unknown-flag", ["mnist", "--model", "mlp"], ["--model"]),
     ("mnist-seeds-not-ints", ["mnist", "--seeds", "a,b"], ["--seeds", "'a'"]),
@@ -317,24 +317,24 @@ def test_plot_functions_refuse_a_missing_folder_too(tmp_path):
 
 
 def test_train_refuses_a_model_whose_output_never_sees_the_input(tmp_path, capsys):
-    """Issue 31: `seq2d train --iterations 1` on a 3-slot MLP trained a constant predictor to the end
+    """Issue 31: `seq2d train --steps 1` on a 3-slot MLP trained a constant predictor to the end
     and exited 0; now it is refused before training, one error line in the command line's terms
     (the flags that fix it), exit 2, nothing written."""
-    argv = ["train", "--data", "synthetic", "--sizes", "16,8,4", "--iterations", "1", "--epochs", "1", "--quiet",
+    argv = ["train", "--data", "synthetic", "--sizes", "16,8,4", "--steps", "1", "--epochs", "1", "--quiet",
             "--out-dir", str(tmp_path / "run"), "--num-threads", "1"]
     rc, out, err = _run(argv, capsys)
     assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1, err
     assert err.startswith("seq2d: error: refusing to train a model whose output cannot see its input (steps=1 is smaller "
                           "than the distance from the input slots [0] to output slot 2 (2 blocks)"), err
-    assert "--iterations 2" in err and "--allow-constant-output" in err and "allow_constant_output=True" not in err
+    assert "--steps 2" in err and "--allow-constant-output" in err and "allow_constant_output=True" not in err
     assert not (tmp_path / "run").exists()
 
 
 def test_train_says_when_the_output_never_sees_the_input(tmp_path, capsys):
-    """Issue 18: a run whose output cannot depend on its input (too few iterations), trained on
+    """Issue 18: a run whose output cannot depend on its input (too few steps), trained on
     purpose (--allow-constant-output, issue 31), is a ``seq2d: warning:`` line on stderr, also with
     --quiet; the API's UserWarning, in CLI form."""
-    argv = ["train", "--data", "synthetic", "--sizes", "16,8,4", "--iterations", "1", "--epochs", "1", "--quiet",
+    argv = ["train", "--data", "synthetic", "--sizes", "16,8,4", "--steps", "1", "--epochs", "1", "--quiet",
             "--out-dir", str(tmp_path / "run"), "--num-threads", "1", "--allow-constant-output"]
     rc, _, err = _run(argv, capsys)
     assert rc == 0

@@ -1,4 +1,4 @@
-"""The compact layout of masked boxes (seq2d/engines/compact.py, issue 35 item 6): ``parameters()``
+"""The compact layout of masked boxes (seq2d/stores/compact.py, issue 35 item 6): ``parameters()``
 and every optimizer's state hold the trained entries only, the product equals the masked dense
 box's, and state saved with the dense box (before this layout) loads.
 

@@ -155,7 +155,7 @@ def test_a_changed_tile_mask_is_seen_by_the_compiled_tiled_model():
     torch.testing.assert_close(cf(x), f(x), rtol=1e-12, atol=1e-12)
     before = f(x)
     with torch.no_grad():
-        m.engine.tmask[:, :5] = False  # in place
+        m.matrix.tmask[:, :5] = False  # in place
     torch.testing.assert_close(cf(x), f(x), rtol=1e-12, atol=1e-12)
     assert not torch.allclose(f(x), before)
 
@@ -198,13 +198,13 @@ def test_the_captured_step_recipe_refuses_what_a_replay_would_ignore(tiled):
         m(x).square().mean().backward()
         opt.step()
     assert signature(m, opt) == s0
-    mask = m.engine.tmask if tiled else m.block(1, 0).mask
+    mask = m.matrix.tmask if tiled else m.block(1, 0).mask
     with torch.no_grad():
         mask[:, :3] = False  # in place (a block's mask is a view of the store's buffer)
     s1 = signature(m, opt)
     assert s1 != s0
     if tiled:
-        m.engine.tmask = m.engine.tmask.clone()  # replaced
+        m.matrix.tmask = m.matrix.tmask.clone()  # replaced
     else:
         m.block(1, 0).mask = torch.rand(m.block(1, 0).mask.shape) < 0.5
     s2 = signature(m, opt)

@@ -111,7 +111,7 @@ def reference(x, dy, wp, layout):
 @pytest.mark.parametrize("dtype_name", list(DTYPES))
 @pytest.mark.parametrize("tile", TILE_SIZES)
 def test_triton_ops_match_reference_at_real_size(tile, dtype_name, precision):
-    from seq2d.sparse.backends import triton_backend as tb
+    from seq2d.sparse.kernels import triton_v1 as tb
 
     dtype, tf32, tol = DTYPES[dtype_name]
     precision(tf32)
@@ -145,7 +145,7 @@ def test_triton_ops_match_reference_at_real_size(tile, dtype_name, precision):
 def test_triton_dw_with_batch_splits(tile, dtype_name, precision):
     """Few stored tiles and a long batch: dW splits the batch over many programs per tile
     (fp32 workspace, then a sum), the path the big-N benchmark case takes."""
-    from seq2d.sparse.backends import triton_backend as tb
+    from seq2d.sparse.kernels import triton_v1 as tb
 
     dtype, tf32, tol = DTYPES[dtype_name]
     precision(tf32)
@@ -287,13 +287,13 @@ def test_registered_model_on_cuda_matches_cpu(name, tile, precision):
     y_ref.backward(g)
 
     core = _core(gpu)
-    if isinstance(getattr(core, "engine", None), BlockSparseLinear):
-        core.engine.kernel = "triton"  # already block-sparse (random_tiles): pin the kernel under test
+    if isinstance(getattr(core, "matrix", None), BlockSparseLinear):
+        core.matrix.kernel = "triton"  # already block-sparse (random_tiles): pin the kernel under test
     elif any(kind == "linear" for _, _, kind, _ in core.positions()):
         core.to_blocksparse(tile, kernel="triton")
     else:  # pragma: no cover - every registered model has linear blocks today
         pytest.skip(f"{name}: no linear blocks to convert")
-    assert core.engine is not None and core.engine.data.device.type == DEVICE.type
+    assert core.matrix is not None and core.matrix.data.device.type == DEVICE.type
     xg = x.to(DEVICE, torch.float32).requires_grad_(True)
     y = _first(gpu(xg))
     y.backward(g.to(DEVICE, torch.float32))
@@ -305,7 +305,7 @@ def test_registered_model_on_cuda_matches_cpu(name, tile, precision):
 
 
 @pytest.mark.parametrize("name", seq2d.list_models())
-def test_registered_model_dense_engine_on_cuda_matches_cpu(name, precision):
+def test_registered_model_dense_store_on_cuda_matches_cpu(name, precision):
     """Without to_blocksparse: the dense store on CUDA, parameter gradients compared by name."""
     from seq2d.testing import example_input
 
@@ -359,7 +359,7 @@ def test_one_epoch_on_cuda_matches_cpu(tmp_path, precision):
 def test_one_epoch_of_a_tile_sparse_model_on_cuda(tmp_path, precision):
     from seq2d.train import read_metrics, run
 
-    kw = dict(model="random", granularity="tile", tile=64, iterations=2, sizes=[2500, 128, 10])
+    kw = dict(model="random", granularity="tile", tile=64, steps=2, sizes=[2500, 128, 10])
     gpu = run(_train_cfg(tmp_path, "cuda", "cuda", kernel="triton", **kw))
     cpu = run(_train_cfg(tmp_path, "cpu", "cpu", kernel="cpu", **kw))
     rows = read_metrics(tmp_path / "cuda")
@@ -508,21 +508,21 @@ def _graph_batch(k):
 def _expect_compile(request, m):
     """xfail (not strict) a compiled tiled model whose kernel is Triton while Triton is no torch op."""
     from seq2d.sparse import resolve_kernel
-    from seq2d.sparse.backends.base import KernelBackend
+    from seq2d.sparse.kernels.base import Kernel
 
-    eng = getattr(m, "engine", None)
+    eng = getattr(m, "matrix", None)
     if eng is None:
         return
     L = eng.layout
     k = resolve_kernel(eng.kernel, DEVICE, eng.data.dtype, L.density, L.tile)
-    if k.name.startswith("triton") and type(k).product is KernelBackend.product:
+    if k.name.startswith("triton") and type(k).product is Kernel.product:
         request.applymarker(pytest.mark.xfail(strict=False, reason=(
             f"kernel {k.name!r} runs inside an autograd.Function: fullgraph compile needs it as a "
             "torch.library.triton_op (issue 35, under way)")))
 
 
 def _mask_of(m):
-    return m.engine.tmask if getattr(m, "engine", None) is not None else m.block(1, 0).mask
+    return m.matrix.tmask if getattr(m, "matrix", None) is not None else m.block(1, 0).mask
 
 
 @pytest.mark.parametrize("store", GRAPH_STORES)

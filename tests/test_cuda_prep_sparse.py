@@ -1,4 +1,4 @@
-"""CPU checks for the CUDA paths of the block-sparse engine (no GPU needed).
+"""CPU checks for the CUDA paths of the block-sparse matrix (no GPU needed).
 
 ``device="meta"`` stands in for CUDA where only placement matters: like a CUDA tensor, a
 meta tensor refuses an index tensor on the CPU, so a buffer left behind fails here too
@@ -19,28 +19,28 @@ import pytest
 import torch
 
 import seq2d
-from seq2d.engines import TiledBlock
-from seq2d.models.random import _engine_fan_in, random_tile_engine
+from seq2d.stores import TiledBlock
+from seq2d.models.random import _matrix_fan_in, random_tile_matrix
 from seq2d.sparse.linear import BlockSparseLinear, Group
 
 META = torch.device("meta")
 
 
 def _devices(eng) -> dict:
-    """Where the engine's index buffers, tiles and layout live, by name."""
+    """Where the matrix's index buffers, tiles and layout live, by name."""
     out = {name: getattr(eng, name).device for name in ("pos_row", "pos_col", "pos_data")}
     return {**out, "data": eng.data.device, "layout": eng.layout.device}
 
 
 # ---------------------------------------------------------------------------- 1. index buffers on the requested device
-def test_random_tile_engine_puts_index_buffers_on_the_device():
-    eng = random_tile_engine((40, 30, 20), 16, 0.5, generator=torch.Generator().manual_seed(0), device=META)
+def test_random_tile_matrix_puts_index_buffers_on_the_device():
+    eng = random_tile_matrix((40, 30, 20), 16, 0.5, generator=torch.Generator().manual_seed(0), device=META)
     assert set(_devices(eng).values()) == {META}, _devices(eng)
     assert eng.tmask.device == META  # 40, 30, 20 are not multiples of 16: padding masks
     assert eng.position_tiles().device == META
 
 
-def test_tied_engine_on_the_device_gathers_with_device_indices():
+def test_tied_matrix_on_the_device_gathers_with_device_indices():
     """What ``model.to(device).to_blocksparse()`` builds for tied LinearBlocks: one group at
     two positions (from_blocks calls this constructor with the weights' device)."""
     pattern = torch.tensor([[True, False], [True, True]])
@@ -53,23 +53,23 @@ def test_tied_engine_on_the_device_gathers_with_device_indices():
     eng.reset_parameters(torch.Generator().manual_seed(0))
 
 
-def test_engine_fan_in_counts_on_the_cpu_for_a_device_engine():
-    eng = random_tile_engine((32, 32, 32), 16, 0.5, generator=torch.Generator().manual_seed(0), device=META)
+def test_matrix_fan_in_counts_on_the_cpu_for_a_device_matrix():
+    eng = random_tile_matrix((32, 32, 32), 16, 0.5, generator=torch.Generator().manual_seed(0), device=META)
     assert eng.tmask is None
-    cpu = random_tile_engine((32, 32, 32), 16, 0.5, generator=torch.Generator().manual_seed(0))
-    assert torch.equal(_engine_fan_in(eng), _engine_fan_in(cpu))
+    cpu = random_tile_matrix((32, 32, 32), 16, 0.5, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(_matrix_fan_in(eng), _matrix_fan_in(cpu))
 
 
 def test_moved_model_keeps_its_buffers_with_the_tiles():
     m = seq2d.mlp([32, 32, 16]).to_blocksparse(16)
     m.to(META)
-    assert set(_devices(m.engine).values()) == {META}, _devices(m.engine)
+    assert set(_devices(m.matrix).values()) == {META}, _devices(m.matrix)
 
 
 # ---------------------------------------------------------------------------- 3. the identity flag, no tensor compare per forward
 def test_identity_flag_is_a_python_bool_set_with_the_layout(monkeypatch):
     m = seq2d.mlp([32, 32, 16], dtype=torch.float64).to_blocksparse(16, kernel="cpu")
-    eng = m.engine
+    eng = m.matrix
     assert eng._identity is True and not eng._layout.tied
     x = torch.randn(3, 32, dtype=torch.float64)
     y = m(x)  # the first call builds the plan (which may compare tensors once)
@@ -83,7 +83,7 @@ def test_identity_flag_is_a_python_bool_set_with_the_layout(monkeypatch):
     tr = seq2d.create_model("truncated_rnn", input_size=16, hidden_size=16, k=3, dtype=torch.float64)
     monkeypatch.undo()
     tr.core.to_blocksparse(16, kernel="cpu")
-    assert tr.core.engine._identity is False
+    assert tr.core.matrix._identity is False
 
 
 # ---------------------------------------------------------------------------- 4. per-device index caches
@@ -100,8 +100,8 @@ def test_level_indices_are_cached_per_device():
     assert store._sub[keys[0]][1].device.type == "cpu"  # the original stays: moving back copies nothing
     m.to_empty(device="cpu")  # back (meta tensors hold no values to copy)
     assert store._layout_for(keys[0])[1] is idx
-    g_idx = m.engine._group_index(0, torch.device("cpu"))
-    assert m.engine._group_index(0, torch.device("cpu")) is g_idx
+    g_idx = m.matrix._group_index(0, torch.device("cpu"))
+    assert m.matrix._group_index(0, torch.device("cpu")) is g_idx
 
 
 # ---------------------------------------------------------------------------- 5. effective_data once per forward
@@ -142,8 +142,8 @@ def test_reset_with_a_cpu_generator_draws_on_the_cpu_for_a_device_model():
     m_cpu.reset_bias_parameters(generator=g_cpu)
     m_dev.reset_bias_parameters(generator=g_dev)
     assert torch.equal(g_dev.get_state(), g_cpu.get_state())
-    eng_cpu = random_tile_engine((32, 32), 16, 0.5, generator=torch.Generator().manual_seed(0))
-    eng_dev = random_tile_engine((32, 32), 16, 0.5, generator=torch.Generator().manual_seed(0), device=META)
+    eng_cpu = random_tile_matrix((32, 32), 16, 0.5, generator=torch.Generator().manual_seed(0))
+    eng_dev = random_tile_matrix((32, 32), 16, 0.5, generator=torch.Generator().manual_seed(0), device=META)
     assert torch.equal(_reset_draws(eng_dev), _reset_draws(eng_cpu))
 
 
@@ -163,7 +163,7 @@ def test_reset_values_on_the_cpu_are_unchanged():
     # bitwise: the same init calls on the same generator
     assert torch.equal(m.blocks["1_0"].weight, w1) and torch.equal(m.blocks["2_1"].weight, w2)
     assert torch.equal(m.biases["1"], b1) and torch.equal(m.biases["2"], b2)
-    eng = random_tile_engine((32, 32), 16, 1.0, generator=torch.Generator().manual_seed(0))
+    eng = random_tile_matrix((32, 32), 16, 1.0, generator=torch.Generator().manual_seed(0))
     g = torch.Generator().manual_seed(7)
     eng.reset_parameters(g)
     u = torch.rand(eng.data.shape, generator=torch.Generator().manual_seed(7), dtype=torch.float64) * 2 - 1
@@ -198,7 +198,7 @@ def test_kernel_offsets_are_64_bit(name, strides):
     """Every stride that multiplies a batch row, a tile index or a position is widened to i64
     before the multiply (``p * stride_op`` in int32 wraps once P*T*T >= 2^31)."""
     pytest.importorskip("triton")
-    from seq2d.sparse.backends import triton_backend as tb
+    from seq2d.sparse.kernels import triton_v1 as tb
 
     ir = _ttir(getattr(tb, name))
     widened = {s for s in strides if f"arith.extsi %{s} : i32 to i64" in ir}
@@ -271,19 +271,19 @@ def test_blksprs_autotune_mode_and_layout_caches(monkeypatch):
     assert b.max_rel_error(c, result(), c.reference()) < 1e-12
 
 
-def test_reset_parameters_passes_the_generator_to_tile_engines():
-    """Sequential2D.reset_parameters(generator=g) reaches a tile engine too: two resets with
+def test_reset_parameters_passes_the_generator_to_tile_matrices():
+    """Sequential2D.reset_parameters(generator=g) reaches a tile matrix too: two resets with
     equally seeded generators give the same tiles whatever the global RNG did in between."""
     import seq2d
 
     m = seq2d.mlp([64, 64, 64, 10]).to_blocksparse(tile=16)
-    engines = [e for e in m.modules() if type(e).__name__ == "BlockSparseLinear"]
-    assert engines, "the model should hold a tile engine"
+    matrices = [e for e in m.modules() if type(e).__name__ == "BlockSparseLinear"]
+    assert matrices, "the model should hold a tile matrix"
     m.reset_parameters(generator=torch.Generator().manual_seed(7))
-    first = [e.data.detach().clone() for e in engines]
+    first = [e.data.detach().clone() for e in matrices]
     torch.manual_seed(12345)
     torch.rand(1000)  # move the global RNG
     m.reset_parameters(generator=torch.Generator().manual_seed(7))
-    assert all(torch.equal(a, e.data) for a, e in zip(first, engines))  # bitwise: one seeded reset, twice
+    assert all(torch.equal(a, e.data) for a, e in zip(first, matrices))  # bitwise: one seeded reset, twice
     m.reset_parameters(generator=torch.Generator().manual_seed(8))
-    assert not all(torch.equal(a, e.data) for a, e in zip(first, engines))
+    assert not all(torch.equal(a, e.data) for a, e in zip(first, matrices))

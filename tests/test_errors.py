@@ -163,18 +163,18 @@ def test_inputs_outputs_and_store_errors():
 
 
 def _old_keyword_calls():
-    from seq2d.models.random import random_model, random_tile_engine, random_tiles, randomize
+    from seq2d.models.random import random_model, random_tile_matrix, random_tiles, randomize
     from seq2d.sparse import BlockSparseLinear
 
     grid = {(1, 0): lin(3, 2)}
-    yield "Sequential2D", "store", lambda: Sequential2D([3, 2], grid, backend="loop")
-    yield "from_mask", "store", lambda: seq2d.from_mask([3, 2], backend="loop")
-    yield "from_iterativenn", "store", lambda: seq2d.from_iterativenn([3], [2], [["Linear"]], backend="loop")
+    yield "Sequential2D", "store", lambda: Sequential2D([3, 2], grid, backend="dense")
+    yield "from_mask", "store", lambda: seq2d.from_mask([3, 2], backend="dense")
+    yield "from_iterativenn", "store", lambda: seq2d.from_iterativenn([3], [2], [["Linear"]], backend="dense")
     yield "Sequential2D.to_blocksparse", "kernel", lambda: Sequential2D([3, 2], grid).to_blocksparse(16, backend="cpu")
     yield "BlockSparseLinear", "kernel", lambda: BlockSparseLinear([3, 2], 16, [], [], backend="cpu")
     yield "random_model", "kernel", lambda: random_model(backend="cpu")
     yield "random_tiles", "kernel", lambda: random_tiles(backend="cpu")
-    yield "random_tile_engine", "kernel", lambda: random_tile_engine([16, 16], 16, 1.0, backend="cpu")
+    yield "random_tile_matrix", "kernel", lambda: random_tile_matrix([16, 16], 16, 1.0, backend="cpu")
     yield "randomize", "kernel", lambda: randomize(seq2d.mlp([3, 2]), backend="cpu")
 
 

@@ -8,7 +8,7 @@ import seq2d
 from seq2d import LinearBlock, Sequential2D
 
 
-def _model(store):
+def _model(store, loop=False):
     torch.manual_seed(0)
     d = torch.float64
     tied = LinearBlock(3, 3, dtype=d)
@@ -23,12 +23,12 @@ def _model(store):
     }
     b = nn.Parameter(torch.randn(3, dtype=d))
     return Sequential2D([4, 3, 3, 3], grid, bias=[None, b, b, True], activations=[None, "tanh", "gelu", "layernorm"],
-                        steps=3, store=store, dtype=d)
+                        steps=3, store=store, loop=loop, dtype=d)
 
 
 def test_gradcheck_every_store():
-    for store in seq2d.available_stores():
-        m = _model(store)
+    for store, loop in (("dense", False), ("dense", True), ("auto", False)):  # the stores a small model gets, the loop mode
+        m = _model(store, loop)
         params = [p for p in m.parameters()]
         x = torch.randn(2, 4, dtype=torch.float64, requires_grad=True)
 

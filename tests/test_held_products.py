@@ -136,7 +136,7 @@ def test_the_paper_model_multiplies_the_input_once_and_skips_the_empty_first_ste
 def test_the_tiled_paper_model_multiplies_each_input_tile_once(monkeypatch):
     """The same on the tiled store: the kernel sees the input slot's stored tiles once per
     call and the other tiles in steps 2-4 only (counted through the layouts it is given)."""
-    import seq2d.engines.tiled as tiled
+    import seq2d.stores.tiled as tiled
 
     calls = []
     real = tiled.bsmm
@@ -283,7 +283,7 @@ def test_autograd_nodes_of_an_iterated_call_stay_constant_in_the_slots():
 @pytest.mark.parametrize("tied", [False, True])
 def test_tiled_held_split_with_masks_frozen_values_and_tied_blocks_equals_the_loop(tied):
     """The tiled store's held/rest split gathers both parts from the data with the mask and the
-    frozen values applied (one Function, seq2d/engines/tiled.py ``_MaskedSplit``); with tied
+    frozen values applied (one Function, seq2d/stores/tiled.py ``_MaskedSplit``); with tied
     blocks it takes the per-position tiles instead. Both against the loop, float64, every
     gradient, list and tensor calls."""
     g = torch.Generator().manual_seed(5)

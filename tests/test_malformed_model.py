@@ -399,7 +399,7 @@ def test_module_block_output_refused(name):
 
 def test_module_block_output_refused_on_loop_store():
     m = _acyclic(Narrow())
-    m.store_choice = "loop"
+    m.loop = True
     with pytest.raises(InvalidInput, match=WIDTH):
         m(X(2, 3))
 
@@ -442,7 +442,7 @@ def test_module_block_input_width_refused(name):
 
 def test_module_block_loop_store_input_width_and_other_errors():
     m = _acyclic(_wide())
-    m.store_choice = "loop"
+    m.loop = True
     with pytest.raises(InvalidInput, match=IN_WIDTH):
         m(X(2, 3))
 
@@ -559,7 +559,7 @@ def test_no_trainable_parameter_warns():
 
 def test_steps_below_the_input_output_distance_warns_once_per_model():
     m = seq2d.mlp([3, 4, 4, 4, 2])  # output slot 4 is 4 blocks from the input
-    m.steps = 1  # as `--iterations 1` does
+    m.steps = 1  # as `--steps 1` does
     x = X(2, 3)
     with pytest.warns(UserWarning, match=r"steps=1 is smaller than the distance from the input slots \[0\] to output "
                                          r"slot 4 \(4 blocks\).*needs steps >= 4"):

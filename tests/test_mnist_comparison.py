@@ -288,7 +288,7 @@ def test_run_py_doc_rewrites_only_its_sections(tmp_path):
     doc = tmp_path / "mnist.md"
     doc.write_text("# MNIST\n\nhand-written deviations\n\n<!-- mnist-run:begin -->\nold numbers\n<!-- mnist-run:end -->\n\n"
                    "a correction by hand\n")
-    assert run.main(["--quick", "--models", "mlp", "--sweep-iterations", "1", "--num-threads", "1",
+    assert run.main(["--quick", "--models", "mlp", "--sweep-steps", "1", "--num-threads", "1",
                      "--out", str(tmp_path / "out"), "--doc", str(doc)]) == 0
     text = doc.read_text()
     assert text.startswith("# MNIST\n\nhand-written deviations\n\n<!-- mnist-run:begin -->\n")
@@ -302,7 +302,7 @@ def test_run_py_doc_rewrites_only_its_sections(tmp_path):
     from seq2d.lab.mnist_comparison import PLOTS, protocols_section
 
     assert protocols_section() in text
-    for name in [*PLOTS.values(), "accuracy_vs_iterations.png"]:  # the plots of seq2d mnist, plus the sweep's
+    for name in [*PLOTS.values(), "accuracy_vs_steps.png"]:  # the plots of seq2d mnist, plus the sweep's
         _check_png(tmp_path / "out" / name)
 
 

@@ -133,7 +133,7 @@ def test_the_store_is_not_part_of_the_fingerprint():
     model = seq2d.from_mask([64, 32, 16], None, activations="tanh", seed=0)
     before = model_fingerprint(model)
     model.to_blocksparse(16)
-    assert model.store_kind == "tiled" and fingerprint_diff(before, model_fingerprint(model), init=True) == []
+    assert model.store.kind == "tiled" and fingerprint_diff(before, model_fingerprint(model), init=True) == []
 
 
 def test_generic_modules_are_fingerprinted_too():

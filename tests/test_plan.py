@@ -1,6 +1,6 @@
 """The execution plan (acyclic graph, steps >= depth: each slot once, level by level)
 equals plain Jacobi iteration: property test on random DAGs, every constructor, and the
-block-sparse engine."""
+block-sparse matrix."""
 
 import copy
 
@@ -100,7 +100,7 @@ def test_plan_equals_iteration_for_every_acyclic_constructor():
     assert checked >= 5
 
 
-def test_plan_with_the_block_sparse_engine():
+def test_plan_with_the_block_sparse_matrix():
     torch.manual_seed(0)
     mask = torch.zeros(5, 5, dtype=torch.bool)
     mask[1, 0] = mask[2, 0] = mask[3, 1] = mask[3, 2] = mask[4, 3] = mask[4, 0] = True

@@ -67,8 +67,8 @@ NO_PARAMS = pytest.mark.filterwarnings("ignore:.*has no trainable parameter:User
 def test_fused_equals_docstring_loop(case):
     model, state, steps = case
     ref = reference_forward(model, state, steps)
-    for store in seq2d.available_stores():
-        model.store_choice = store
+    for loop in (False, True):  # the dense store's two evaluations
+        model.loop = loop
         out = model(state, steps)
         for a, b in zip(out, ref):
             assert (a is None) == (b is None)

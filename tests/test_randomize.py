@@ -35,7 +35,7 @@ def test_exact_parameter_count(template, granularity, seed):
     assert r.sizes == core.sizes and r.inputs == core.inputs and r.outputs == core.outputs
     assert r.steps == core.steps
     if granularity == "tile":
-        assert r.engine is not None  # built directly block-sparse
+        assert r.matrix is not None  # built directly block-sparse
     x = torch.randn(3, r.in_features)
     assert torch.isfinite(r(x)).all()
 
@@ -110,7 +110,7 @@ def test_regions():
 def test_tile_granularity_really_skips_tiles():
     t = seq2d.mlp([256, 256, 64])
     r = seq2d.randomize(t, granularity="tile", tile=32, seed=0)
-    eng = r.engine
+    eng = r.matrix
     padded_rows = (256 + 64) // 32
     allowed_tiles = padded_rows * (256 + 256 + 64) // 32
     assert eng.nnz_tiles < allowed_tiles

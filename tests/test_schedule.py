@@ -241,9 +241,9 @@ def test_gradcheck_tiny_rnn():
 def test_fallbacks_are_named():
     r = seq2d.rnn(3, 4, num_layers=2)
     assert unsupported_reason(r.core) is None
-    r.core.store_choice = "loop"
+    r.core.loop = True
     assert "loop" in unsupported_reason(r.core)
-    r.core.store_choice = "dense"
+    r.core.loop = False
     assert unsupported_reason(r.core) is None
     m = seq2d.from_mask([4, 4, 4], torch.tensor([[0, 0, 0], [1, 1, 0], [0, 1, 1]], dtype=torch.bool))
     m.to_blocksparse(tile=16)

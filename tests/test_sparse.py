@@ -1,5 +1,5 @@
-"""Block-sparse engine: the layout type, every CPU-side kernel vs the masked-dense
-reference (outputs and both gradients), gradcheck, the engine inside Sequential2D for
+"""Block-sparse matrix: the layout type, every CPU-side kernel vs the masked-dense
+reference (outputs and both gradients), gradcheck, the matrix inside Sequential2D for
 every registered constructor, padding, element masks, tying, and memory."""
 
 import copy
@@ -12,7 +12,7 @@ import torch
 
 import seq2d
 from seq2d import Sequential2D
-from seq2d.models.random import random_tile_engine
+from seq2d.models.random import random_tile_matrix
 from seq2d.testing import example_input
 from seq2d.sparse import BlockSparseLayout, bsmm, layout_from_tile_mask
 
@@ -93,7 +93,7 @@ def test_cpu_kernel_paths_match_reference(monkeypatch, path, density):
     batch-major runs by tile and run length (PANELS_*, FMRUNS_*): each path against the
     dense reference (float64, output and both gradients) and gradcheck, forced each way through
     the rule's constants; a full layout (one run per row) never takes the rows or panels path."""
-    from seq2d.sparse.backends import cpu, get_kernel
+    from seq2d.sparse.kernels import cpu, get_kernel
 
     monkeypatch.setattr(cpu, "ROWS_MAX_VALUES", 1 << 40 if path == "rows" else 0)
     monkeypatch.setattr(cpu, "PANELS_MAX_TILE", 16 if path == "panels" else 0)
@@ -145,7 +145,7 @@ def test_cpu_kernel_paths_match_reference(monkeypatch, path, density):
 def test_cpu_kernel_path_rule(tile, slot, batch, path):
     """The ``cpu`` kernel's choice on the kinds of layout its rule was measured on
     (benchmarks/tile_paths.py): N = 4096, random blocks of ``slot`` features at density 0.25."""
-    from seq2d.sparse.backends import get_kernel
+    from seq2d.sparse.kernels import get_kernel
 
     n, k = 4096 // slot, slot // tile
     blocks = torch.rand(n, n, generator=torch.Generator().manual_seed(0)) < 0.25
@@ -230,7 +230,7 @@ def test_bsmm_shape_errors():
         bsmm(torch.randn(2, 32), torch.randn(L.nnz, 16, 16), L, "fast")
 
 
-# ---------------------------------------------------------------------------- the engine in Sequential2D
+# ---------------------------------------------------------------------------- the matrix in Sequential2D
 SMALL = {
     "mlp": dict(sizes=(37, 20, 33, 10)),
     "rnn": dict(input_size=5, hidden_size=18, num_layers=2),
@@ -241,8 +241,8 @@ SMALL = {
 }
 
 
-def _grads_as_tiles(dense_model, engine):
-    """The dense model's LinearBlock gradients packed into the engine's tile order."""
+def _grads_as_tiles(dense_model, matrix):
+    """The dense model's LinearBlock gradients packed into the matrix's tile order."""
     blocks = {}
     for i, j, kind, blk in dense_model.positions():
         if kind == "linear":
@@ -253,7 +253,7 @@ def _grads_as_tiles(dense_model, engine):
         with torch.no_grad():
             f.weight.copy_(blk.grad if blk.grad is not None else torch.zeros_like(blk.weight))
         fake.append(f)
-    eng = copy.deepcopy(engine)
+    eng = copy.deepcopy(matrix)
     eng.load_blocks(fake)
     return eng.data.detach()
 
@@ -267,7 +267,7 @@ def test_registered_models_equal_with_every_kernel(name, kernel, tile):
     sparse = copy.deepcopy(dense)
     core = sparse if isinstance(sparse, Sequential2D) else sparse.core
     core.to_blocksparse(tile, kernel=kernel)
-    assert core.engine is not None
+    assert core.matrix is not None
     assert sparse.num_parameters() == dense.num_parameters()
     x = example_input(dense, dtype=torch.float64)
     xs = x[0].detach().clone().requires_grad_(True)
@@ -280,7 +280,7 @@ def test_registered_models_equal_with_every_kernel(name, kernel, tile):
     ys.backward(g)
     torch.testing.assert_close(xs.grad, xd.grad, rtol=1e-10, atol=1e-10)
     dcore = dense if isinstance(dense, Sequential2D) else dense.core
-    torch.testing.assert_close(core.engine.data.grad, _grads_as_tiles(dcore, core.engine), rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(core.matrix.data.grad, _grads_as_tiles(dcore, core.matrix), rtol=1e-10, atol=1e-10)
 
 
 def test_padding_and_element_masks_are_not_trainable():
@@ -291,7 +291,7 @@ def test_padding_and_element_masks_are_not_trainable():
     n = m.num_parameters()
     m.to_blocksparse(16, kernel="cpu")
     assert m.num_parameters() == n
-    eng = m.engine
+    eng = m.matrix
     assert eng.tmask is not None
     m(torch.randn(4, 13, dtype=torch.float64)).pow(2).sum().backward()
     assert torch.all(eng.data.grad[~eng.tmask] == 0)
@@ -302,15 +302,15 @@ def test_tied_blocks_share_tiles():
     tr = seq2d.create_model("truncated_rnn", input_size=16, hidden_size=16, k=4, dtype=torch.float64)
     n = tr.num_parameters()
     tr.core.to_blocksparse(16, kernel="cpu")
-    L = tr.core.engine._layout
+    L = tr.core.matrix._layout
     assert L.tied and L.n_data < L.nnz  # W_ih at 4 positions, W_hh at 3, stored once each
     assert L.n_data == 2  # one 16x16 tile each
     assert tr.num_parameters() == n
 
 
-def test_engine_state_is_proportional_to_stored_tiles():
-    eng = random_tile_engine([256] * 8, 32, 0.05, generator=torch.Generator().manual_seed(0))
-    m = Sequential2D(eng.sizes, {(i, j): seq2d.engines.TiledBlock(eng, g) for i, j, g in eng.placements},
+def test_matrix_state_is_proportional_to_stored_tiles():
+    eng = random_tile_matrix([256] * 8, 32, 0.05, generator=torch.Generator().manual_seed(0))
+    m = Sequential2D(eng.sizes, {(i, j): seq2d.stores.TiledBlock(eng, g) for i, j, g in eng.placements},
                      bias=True, activations="tanh", inputs=[0], steps=3)
     P = eng.nnz_tiles
     assert eng.data.numel() == P * 32 * 32
@@ -322,9 +322,9 @@ def test_engine_state_is_proportional_to_stored_tiles():
     assert m.num_parameters() == P * 32 * 32 + 7 * 256
 
 
-def test_state_errors_for_mixed_engines():
-    eng = random_tile_engine([32, 32], 16, 0.5, generator=torch.Generator().manual_seed(0))
-    views = {(i, j): seq2d.engines.TiledBlock(eng, g) for i, j, g in eng.placements}
+def test_state_errors_for_mixed_matrices():
+    eng = random_tile_matrix([32, 32], 16, 0.5, generator=torch.Generator().manual_seed(0))
+    views = {(i, j): seq2d.stores.TiledBlock(eng, g) for i, j, g in eng.placements}
     views[(1, 1) if (1, 0) in views else (1, 0)] = seq2d.LinearBlock(32, 32)
     with pytest.raises(ValueError, match="live in one store.*dense store.*tiled store"):
         Sequential2D([32, 32], views)
@@ -339,11 +339,11 @@ def test_huge_sparse_state_never_allocates_n_by_n():
     resident memory stays far below one N x N float32 matrix (16 GiB)."""
     code = textwrap.dedent("""
         import resource, torch, seq2d
-        from seq2d.models.random import random_tile_engine
-        from seq2d.engines import TiledBlock
+        from seq2d.models.random import random_tile_matrix
+        from seq2d.stores import TiledBlock
         torch.set_num_threads(2)
         sizes = [4096] * 16
-        eng = random_tile_engine(sizes, 64, 0.001, generator=torch.Generator().manual_seed(0), kernel="cpu")
+        eng = random_tile_matrix(sizes, 64, 0.001, generator=torch.Generator().manual_seed(0), kernel="cpu")
         m = seq2d.Sequential2D(sizes, {(i, j): TiledBlock(eng, g) for i, j, g in eng.placements},
                                bias=True, activations="tanh", inputs=[0], steps=2)
         x = torch.randn(8, 4096)

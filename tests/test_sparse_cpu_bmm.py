@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from seq2d.sparse import BlockSparseLayout, bsmm, get_kernel, layout_from_tile_mask
-from seq2d.sparse.backends.cpu import CPUBackend, _bmm_plan, _chunk_size, _chunks
+from seq2d.sparse.kernels.cpu import CPUKernel, _bmm_plan, _chunk_size, _chunks
 
 TOL = {torch.float32: 2e-4, torch.float64: 1e-10}
 REF = get_kernel("reference")
@@ -49,7 +49,7 @@ def check_ops(kernel, L, B, dtype, seed=0):
 # ---------------------------------------------------------------------------- registration
 def test_registered_and_float_only():
     k = get_kernel("cpu_bmm")
-    assert isinstance(k, CPUBackend) and k.strategy == "bmm" and k.chunk is None
+    assert isinstance(k, CPUKernel) and k.strategy == "bmm" and k.chunk is None
     assert k.supports("cpu", torch.float32) and k.supports("cpu", torch.float64)
     assert not k.supports("cpu", torch.bfloat16) and not k.supports("cuda", torch.float32)
 
@@ -58,7 +58,7 @@ def test_registered_and_float_only():
                                     dict(strategy="bmm", chunk=True)])
 def test_bad_arguments(kwargs):
     with pytest.raises(ValueError):
-        CPUBackend(**kwargs)
+        CPUKernel(**kwargs)
 
 
 # ---------------------------------------------------------------------------- against the reference
@@ -68,7 +68,7 @@ def test_bad_arguments(kwargs):
 def test_forced_chunk_sizes(chunk, dtype, density):
     """Every chunk size, so that rows and columns end in padded chunks (or do not)."""
     L = rand_layout(16, 9, 11, density, seed=7)
-    check_ops(CPUBackend("bmm", "t", chunk=chunk), L, B=13, dtype=dtype)
+    check_ops(CPUKernel("bmm", "t", chunk=chunk), L, B=13, dtype=dtype)
 
 
 @pytest.mark.parametrize("tile", [16, 32, 64, 128])
@@ -81,7 +81,7 @@ def test_tiles_and_densities_ops(tile, density):
 @pytest.mark.parametrize("chunk", [None, 1, 2, 4])
 def test_empty_rows_and_columns(chunk):
     L = BlockSparseLayout(16, (5, 6), row=[1, 1, 1, 3, 3], col=[0, 2, 5, 2, 3])  # rows 0, 2, 4 and columns 1, 4 empty
-    k = CPUBackend("bmm", "t", chunk=chunk)
+    k = CPUKernel("bmm", "t", chunk=chunk)
     check_ops(k, L, B=3, dtype=torch.float64)
     wp = torch.randn(L.nnz, 16, 16, dtype=torch.float64)
     y = k.dds_t(torch.randn(3, 96, dtype=torch.float64), wp, L)
@@ -104,13 +104,13 @@ def test_one_chunk_per_row_and_full_layout():
     for L in (BlockSparseLayout(32, (4, 4), row=[0, 1, 2, 3], col=[3, 2, 1, 0]),
               layout_from_tile_mask(32, torch.ones(3, 4, dtype=torch.bool))):
         for chunk in (None, 1, 2, 4):
-            check_ops(CPUBackend("bmm", "t", chunk=chunk), L, B=5, dtype=torch.float64)
+            check_ops(CPUKernel("bmm", "t", chunk=chunk), L, B=5, dtype=torch.float64)
 
 
 def test_padding_ignores_non_finite_inputs_elsewhere():
     """Pad slots are zeroed after the gather: an inf in a column a row does not use stays out of that row."""
     L = BlockSparseLayout(16, (2, 3), row=[0, 0, 0, 1], col=[0, 1, 2, 0])
-    k = CPUBackend("bmm", "t", chunk=2)  # row 0 gets chunks [0, 1] [2, pad], row 1 [0, pad]
+    k = CPUKernel("bmm", "t", chunk=2)  # row 0 gets chunks [0, 1] [2, pad], row 1 [0, pad]
     x = torch.randn(2, 48, dtype=torch.float64)
     x[:, 40] = float("inf")  # tile-column 2, used by row 0 only
     wp = torch.randn(4, 16, 16, dtype=torch.float64)
@@ -146,7 +146,7 @@ def test_leading_batch_dims_and_non_contiguous_input():
 @pytest.mark.parametrize("chunk", [None, 2])
 def test_gradcheck_float64(chunk):
     L = rand_layout(16, 3, 4, 0.5, seed=3)
-    k = get_kernel("cpu_bmm") if chunk is None else CPUBackend("bmm", "t", chunk=chunk)
+    k = get_kernel("cpu_bmm") if chunk is None else CPUKernel("bmm", "t", chunk=chunk)
     wp = torch.randn(L.nnz, 16, 16, dtype=torch.float64, requires_grad=True)
     x = torch.randn(3, 64, dtype=torch.float64, requires_grad=True)
     if chunk is None:
@@ -190,7 +190,7 @@ def test_chunk_size_model():
 # ---------------------------------------------------------------------------- scratch buffers
 def test_results_do_not_alias_the_scratch_buffers(monkeypatch):
     """Big temporaries are reused between calls; what an op returns must not be one of them."""
-    import seq2d.sparse.backends.cpu as cpu
+    import seq2d.sparse.kernels.cpu as cpu
 
     monkeypatch.setattr(cpu, "SCRATCH_MIN_BYTES", 0)  # every temporary from the scratch buffers
     k = get_kernel("cpu_bmm")
@@ -209,7 +209,7 @@ def test_results_do_not_alias_the_scratch_buffers(monkeypatch):
 def test_threads_use_their_own_scratch(monkeypatch):
     import threading
 
-    import seq2d.sparse.backends.cpu as cpu
+    import seq2d.sparse.kernels.cpu as cpu
 
     monkeypatch.setattr(cpu, "SCRATCH_MIN_BYTES", 0)
     L = rand_layout(32, 6, 6, 0.4, seed=5)
@@ -232,12 +232,12 @@ def test_threads_use_their_own_scratch(monkeypatch):
 
 
 def test_an_unregistered_kernel_object_runs_through_the_custom_op():
-    """A CPUBackend built with its own settings (not the registry's object) is reached by the
+    """A CPUKernel built with its own settings (not the registry's object) is reached by the
     custom ops seq2d::bsmm / bsmm_backward through its own key, not mistaken for another kernel."""
     L = rand_layout(16, 3, 4, 0.5, seed=5)
     wp = torch.randn(L.nnz, 16, 16, dtype=torch.float64, requires_grad=True)
     x = torch.randn(5, 64, dtype=torch.float64, requires_grad=True)
-    k = CPUBackend("bmm", "t", chunk=2)
+    k = CPUKernel("bmm", "t", chunk=2)
     y = bsmm(x, wp, L, kernel=k)
     ref = bsmm(x, wp, L, kernel="reference")
     torch.testing.assert_close(y, ref)

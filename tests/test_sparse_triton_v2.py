@@ -23,9 +23,9 @@ import pytest  # noqa: E402
 try:
     pytest.importorskip("triton")
     from seq2d.sparse import bsmm, resolve_kernel  # noqa: E402
-    from seq2d.sparse.backends import available_kernels, get_kernel  # noqa: E402
-    from seq2d.sparse.backends import triton_backend as v1  # noqa: E402
-    from seq2d.sparse.backends import triton_v2 as v2  # noqa: E402
+    from seq2d.sparse.kernels import available_kernels, get_kernel  # noqa: E402
+    from seq2d.sparse.kernels import triton_v1 as v1  # noqa: E402
+    from seq2d.sparse.kernels import triton_v2 as v2  # noqa: E402
     from seq2d.sparse.layout import BlockSparseLayout, layout_from_tile_mask  # noqa: E402
 finally:
     if _PREV is None:

@@ -95,7 +95,8 @@ def structure(m: Sequential2D) -> dict:
         "inputs": m.inputs,
         "outputs": m.outputs,
         "steps": m.steps,
-        "store": m.store_choice,
+        "store": m._store_arg,
+        "loop": m.loop,
         "acts": [activation_name(a) for a in m.acts],
         "bias": [m.bias(i) is not None for i in range(m.n)],
         "blocks": blocks,
@@ -479,9 +480,9 @@ def test_round_trip_of_spec_built_model_and_toml_text(tmp_path):
 
 def test_to_spec_keeps_role_free_lists_and_store():
     m = Sequential2D([3, 3, 3], {(1, 0): "identity", (2, 1): LinearBlock(3, 3), (0, 2): LinearBlock(3, 3)},
-                     inputs=[0], outputs=[0, 2], steps=2, store="loop")
+                     inputs=[0], outputs=[0, 2], steps=2, store="dense", loop=True)
     spec = to_spec(m)
-    assert spec["inputs"] == [0] and spec["outputs"] == [0, 2] and spec["store"] == "loop"
+    assert spec["inputs"] == [0] and spec["outputs"] == [0, 2] and spec["loop"] is True and "store" not in spec
     assert all("role" not in s for s in spec["slots"])
     assert structure(from_spec(spec)) == structure(m)
     acyclic = Sequential2D([2, 2], {(1, 0): LinearBlock(2, 2)})
@@ -490,11 +491,14 @@ def test_to_spec_keeps_role_free_lists_and_store():
 
 
 def test_spec_file_with_the_old_backend_key_loads(tmp_path):
-    """A spec file written before ``backend`` became ``store`` loads, the old key read as the new one."""
+    """A spec file written before ``backend`` became ``store`` loads, the old key read as the new one,
+    and its old value 'loop' as the dense store's loop mode (seq2d/stores/migrate.py OLD_NAMES)."""
     path = tmp_path / "old.toml"
     path.write_text('backend = "loop"\nslots = [{size = 3}, {size = 2}]\nblocks = [{row = 1, col = 0, kind = "dense"}]\n')
     m = from_spec(path)
-    assert m.store_choice == "loop" and to_spec(m)["store"] == "loop" and "backend" not in to_spec(m)
+    assert m.loop and m.store.kind == "dense" and to_spec(m)["loop"] is True and "backend" not in to_spec(m)
+    path.write_text('store = "loop"\nslots = [{size = 3}, {size = 2}]\nblocks = [{row = 1, col = 0, kind = "dense"}]\n')
+    assert from_spec(path).loop
 
 
 def test_to_spec_rejects_module_blocks_and_unnamed_activations():

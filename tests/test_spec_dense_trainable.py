@@ -108,9 +108,9 @@ def test_num_parameters_counts_every_entry():
     assert from_spec(spec).num_parameters() == 60 + 7 * 2 + 20
 
 
-@pytest.mark.parametrize("store", ["dense", "loop"])
-def test_every_entry_receives_gradient_and_moves(store):
-    spec = one_block({**KINDS["random"], "init": NORMAL, "dense_trainable": True}, store=store)
+@pytest.mark.parametrize("loop", [False, True])
+def test_every_entry_receives_gradient_and_moves(loop):
+    spec = one_block({**KINDS["random"], "init": NORMAL, "dense_trainable": True}, loop=loop)
     m = from_spec(spec, dtype=D)
     blk = m.block(1, 0)
     start = blk.weight.detach().clone()

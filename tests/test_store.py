@@ -52,8 +52,8 @@ def test_one_parameter_per_box_and_one_bias_vector():
 
 
 def test_store_results_equal_the_docstring_loop_for_every_store():
-    for store in ("dense", "loop", "auto"):
-        m = _random_mask_model(12, 3, store=store)
+    for kw in (dict(store="dense"), dict(loop=True), dict(store="auto")):
+        m = _random_mask_model(12, 3, **kw)
         state = [torch.randn(2, 3, dtype=D)] + [None] * 11
         out = m(state, steps=3)
         ref = reference_forward(m, state, 3)
@@ -177,19 +177,19 @@ def test_to_blocksparse_releases_the_old_handles_with_their_values():
     assert a.store is None and isinstance(a.weight, nn.Parameter) and torch.equal(a.weight, w)
 
 
-def test_store_kind_says_which_store_holds_the_blocks():
+def test_store_dot_kind_says_which_store_holds_the_blocks():
     m, _, _ = _two_block_model()
-    assert (m.store_choice, m.store_kind) == ("dense", "dense")
+    assert m.store.kind == "dense" and "store=" not in repr(m)
     m.to_blocksparse(16)
-    assert (m.store_choice, m.store_kind) == ("dense", "tiled")  # the constructor's name stays; the store changed
+    assert m.store.kind == "tiled"  # the store changed; the constructor's request (repr, to_spec) stays
     # the models that wrap one core ask it (seq2d.models.wrapper.CoreModel)
     for wrapper in (seq2d.rnn(3, 4), seq2d.truncated_rnn(seq2d.rnn(3, 4), 2),
                     seq2d.transformer_layer(8, 2, dim_feedforward=16),
                     seq2d.transformer_encoder(8, 2, num_layers=2, dim_feedforward=16)):
-        assert wrapper.store_kind == wrapper.core.store_kind == "dense", type(wrapper).__name__
+        assert wrapper.store.kind == wrapper.core.store.kind == "dense", type(wrapper).__name__
         assert wrapper.num_parameters() == wrapper.core.num_parameters() > 0
     only_modules = Sequential2D([2, 2], {(1, 0): nn.Linear(2, 2)}, dtype=D)
-    assert only_modules.store is None and only_modules.store_kind is None
+    assert only_modules.store is None
 
 
 # ---------------------------------------------------------------------------- the flat API
@@ -249,7 +249,7 @@ def test_compiled_flat_step_with_a_fixed_mask_is_one_graph():
 
 
 def test_auto_picks_the_store_from_the_measured_crossover():
-    from seq2d.engines import DenseStore, TiledStore, choose_store
+    from seq2d.stores import DenseStore, TiledStore, choose_store
 
     sparse = torch.zeros(8, 8, dtype=torch.bool)
     sparse[1:, 0] = True
@@ -275,7 +275,7 @@ def test_auto_measures_density_against_the_dense_box_not_the_whole_matrix():
     the entries. Against the whole N x N matrix its stored tiles look sparse (the input rows are
     held), but the dense store multiplies only rows 1..n-1 x all columns, where every tile is
     stored: dense. An MLP-shaped (acyclic) grid is dense per level."""
-    from seq2d.engines import choose_store
+    from seq2d.stores import choose_store
 
     n = 5
     region = [[i > 0 for _ in range(n)] for i in range(n)]
@@ -288,3 +288,50 @@ def test_auto_measures_density_against_the_dense_box_not_the_whole_matrix():
     m = seq2d.from_mask([256, 128, 64, 64], mask.repeat_interleave(torch.tensor([256, 128, 64, 64]), 0)
                         .repeat_interleave(torch.tensor([256, 128, 64, 64]), 1), store="auto", dtype=D)
     assert type(m.store).__name__ == "DenseStore"
+
+
+def test_store_tiled_and_the_loop_mode():
+    """STORES names the stores ("dense", "tiled") and "auto"; ``store="tiled"`` takes the tile by
+    auto's rule whatever the density, and the per-block loop is the dense store's mode (``loop=``)."""
+    from seq2d.errors import InvalidValue
+
+    assert seq2d.available_stores() == ["auto", "dense", "tiled"]
+    dense = torch.ones(4, 4, dtype=torch.bool)  # auto keeps it dense: every tile of its box stored
+    dense[0] = False  # slot 0: the input
+    m = seq2d.from_mask([32] * 4, dense, activations="tanh", seed=0, steps=2, store="tiled", dtype=D)
+    ref = seq2d.from_mask([32] * 4, dense, activations="tanh", seed=0, steps=2, loop=True, dtype=D)
+    assert (m.store.kind, m.store.tile, ref.store.kind, ref.loop, ref.store.loop) == ("tiled", 16, "dense", True, True)
+    x = torch.randn(3, 32, dtype=D)
+    torch.testing.assert_close(m(x), ref(x), rtol=0, atol=1e-12)
+    assert "store='tiled'" in repr(m) and "loop=True" in repr(ref)
+    ref.loop = False
+    assert not ref.store.loop and "loop=True" not in repr(ref)
+    with pytest.raises(InvalidValue, match=r"no tile size fits slots \[4, 3, 3\]"):
+        Sequential2D([4, 3, 3], {(1, 0): LinearBlock(4, 3)}, store="tiled")
+    with pytest.raises(InvalidValue, match=r"store='tiled' and loop=True; the per-block loop is a mode of the dense store"):
+        seq2d.from_mask([32] * 4, dense, store="tiled", loop=True)
+    with pytest.raises(InvalidValue, match=r"Sequential2D got store='loop'; it is now called store='dense', loop=True"):
+        seq2d.from_mask([3, 4], store="loop")
+
+
+def test_old_names_in_saved_files_load():
+    """seq2d/stores/migrate.py OLD_NAMES, the one table of renamed store words in saved files:
+    every entry is read (state-dict keys of a tiled model saved as ``engine.*``; a config's or
+    spec's ``store`` value 'loop'), and undone for the config hash."""
+    from seq2d.stores.migrate import OLD_NAMES, migrate_store_value, old_store_value
+
+    assert set(OLD_NAMES) == {"state_dict", "store"}
+    m, _, _ = _two_block_model()
+    m.to_blocksparse(16)
+    for old, new in OLD_NAMES["state_dict"].items():
+        saved = {(old + k[len(new):] if k.startswith(new) else k): v.clone() for k, v in m.state_dict().items()}
+        assert any(k.startswith(old) for k in saved)
+        fresh = copy.deepcopy(m)
+        with torch.no_grad():
+            fresh.matrix.data.zero_()
+        fresh.load_state_dict(saved)
+        for k, v in m.state_dict().items():
+            assert torch.equal(fresh.state_dict()[k], v), k
+    for old, new in OLD_NAMES["store"].items():
+        assert migrate_store_value({"store": old, "seed": 1}, "spec") == {**new, "seed": 1}
+        assert old_store_value({**new, "seed": 1}) == {"store": old, "seed": 1}

@@ -138,9 +138,9 @@ def test_grad_is_the_stores_region_in_place(case):
         views[1].grad = None
 
 
-def test_tiled_block_weight_routes_to_the_engine():
+def test_tiled_block_weight_routes_to_the_matrix():
     """A tiled block's weight (its tiles assembled, a copy) routes the same way: autograd.grad
-    and backward(inputs=...) give the gradients of the plain-torch net, .grad reads the engine's."""
+    and backward(inputs=...) give the gradients of the plain-torch net, .grad reads the matrix's."""
     torch.manual_seed(0)
     model = seq2d.mlp([4, 6, 5, 3], activation="tanh", dtype=F64).to_blocksparse(tile=16)
     blocks = [model.blocks[k] for k in ("1_0", "2_1", "3_2")]

@@ -266,7 +266,7 @@ def test_follow_load_can_be_switched_off(monkeypatch):
 def test_cpu_kernels_under_load_give_the_same_product_and_restore_torch(monkeypatch, kernel):
     """With the follower saying one core is free, the runs/gather kernels (run with 1 thread)
     give the reference product and gradients, and leave torch's thread count as it was."""
-    import seq2d.sparse.backends.cpu as cpu
+    import seq2d.sparse.kernels.cpu as cpu
     from seq2d.sparse import bsmm
     from seq2d.sparse.layout import BlockSparseLayout
 
@@ -292,7 +292,7 @@ def test_cpu_kernels_under_load_give_the_same_product_and_restore_torch(monkeypa
 
 
 def test_cpu_kernel_sets_one_thread_inside_the_loop(monkeypatch):
-    import seq2d.sparse.backends.cpu as cpu
+    import seq2d.sparse.kernels.cpu as cpu
 
     calls = []
     monkeypatch.setattr(cpu, "follow_load_threads", lambda want: 1)

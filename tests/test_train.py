@@ -295,8 +295,8 @@ def test_bad_types_and_values_are_rejected():
         TrainConfig(lr=True)
     with pytest.raises(TypeError, match=r"'sizes\[1\]': expected int, got float 2\.5"):
         load_config({"sizes": [4, 2.5]})
-    with pytest.raises(TypeError, match="'iterations': expected int or None"):
-        load_config({"iterations": "x"})
+    with pytest.raises(TypeError, match="'steps': expected int or None"):
+        load_config({"steps": "x"})
     with pytest.raises(ValueError, match=r"'optimizer': unknown value 'adamw' \(did you mean 'adam'\?\)\. Select from 'adam', 'sgd'"):
         load_config({"optimizer": "adamw"})
     with pytest.raises(ValueError, match="'batch_size': expected a positive int, got 0"):
@@ -309,15 +309,15 @@ def test_bad_types_and_values_are_rejected():
 
 def test_overrides_are_parsed_to_the_field_types():
     cfg = load_config({"epochs": 5}, ["sizes=784,100,10", "lr=3e-4", "download=true", "model_seed=none",
-                                      "iterations=2", "batch-size=128", "name=x"])
+                                      "steps=2", "batch-size=128", "name=x"])
     assert cfg.sizes == [784, 100, 10] and cfg.lr == 3e-4 and cfg.download is True
-    assert cfg.model_seed is None and cfg.iterations == 2 and cfg.batch_size == 128 and cfg.epochs == 5
+    assert cfg.model_seed is None and cfg.steps == 2 and cfg.batch_size == 128 and cfg.epochs == 5
     assert load_config(None, {"lr": 1}).lr == 1.0 and isinstance(load_config(None, {"lr": 1}).lr, float)
     assert load_config(None, ["sizes=[4, 3]"]).sizes == [4, 3]
 
 
 def test_toml_and_dict_round_trip(tmp_path):
-    cfg = TrainConfig(sizes=[9, 5, 3], iterations=4, lr=0.25, data_root=None, model_seed=7, name="x", download=True)
+    cfg = TrainConfig(sizes=[9, 5, 3], steps=4, lr=0.25, data_root=None, model_seed=7, name="x", download=True)
     save_config(cfg, tmp_path / "c.toml")
     text = (tmp_path / "c.toml").read_text()
     assert "sizes = [9, 5, 3]" in text and "# data_root = (None)" in text and "# passes over the training set" in text
@@ -347,17 +347,17 @@ def test_command_line_flags(tmp_path):
 
 # ---------------------------------------------------------------------- a model that cannot see its input
 def test_a_model_whose_output_cannot_see_its_input_is_refused_before_training(tmp_path):
-    """Issue 31: iterations=1 on the MLP 16 -> 8 -> 4 (output 2 blocks from the input) trained a
+    """Issue 31: steps=1 on the MLP 16 -> 8 -> 4 (output 2 blocks from the input) trained a
     constant predictor to the end with only a warning; now the Trainer refuses it before anything
-    is trained or written, naming the output slot, the distance and the iterations it needs."""
+    is trained or written, naming the output slot, the distance and the steps it needs."""
     from seq2d.train.errors import ConstantOutputError
 
-    cfg = cfg_for(tmp_path, iterations=1)
+    cfg = cfg_for(tmp_path, steps=1)
     with pytest.raises(ConstantOutputError, match=r"refusing to train a model whose output cannot see its input "
                                                   r"\(steps=1 is smaller than the distance from the input slots \[0\] "
-                                                  r"to output slot 2 \(2 blocks\).*; iterations=1\): the trained model "
-                                                  r"would predict a constant. Give it at least 2 iterations "
-                                                  r"\(iterations=2;.*set allow_constant_output=True in the TrainConfig") as e:
+                                                  r"to output slot 2 \(2 blocks\).*; steps=1\): the trained model "
+                                                  r"would predict a constant. Give it at least 2 steps "
+                                                  r"\(steps=2;.*set allow_constant_output=True in the TrainConfig") as e:
         Trainer(cfg, build_model(cfg), DATA)
     assert isinstance(e.value, ValueError) and (e.value.slot, e.value.distance, e.value.steps) == (2, 2, 1)
     assert not (tmp_path / "run").exists()
@@ -369,11 +369,11 @@ def test_a_model_whose_output_cannot_see_its_input_is_refused_before_training(tm
         Trainer(cfg_for(tmp_path), blind, DATA)
     assert e.value.distance is None
     # the explicit override trains it (and the forward call warns, as before)
-    allowed = cfg_for(tmp_path, "allowed", iterations=1, allow_constant_output=True)
+    allowed = cfg_for(tmp_path, "allowed", steps=1, allow_constant_output=True)
     with pytest.warns(UserWarning, match="needs steps >= 2"):
         _, summary = fit(allowed)
     assert summary["epochs"] == 2
-    fit(cfg_for(tmp_path, "two", iterations=2))  # enough iterations: no refusal
+    fit(cfg_for(tmp_path, "two", steps=2))  # enough steps: no refusal
 
 
 def test_the_override_leaves_every_config_hash_as_it_was():
@@ -382,7 +382,7 @@ def test_the_override_leaves_every_config_hash_as_it_was():
     change the field."""
     from seq2d.train.config import RESUME_FREE_FIELDS
 
-    cfg = TrainConfig(sizes=[16, 8, 4], iterations=3)
+    cfg = TrainConfig(sizes=[16, 8, 4], steps=3)
     before = {k: v for k, v in config_to_dict(cfg).items() if k != "allow_constant_output"}
     assert config_hash(cfg) == config_hash(before)
     assert config_hash(dataclasses.replace(cfg, allow_constant_output=True)) != config_hash(cfg)
@@ -397,7 +397,7 @@ def test_build_model_from_the_config():
     assert same_state(a.state_dict(), b.state_dict()) and same_state(a.state_dict(), d.state_dict())
     assert not same_state(a.state_dict(), c.state_dict())
     rng = torch.get_rng_state()
-    assert build_model(TrainConfig(sizes=[16, 8, 4], iterations=1)).steps == 1
+    assert build_model(TrainConfig(sizes=[16, 8, 4], steps=1)).steps == 1
     assert torch.equal(rng, torch.get_rng_state())  # building leaves the global RNG alone
     assert build_model(TrainConfig(model="mlp:16,8,4")).sizes == (16, 8, 4)
     with pytest.raises(ValueError, match=r"'granularity' are set, but model 'mlp' does not use them"):
@@ -560,15 +560,20 @@ def test_a_config_saved_with_the_old_backend_field_loads_and_keeps_its_identity(
     from seq2d.train import config_diff
 
     new = config_to_dict(TrainConfig(model="random", granularity="tile", epochs=3))
-    old = {"backend" if k == "store" else k: (value if k == "store" else v) for k, v in new.items() if k != "kernel"}
+    old = {"backend" if k == "store" else k: (value if k == "store" else v) for k, v in new.items()
+           if k not in ("kernel", "loop", "steps")}  # as written then: before kernel, loop and steps
     cfg = config_from_dict(old)
-    assert getattr(cfg, field) == value and getattr(cfg, {"store": "kernel", "kernel": "store"}[field]) == "auto"
+    if value == "loop":  # the old store 'loop' is now the dense store's loop mode (seq2d/stores/migrate.py)
+        assert (cfg.store, cfg.loop, cfg.kernel) == ("dense", True, "auto")
+    else:
+        assert getattr(cfg, field) == value and getattr(cfg, {"store": "kernel", "kernel": "store"}[field]) == "auto"
     assert config_hash(cfg) == config_hash(old) == _hash_before_the_rename(old)
     assert config_diff(old, cfg) == {}
     text = (tmp_path / "config.toml")
     save_config(TrainConfig(), text)
-    text.write_text(text.read_text().replace('store = "auto"', f'backend = "{value}"').replace('kernel = "auto"\n', ""))
-    assert getattr(load_config(text), field) == value
+    text.write_text(text.read_text().replace('store = "auto"', f'backend = "{value}"').replace('kernel = "auto"\n', "")
+                    .replace("loop = false\n", ""))
+    assert getattr(load_config(text), field) == (value if value != "loop" else "dense")
     with pytest.raises(ValueError, match=r"'backend' is the old name of 'store' and 'kernel'; give 'store' only"):
         config_from_dict({"backend": value, "store": "auto"})
     with pytest.raises(ValueError, match=r"override: key 'backend' is now 'store' or 'kernel'"):
@@ -581,8 +586,29 @@ def test_store_and_kernel_reach_the_constructors_that_take_them():
     cfg = TrainConfig(model="random", granularity="tile", tile=16, sizes=[40, 20, 10], kernel="cpu_bmm")
     assert core_of(build_model(cfg)).store.matrix.kernel == "cpu_bmm"
     with pytest.raises(ValueError, match=r"config field\(s\) 'store' are set, but model 'random' does not use them"):
-        build_model(dataclasses.replace(cfg, store="loop"))
-    assert core_of(build_model(TrainConfig(model="from_mask", sizes=[6, 4, 2], store="loop"))).store_choice == "loop"
+        build_model(dataclasses.replace(cfg, store="dense"))
+    assert core_of(build_model(TrainConfig(model="from_mask", sizes=[6, 4, 2], store="dense", loop=True))).loop
+    assert core_of(build_model(TrainConfig(model="mlp", sizes=[6, 4, 2], loop=True))).loop  # set on the model
+    with pytest.raises(ValueError, match=r"TrainConfig got store='loop'; it is now called store='dense', loop=True"):
+        TrainConfig(store="loop")
+
+
+def test_a_config_saved_with_store_loop_loads_and_keeps_its_identity(tmp_path):
+    """``store = "loop"`` (before the per-block loop became the dense store's mode) loads as
+    ``store = "dense"``, ``loop = true`` (seq2d/stores/migrate.py OLD_NAMES) from a dict and from
+    config.toml, and hashes as before."""
+    old = {**config_to_dict(TrainConfig(model="from_mask", epochs=3)), "store": "loop"}
+    del old["loop"]
+    cfg = config_from_dict(old)
+    assert (cfg.store, cfg.loop) == ("dense", True)
+    as_backend = {("backend" if k == "store" else k): v for k, v in old.items() if k != "kernel"}  # hashed so then
+    assert config_hash(cfg) == config_hash(old) == _hash_before_the_rename(as_backend)
+    path = tmp_path / "config.toml"
+    save_config(TrainConfig(), path)
+    path.write_text(path.read_text().replace('store = "auto"', 'store = "loop"').replace("loop = false\n", ""))
+    assert (load_config(path).store, load_config(path).loop) == ("dense", True)
+    with pytest.raises(ValueError, match=r"store = 'loop' is the old spelling"):
+        config_from_dict({"store": "loop", "loop": True})
 
 
 def test_resume_from_a_nan_checkpoint_is_refused_before_training(tmp_path):
@@ -598,3 +624,22 @@ def test_resume_from_a_nan_checkpoint_is_refused_before_training(tmp_path):
     with pytest.raises(CheckpointError, match=r"checkpoint\.pt': model\['.*'\] holds \d+ non-finite value\(s\) \(NaN\)"):
         fit(cfg_for(tmp_path, epochs=2), resume=True)
     assert (tmp_path / "run" / "metrics.jsonl").read_text() == before
+
+
+def test_a_config_saved_with_iterations_loads_as_steps_and_keeps_its_identity(tmp_path):
+    """``iterations`` (the config's name for the model's ``steps=`` until issue 36) loads as ``steps``
+    from a dict and from config.toml, and hashes as before (under the old name); the old key in an
+    override is the "now called" error."""
+    new = config_to_dict(TrainConfig(sizes=[16, 8, 4], steps=3, epochs=2))
+    old = {("iterations" if k == "steps" else k): v for k, v in new.items()}
+    cfg = config_from_dict(old)
+    assert cfg.steps == 3
+    assert config_hash(cfg) == config_hash(old) == _hash_before_the_rename(old)
+    path = tmp_path / "config.toml"
+    save_config(cfg, path)
+    path.write_text(path.read_text().replace("steps = 3", "iterations = 3"))
+    assert "iterations = 3" in path.read_text() and load_config(path).steps == 3
+    with pytest.raises(ValueError, match=r"'iterations' is the old name of 'steps'; give 'steps' only"):
+        config_from_dict({"iterations": 3, "steps": 3})
+    with pytest.raises(ValueError, match=r"override: key 'iterations' is now 'steps'"):
+        load_config(None, ["iterations=3"])

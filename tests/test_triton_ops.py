@@ -5,7 +5,7 @@ and ``torch.compile(fullgraph=True)`` tracing into them, for ``kernel="triton"``
 
 Without a GPU the kernels run through Triton's interpreter on CPU tensors. A trace records each
 launch as a ``triton_kernel_wrapper`` node (``torch.library.wrap_triton``) holding a kernel that
-launches through the interpreter too (``triton_backend._InterpretedJIT``), so every one of
+launches through the interpreter too (``triton_v1._InterpretedJIT``), so every one of
 opcheck's default checks runs here, ``test_aot_dispatch_dynamic`` included: it executes the
 traced graphs and compares them with the eager op. The GPU's own launch path (the ``@triton.jit``
 kernels recorded as they are, v2's autotuner) is traced here on fake tensors with the interpreter
@@ -34,9 +34,9 @@ try:
 
     from seq2d.errors import InvalidInput  # noqa: E402
     from seq2d.sparse import bsmm  # noqa: E402
-    from seq2d.sparse.backends import get_kernel  # noqa: E402
-    from seq2d.sparse.backends import triton_backend as v1  # noqa: E402
-    from seq2d.sparse.backends import triton_v2 as v2  # noqa: E402
+    from seq2d.sparse.kernels import get_kernel  # noqa: E402
+    from seq2d.sparse.kernels import triton_v1 as v1  # noqa: E402
+    from seq2d.sparse.kernels import triton_v2 as v2  # noqa: E402
     from seq2d.sparse.layout import layout_from_tile_mask  # noqa: E402
 finally:
     if _PREV is None:

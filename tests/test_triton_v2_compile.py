@@ -31,7 +31,7 @@ def _sm90():
 
 
 def _variants():
-    from seq2d.sparse.backends import triton_v2 as v2
+    from seq2d.sparse.kernels import triton_v2 as v2
 
     out = []
     for T in (128, 64):

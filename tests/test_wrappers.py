@@ -44,7 +44,7 @@ WRAPPERS = {"RNN": _rnn, "TruncatedRNN": _truncated, "TransformerEncoderLayer": 
 def test_wrapper_answers_the_model_methods(kind):
     """``from_torch(nn.RNN(...)).to_blocksparse()`` used to raise AttributeError (it lived on
     ``.core`` only): every wrapper now answers to_blocksparse, summary, grid, num_parameters and
-    store_kind as its core does, and is called as before after to_blocksparse."""
+    store as its core does, and is called as before after to_blocksparse."""
     model, args, out = WRAPPERS[kind]()
     assert type(model).__name__ == kind and isinstance(model.core, Sequential2D)
     with torch.no_grad():
@@ -54,9 +54,9 @@ def test_wrapper_answers_the_model_methods(kind):
     text = model.summary()
     assert text.splitlines()[0].startswith(f"{kind}(") and text.endswith(model.core.summary())
     assert model.grid() == model.core.grid() and "W" in model.grid()
-    assert model.store_kind == "dense"
+    assert model.store.kind == "dense"
     assert model.to_blocksparse(16) is model  # in place, returns the model (as Sequential2D's does)
-    assert model.store_kind == model.core.store_kind == "tiled"
+    assert model.store.kind == model.core.store.kind == "tiled"
     assert "T" in model.grid() and model.num_parameters() == n
     with torch.no_grad():
         after = out(model(*args))

@@ -40,8 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from seq2d.sparse import bsmm, layout_from_tile_mask  # noqa: E402
-from seq2d.sparse.backends import triton_backend as v1  # noqa: E402
-from seq2d.sparse.backends import triton_v2 as v2  # noqa: E402
+from seq2d.sparse.kernels import triton_v1 as v1  # noqa: E402
+from seq2d.sparse.kernels import triton_v2 as v2  # noqa: E402
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 KERNELS = {"triton": v1, "triton_v2": v2}
@@ -173,7 +173,7 @@ def probe_model_step(args, dev, dtype, record, save) -> None:
 
     for kernel in KERNELS:
         s = Setting(args.step_N, args.step_batch, args.slots, args.step_density, args.seed, dtype, dev, args.step_tile)
-        s.engine.kernel = kernel  # the tiled model's engine: resolved at every call
+        s.matrix.kernel = kernel  # the tiled model's matrix: resolved at every call
         step, params = s.impl("tiled")
         kstep, kparams = s.impl("kernel")
         row = dict(kernel=kernel, slots=args.slots, N=args.step_N, batch=args.step_batch, density=args.step_density,

@@ -8,7 +8,7 @@ the median wall time of ``--repeats`` synchronized calls:
             tile-rows of ``y`` and tile-columns of ``dX`` are checked against an fp32 product
             of the stored tiles (no N x N reference can exist at this size).
 ``model``   a Sequential2D of 32 slots of N/32 features whose linear part is
-            ``seq2d.models.random.random_tile_engine`` at the same density (rows 1..31), tanh,
+            ``seq2d.models.random.random_tile_matrix`` at the same density (rows 1..31), tanh,
             ``steps`` Jacobi steps, one Adam step on the sum of its outputs.
 
 Next to them the bytes a dense ``N x N`` weight would need in the same dtype (the weight
@@ -29,8 +29,8 @@ from pathlib import Path
 import torch
 
 import seq2d
-from seq2d.engines import TiledBlock
-from seq2d.models.random import random_tile_engine
+from seq2d.stores import TiledBlock
+from seq2d.models.random import random_tile_matrix
 from seq2d.sparse import bsmm, layout_from_tile_mask
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -117,7 +117,7 @@ def kernel_case(N, tile, density, B, dtype, repeats, seed) -> dict:
 def model_case(N, n, tile, density, B, dtype, steps, repeats, seed) -> dict:
     S = N // n
     sizes = [S] * n
-    eng = random_tile_engine(sizes, tile, density, generator=torch.Generator().manual_seed(seed), kernel="triton",
+    eng = random_tile_matrix(sizes, tile, density, generator=torch.Generator().manual_seed(seed), kernel="triton",
                              device=DEV, dtype=dtype)
     m = seq2d.Sequential2D(sizes, {(i, j): TiledBlock(eng, g) for i, j, g in eng.placements},
                            bias=True, activations="tanh", inputs=[0], steps=steps).to(DEV, dtype)

@@ -73,14 +73,14 @@ class Setting:
         t0 = time.perf_counter()
         model = seq2d.from_mask([S] * n, self.mask, **kw)
         self.default_store = type(model.store).__name__ if model.store is not None else "none"
-        if getattr(model, "engine", None) is None:
+        if getattr(model, "matrix", None) is None:
             tiled = copy.deepcopy(model).to_blocksparse(tile=self.tile)
         else:  # from_mask chose the tiled store itself: convert its dense-store twin (same weights)
             tiled = seq2d.from_mask([S] * n, self.mask, **kw, store="dense").to_blocksparse(tile=self.tile)
         self.build_s = time.perf_counter() - t0
         self.model, self.tiled = model.to(dev, dtype), tiled.to(dev, dtype)
-        self.engine = self.tiled.engine
-        self.layout = self.engine.layout
+        self.matrix = self.tiled.matrix
+        self.layout = self.matrix.layout
         g = torch.Generator(device=dev).manual_seed(seed + 1)
         self.g, self.dev, self.dtype = g, dev, dtype
         self.state = [torch.randn(B, S, device=dev, generator=g).to(dtype).requires_grad_() for _ in range(n)]
@@ -114,9 +114,9 @@ class Setting:
             return step, params
         if name == "kernel":
             L, T = self.layout, self.layout.tile
-            wp = self.engine.position_tiles().detach().requires_grad_()
+            wp = self.matrix.position_tiles().detach().requires_grad_()
             x, w = self._rand(self.B, L.Kt * T, grad=True), self._rand(self.B, L.Mt * T)
-            kernel = self.engine.kernel
+            kernel = self.matrix.kernel
 
             def step():
                 (seq2d.sparse.bsmm(x, wp, L, kernel) * w).sum().backward()
@@ -218,7 +218,7 @@ def main(argv=None) -> int:
                 impls = {k: s.impl(k) for k in args.impls}
                 rec = dict(batch=B, n=n, S=s.S, density=d, blocks=s.blocks, tile=s.tile, stored_tiles=int(s.layout.nnz),
                            tile_density=float(s.layout.density), default_store=s.default_store,
-                           kernel=seq2d.sparse.resolve_kernel(s.engine.kernel, dev, dtype, s.layout.density, s.layout.tile).name,
+                           kernel=seq2d.sparse.resolve_kernel(s.matrix.kernel, dev, dtype, s.layout.density, s.layout.tile).name,
                            build_s=s.build_s, check_rel=s.check(), rows={})
                 alive = {}
                 for k, (step, params) in impls.items():

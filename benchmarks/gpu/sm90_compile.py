@@ -104,7 +104,7 @@ def compile_kernel(fn, signature: dict, constexprs: dict, num_warps: int, num_st
 
 def v2_signature(kernel: str, dtype: str = "bf16") -> dict:
     """Argument types of the v2 kernels as the launcher passes them (int32 metadata)."""
-    from seq2d.sparse.backends import triton_v2_kernels as k
+    from seq2d.sparse.kernels import triton_v2_kernels as k
 
     fn = k._gather_gemm_kernel if kernel == "gather" else k._sdd_grouped_kernel
     ptr = {"a_ptr", "wp_ptr", "out_ptr", "x_ptr", "dy_ptr"}
@@ -118,8 +118,8 @@ def check_v2(kernel: str, tile: int, cfg: tuple, transposed: bool = False, split
 
     import triton
 
-    from seq2d.sparse.backends import triton_v2 as v2
-    from seq2d.sparse.backends import triton_v2_kernels as k
+    from seq2d.sparse.kernels import triton_v2 as v2
+    from seq2d.sparse.kernels import triton_v2_kernels as k
 
     kw = v2._as_kwargs(kernel, cfg)
     nw, ns = kw.pop("num_warps"), kw.pop("num_stages")
@@ -139,7 +139,7 @@ def check_v2(kernel: str, tile: int, cfg: tuple, transposed: bool = False, split
 
 def v2_candidates(tiles=(128, 64)) -> list[tuple[str, int, tuple, bool, bool]]:
     """Every configured v2 variant: (kernel, tile, config, transposed, split)."""
-    from seq2d.sparse.backends import triton_v2 as v2
+    from seq2d.sparse.kernels import triton_v2 as v2
 
     out = []
     for T in tiles:

@@ -1,7 +1,7 @@
 """Time seq2d's three Triton kernels over a grid of (BLOCK_B, num_warps, num_stages), per tile.
 
 The H200 table of 2026-11-26 (docs/performance.md, GPU) ran one fixed blocking per tile and dtype
-(``_GPU_CONFIGS`` in ``seq2d/sparse/backends/triton_backend.py``, "not tuned on hardware") and
+(``_GPU_CONFIGS`` in ``seq2d/sparse/kernels/triton_v1.py``, "not tuned on hardware") and
 found the kernels 1.7x (tile 128) to 5.2x (tile 32) their ideal time at density 1. This script
 measures each kernel (``dds_t`` forward, ``dds`` dX, ``sdd_t`` dW) alone, one candidate at a
 time through ``_GPU_KERNEL_CONFIGS``, checks every candidate's output against the default
@@ -30,7 +30,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from seq2d.sparse import layout_from_tile_mask  # noqa: E402
-from seq2d.sparse.backends import triton_backend as tb  # noqa: E402
+from seq2d.sparse.kernels import triton_v1 as tb  # noqa: E402
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 KERNELS = ("dds_t", "dds", "sdd_t")

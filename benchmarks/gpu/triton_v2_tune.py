@@ -15,7 +15,7 @@ Two steps:
    every time and the best per (op, tile) (``--json``), and the winners as ``{"op/T": config}``
    (``--best``, for ``kernel_probe.py --configs`` on the same machine). The winners that beat the
    table's first entry become that entry (``_GATHER_CONFIGS`` / ``_SDD_CONFIGS`` in
-   seq2d/sparse/backends/triton_v2.py, naming the JSON).
+   seq2d/sparse/kernels/triton_v2.py, naming the JSON).
 
     python benchmarks/gpu/triton_v2_tune.py --prune                       # here, ~5 min of CPU
     python benchmarks/gpu/triton_v2_tune.py --json out.json --best best.json   # on the GPU
@@ -39,8 +39,8 @@ sys.path.insert(0, str(HERE.parents[1]))
 sys.path.insert(0, str(HERE))
 
 from seq2d.sparse import layout_from_tile_mask  # noqa: E402
-from seq2d.sparse.backends import triton_backend as v1  # noqa: E402
-from seq2d.sparse.backends import triton_v2 as v2  # noqa: E402
+from seq2d.sparse.kernels import triton_v1 as v1  # noqa: E402
+from seq2d.sparse.kernels import triton_v2 as v2  # noqa: E402
 
 GRID_FILE = HERE / "triton_v2_grid.json"
 OPS = ("dds_t", "dds", "sdd_t")

@@ -267,7 +267,7 @@ def config_for(cell: dict, seed: int, folder: Path, protocol: dict):
                        sizes=list(cell["sizes"]) if "sizes" in cell else [1, cell["hidden"], CLASSES],
                        activation="tanh" if f in ("rnn", "trnn") else "relu",
                        granularity=cell["placement"] if f == "random" else "element", tile=TILE,
-                       region=cell.get("region", "default"), iterations=cell.get("iterations"),
+                       region=cell.get("region", "default"), steps=cell.get("iterations"),
                        data="synthetic" if source == "synthetic" else "mnist1d", seed=seed, out_dir=str(folder),
                        name=f"{cell['cell']}-s{seed}", num_threads=1, quiet=True, **proto)
 

@@ -2,7 +2,7 @@
 Sequential2Ds with exactly its trainable-parameter count, over several seeds.
 
     # the reduced CPU protocol of docs/results/mnist.md
-    python experiments/mnist_sparsity/run.py --epochs 3 --seeds 0,1,2 --sweep-iterations 1,2,3,4,5,6 \
+    python experiments/mnist_sparsity/run.py --epochs 3 --seeds 0,1,2 --sweep-steps 1,2,3,4,5,6 \
         --sweep-epochs 2 --out runs/mnist_cpu --doc runs/mnist_cpu.md
     # the paper's length: full MNIST, 100 epochs, 5 seeds; our protocol otherwise (not the paper's)
     python experiments/mnist_sparsity/run.py --epochs 100 --seeds 0,1,2,3,4 --out runs/mnist_full --doc runs/mnist_full.md
@@ -21,8 +21,8 @@ sends each (model, seed) to SLURM as one task of a job array instead (through su
 ``OUT/results.json`` (the table: mean +- std test accuracy, parameters, time per epoch,
 device; differences to the MLP with 95% Welch intervals and TOST), plots
 ``OUT/accuracy_vs_epoch.png`` (each seed, mean and +- std band per model) and
-``OUT/final_accuracy.png`` (per model, with spread); with ``--sweep-iterations``, also
-``OUT/accuracy_vs_iterations.png`` (the randomized model with 1..6 iterations: the paper's open
+``OUT/final_accuracy.png`` (per model, with spread); with ``--sweep-steps``, also
+``OUT/accuracy_vs_steps.png`` (the randomized model with 1..6 iterations: the paper's open
 question). ``--doc`` writes the results page with the command, hardware and seeds.
 """
 
@@ -42,7 +42,7 @@ from seq2d.envinfo import device_name
 from seq2d.lab.launch import add_launcher_args, launcher_from_args, launcher_summary
 from seq2d.lab.mnist_comparison import (EQUIVALENCE_MARGIN, MODELS, PROTOCOLS, compare, difference, format_table,
                                         protocols_section, summarize, write_results)
-from seq2d.lab.mnist_plots import plot_accuracy_vs_iterations
+from seq2d.lab.mnist_plots import plot_accuracy_vs_steps
 from seq2d.lab.parallel import jobs_arg
 from seq2d.results_page import write_section
 from seq2d.threads import threads_arg
@@ -77,7 +77,7 @@ def main(argv=None) -> int:
     add_launcher_args(ap)
     ap.add_argument("--num-threads", type=threads_arg, default=1, metavar="INT|auto",
                     help="torch threads per run (default 1); auto: the cores idle at the start of each run")
-    ap.add_argument("--sweep-iterations", default=None, help="e.g. 1,2,3,4,5,6: also train random-element with each")
+    ap.add_argument("--sweep-steps", default=None, help="e.g. 1,2,3,4,5,6: also train random-element with each")
     ap.add_argument("--sweep-epochs", type=int, default=None, help="epochs of the sweep runs (default: --epochs)")
     ap.add_argument("--sweep-seeds", default="0", help="seeds of the sweep runs (default 0)")
     ap.add_argument("--out", default="runs/mnist", help="output folder")
@@ -94,8 +94,8 @@ def main(argv=None) -> int:
     if args.quick:
         overrides.update(data="subset", epochs=1)
         args.seeds = "0"
-        if args.sweep_iterations:
-            args.sweep_iterations = ",".join(args.sweep_iterations.split(",")[:2])
+        if args.sweep_steps:
+            args.sweep_steps = ",".join(args.sweep_steps.split(",")[:2])
     for key, val in (("epochs", args.epochs), ("data", args.data), ("data_root", args.data_root),
                      ("device", args.device), ("num_threads", args.num_threads), ("tensorboard", args.tensorboard)):
         if val is not None:
@@ -126,16 +126,16 @@ def main(argv=None) -> int:
     table = format_table(rows)
 
     sweep_rows, sweep_table = [], None
-    if args.sweep_iterations:
-        its = [int(i) for i in args.sweep_iterations.split(",")]
+    if args.sweep_steps:
+        its = [int(i) for i in args.sweep_steps.split(",")]
         base = load_config(HERE / "configs" / CONFIGS["random-element"])
         sw = dict(overrides)
         if args.sweep_epochs is not None and not args.quick:
             sw["epochs"] = args.sweep_epochs
-        sweep_cfgs = {f"random-element-it{i}": dataclasses.replace(base, **sw, iterations=i) for i in its}
+        sweep_cfgs = {f"random-element-it{i}": dataclasses.replace(base, **sw, steps=i) for i in its}
         sweep_rows = compare(sweep_cfgs, [int(s) for s in args.sweep_seeds.split(",")], out / "sweep",
                              resume=not args.fresh, jobs=args.jobs, launcher=launcher)
-        plot_accuracy_vs_iterations(sweep_rows, out / "accuracy_vs_iterations.png")
+        plot_accuracy_vs_steps(sweep_rows, out / "accuracy_vs_steps.png")
         sweep_table = format_table(sweep_rows, reference="")
 
     dev = rows[0]["device"]
@@ -145,7 +145,7 @@ def main(argv=None) -> int:
            **({"launcher": launcher_summary(launcher)} if launcher.submitit else {}),
            "threads": sorted({h["num_threads"] for r in rows for h in read_metrics(r["run_dir"]) if h.get("num_threads")}),
            "protocol": {k: v for k, v in dataclasses.asdict(next(iter(configs.values()))).items()
-                        if k in ("data", "epochs", "batch_size", "lr", "optimizer", "sizes", "image_size", "iterations",
+                        if k in ("data", "epochs", "batch_size", "lr", "optimizer", "sizes", "image_size", "steps",
                                  "normalize", "erasing_p", "perspective_p", "augment_test")},
            "protocol_name": args.protocol}
     base = next(iter(configs.values()))
@@ -168,7 +168,7 @@ def write_doc(doc: Path, out: Path, env: dict, table: str, sweep_table: str | No
 
     img_dir = doc.parent / "mnist"
     img_dir.mkdir(parents=True, exist_ok=True)
-    pics = ["accuracy_vs_epoch.png", "final_accuracy.png"] + (["accuracy_vs_iterations.png"] if sweep_table else [])
+    pics = ["accuracy_vs_epoch.png", "final_accuracy.png"] + (["accuracy_vs_steps.png"] if sweep_table else [])
     for p in pics:
         shutil.copy(out / p, img_dir / p)
     p = env["protocol"]
@@ -181,7 +181,7 @@ def write_doc(doc: Path, out: Path, env: dict, table: str, sweep_table: str | No
         "reach the same test accuracy (92.7% both, 100 epochs). Here the randomized models have **exactly** the MLP's",
         "1,371,810 trainable parameters (`seq2d.randomize`, weights and biases counted by `num_parameters()`),",
         "at element granularity (entries drawn one by one) and tile granularity (whole 64 x 64 tiles of the",
-        "block-sparse engine), and run 4 iterations.",
+        "block-sparse matrix), and run 4 iterations.",
         "",
         f"- command: `{env['command']}`",
         f"- date: {env['date']}; hardware: {env['hardware']}; torch {env['torch']}"
@@ -213,7 +213,7 @@ def write_doc(doc: Path, out: Path, env: dict, table: str, sweep_table: str | No
         sweep = ["## Accuracy vs number of iterations (randomized model, element granularity)", "",
                  "The paper leaves open how many iterations the randomized model needs. Same protocol, iterations 1-6 "
                  f"({sweep_epochs} epoch(s), seed(s) {sweep_seeds}):",
-                 "", sweep_table, "", "![accuracy vs iterations](mnist/accuracy_vs_iterations.png)"]
+                 "", sweep_table, "", "![accuracy vs iterations](mnist/accuracy_vs_steps.png)"]
         write_section(doc, "mnist-sweep", "\n".join(sweep), title=title)
     print(f"wrote {doc}")
 

@@ -183,7 +183,7 @@ def output_sources(res: dict, h: int, seed: int, model: str = "random-block") ->
     p = env["protocol"]
     cfg = TrainConfig(data=p["data"], epochs=p["epochs"], batch_size=p["batch_size"], lr=p["lr"], optimizer=p["optimizer"],
                       image_size=p["image_size"], num_threads=p["num_threads"], quiet=True)
-    cfg = dataclasses.replace(cfg, **MODELS[model], sizes=row["sizes"], iterations=row["iterations"], seed=seed)
+    cfg = dataclasses.replace(cfg, **MODELS[model], sizes=row["sizes"], steps=row["iterations"], seed=seed)
     with torch.random.fork_rng(devices=[]):
         core = core_of(build_model(cfg))
     out = core.n - 1

@@ -168,7 +168,7 @@ def run_one(spec: dict, out: str, protocol: dict) -> dict:
     cfg = TrainConfig(model="mlp" if spec["placement"] == "mlp" else "random",
                       granularity="element" if spec["placement"] == "mlp" else spec["placement"],
                       sizes=list(model.sizes) if hasattr(model, "sizes") else mlp_sizes(spec["h_slots"], s0),
-                      iterations=None if spec["placement"] == "mlp" else spec["iterations"],
+                      steps=None if spec["placement"] == "mlp" else spec["iterations"],
                       seed=spec["seed"], out_dir=str(folder), name=run_key(spec).replace("/", "-"),
                       allow_constant_output=True, **protocol)  # the sweep measures models that cannot see x too
     key = (cfg.data, cfg.image_size)

@@ -107,7 +107,7 @@ def run_one(cell: dict, seed: int, out: str, protocol: dict) -> dict:
     st = structure(model, cell)
     cfg = TrainConfig(model="mlp" if cell["placement"] == "mlp" else "random", sizes=list(cell["sizes"]),
                       granularity="element" if cell["placement"] == "mlp" else cell["placement"],
-                      region=cell.get("region", "default"), iterations=None if cell["placement"] == "mlp" else ITERATIONS,
+                      region=cell.get("region", "default"), steps=None if cell["placement"] == "mlp" else ITERATIONS,
                       seed=seed, out_dir=str(folder), name=f"{cell['cell']}-s{seed}", **protocol)
     trainer = Trainer(cfg, model, load_data(cfg, "cpu"))
     if st["output_fixed"]:  # nothing can change a constant output: record it untrained (chance)

@@ -27,7 +27,7 @@ def reset_bias(model, generator: torch.Generator | None = None) -> None:
 
 def reset_all(model, generator: torch.Generator | None = None) -> None:
     """Every submodule with a ``reset_parameters`` (with ``generator`` where it takes one:
-    LinearBlocks, nested Sequential2Ds, tile engines), then the model's own biases."""
+    LinearBlocks, nested Sequential2Ds, tile matrices), then the model's own biases."""
     seen: set[int] = set()
     for m in model.modules():
         if m is model or id(m) in seen:

@@ -14,7 +14,7 @@ linear block and skipped for a module; after wave ``T - 1`` that wave), an input
 the reference's Jacobi steps restricted to it. ``pipeline=False``: every ``d = 0``.
 
 Falls back to the step loop (:func:`unsupported_reason` says why) for the tiled store,
-``store='loop'``, a linear block with its own bias, an input slot with a non-empty row, a ContextModule or nested Sequential2D
+``loop=True``, a linear block with its own bias, an input slot with a non-empty row, a ContextModule or nested Sequential2D
 block, dropout/RReLU in training mode. Module blocks and activations not known to act
 position-wise are called once per wave.
 """
@@ -96,16 +96,16 @@ def _plan(model, pipeline: bool):
         raise InvalidType(f"expected a Sequential2D, got {type(model).__name__}")
 
     store, rows, blocks = model.store, model._rows, model.blocks
-    key = (bool(pipeline), id(store), getattr(store, "mode", None), model.inputs, model.outputs,
+    key = (bool(pipeline), id(store), getattr(store, "loop", None), model.inputs, model.outputs,
            tuple(map(id, blocks.values())), tuple(map(id, model.acts)))
     cache = model.__dict__.setdefault("_schedule_plans", {})
     if key in cache:
         return cache[key]
     ctx = [f"block F[{i}][{j}] is a {type(b).__name__} (call-time context)" for i, j, _, b in model.positions()
            if isinstance(b, ContextModule)]
-    reason = (f"the {store.label} store" if store is not None and not store.component_products else
+    reason = (f"the {store.kind} store" if store is not None and not store.component_products else
               "a linear block with its own bias" if model._step().block_bias_keys else
-              "store 'loop'" if store is not None and store.reference_mode else
+              "the dense store's per-block loop (loop=True)" if store is not None and store.loop else
               "an input slot with a non-empty row" if any(i in rows for i in model.inputs) else
               ctx[0] if ctx else None)
     if reason is not None:

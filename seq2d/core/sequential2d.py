@@ -16,8 +16,8 @@ from torch import Tensor, nn
 
 from ..arguments import check_factory
 from ..blocks import ContextModule, LinearBlock, block_kind
-from ..engines import STORES, TiledStore, build_store, choose_store
-from ..engines.migrate import migrate_state_dict
+from ..stores import TiledStore, build_store, check_store, choose_store
+from ..stores.migrate import migrate_state_dict
 from ..errors import InvalidType, InvalidValue, renamed_keyword
 from ..gridtext import LEGEND, grid_text
 from .checks import (build_activations, check_block_fits, check_degenerate, check_sizes, check_slot_list, check_steps,
@@ -79,7 +79,7 @@ class Sequential2D(ContextModule):
         ``act[i]`` = per-slot activation, applied once after the sum.
 
     Fast paths, each tested equal to the loop above: all linear blocks of a step are
-    evaluated together by the model's parameter store (``store``, see :mod:`seq2d.engines`:
+    evaluated together by the model's parameter store (``store``, see :mod:`seq2d.stores`:
     dense boxes, or the block-sparse tiles of :meth:`to_blocksparse`) on a flat state
     (:mod:`seq2d.core.step`); and when the block graph is acyclic and
     ``steps >= depth`` the model evaluates each slot once, level by level in depth order
@@ -123,8 +123,10 @@ class Sequential2D(ContextModule):
         inputs: slots filled from the caller (default: the held slots; non-empty when given).
         outputs: slots read by the tensor call and sequence mode (default: the last; non-empty).
         steps: default number of steps (default: the depth when the graph is acyclic).
-        store: the parameter store: "auto", "dense" or "loop" (see :mod:`seq2d.engines`,
-            :func:`seq2d.available_stores`).
+        store: the parameter store: "dense", "tiled" or "auto" (see :mod:`seq2d.stores`,
+            :func:`seq2d.available_stores`); ``model.store.kind`` says which holds the blocks.
+        loop: evaluate the dense store one ``F.linear`` per block position (the docstring
+            loop, the slow reference) instead of one GEMM per box; settable as ``model.loop``.
     """
 
     use_plan = option()  # model.use_plan = False sets model.options.use_plan (the switches: seq2d/core/options.py)
@@ -144,6 +146,7 @@ class Sequential2D(ContextModule):
         outputs: Sequence[int] | None = None,
         steps: int | None = None,
         store: str = "dense",
+        loop: bool = False,
         device=None,
         dtype=None,
     ) -> None:
@@ -168,9 +171,8 @@ class Sequential2D(ContextModule):
         self.acts = build_activations(self.sizes, activations, held, factory_kwargs)
         given, self._fresh_bias = slot_biases(self.sizes, bias, held, factory_kwargs)
         self.slot_bias = SlotBias(self.sizes, given, self._fresh_bias, **factory_kwargs)
-        if not isinstance(store, str) or store not in STORES:
-            raise InvalidValue(f"Unknown store {store!r}. Select from " + ", ".join(repr(k) for k in STORES))
-        self._store_choice = store
+        check_store("Sequential2D", store, loop)
+        self._store_arg, self._loop = store, loop  # the constructor's request (repr, to_spec)
         self.depth = self._compute_depth()
         # static row sets a call iterates over (computed once, not per call)
         self._all_rows_t = tuple(sorted(self._rows))
@@ -188,32 +190,26 @@ class Sequential2D(ContextModule):
         self._prepare()
 
     def _migrate_state_dict(self, state_dict, prefix, *args) -> None:
-        """Checkpoints of the per-block layout load through the handles (seq2d/engines/migrate.py)."""
+        """Checkpoints of the per-block layout load through the handles (seq2d/stores/migrate.py)."""
         migrate_state_dict(self, state_dict, prefix)
 
     @property
-    def store_choice(self) -> str:
-        """The ``store`` given at construction ('dense', 'loop' or 'auto'), kept after
-        :meth:`to_blocksparse` (which store holds the blocks now: :attr:`store_kind`). Setting 'dense'
-        or 'loop' switches a dense store between one GEMM per box and one F.linear per block."""
-        return self._store_choice
+    def loop(self) -> bool:
+        """Whether the dense store evaluates one ``F.linear`` per block position (the reference)
+        instead of one GEMM per box. Setting it switches the store (a tiled store has no loop
+        mode and ignores it)."""
+        return self._loop
 
-    @property
-    def store_kind(self) -> str | None:
-        """Which parameter store holds the linear blocks now: 'dense' or 'tiled' (after
-        :meth:`to_blocksparse`, or ``store='auto'`` choosing tiles); None without linear blocks."""
-        return None if self.store is None else self.store.name
-
-    @store_choice.setter
-    def store_choice(self, name: str) -> None:
-        if not isinstance(name, str) or name not in STORES:
-            raise InvalidValue(f"Unknown store {name!r}. Select from " + ", ".join(repr(k) for k in STORES))
-        self._store_choice = name
+    @loop.setter
+    def loop(self, on: bool) -> None:
+        if not isinstance(on, bool):
+            raise InvalidType(f"Sequential2D.loop must be a bool, got {type(on).__name__} {on!r}")
+        self._loop = on
         if self.store is not None:
-            self.store.set_reference_mode(name == "loop")
+            self.store.set_loop(on)
 
     def _build_store(self):
-        """The model's parameter store (:mod:`seq2d.engines`), or None without linear blocks."""
+        """The model's parameter store (:mod:`seq2d.stores`), or None without linear blocks."""
         linear = [(i, j, b) for i, j, k, b in self.positions() if k == "linear"]
         # a LinearBlock bound to another model's store and used here inside a module block
         # owns its values again (it is trained as part of that module)
@@ -226,14 +222,13 @@ class Sequential2D(ContextModule):
                         m._release()
         if not linear:
             return None
-        mode = "loop" if self.store_choice == "loop" else "dense"
-        store = build_store(self.sizes, linear, self._levels, mode)  # the store the blocks name
-        if self.store_choice == "auto" and not store.block_sparse:
+        store = build_store(self.sizes, linear, self._levels, self._loop)  # the store the blocks name
+        if self._store_arg in ("auto", "tiled") and not store.block_sparse and not self._loop:
             mask = [[False] * self.n for _ in range(self.n)]
             for i, j, _ in linear:
                 mask[i][j] = True
             kind, tile = choose_store(self.sizes, mask, store.device.type,
-                                      boxes=[(box.rows, box.cols) for box in store.boxes])
+                                      boxes=[(box.rows, box.cols) for box in store.boxes], tiled=self._store_arg == "tiled")
             if kind == "tiled":
                 self.store = store
                 self.to_blocksparse(tile)
@@ -290,7 +285,7 @@ class Sequential2D(ContextModule):
         return self.flat_offsets[-1]
 
     @property
-    def engine(self):
+    def matrix(self):
         """The block-sparse matrix (``seq2d.sparse.BlockSparseLinear``) of a tiled model, else None."""
         return self.store.matrix if self.store is not None and self.store.block_sparse else None
 
@@ -338,7 +333,7 @@ class Sequential2D(ContextModule):
         that require grad.
 
         With the dense store ``sum(p.numel() for p in self.parameters())`` is the same number (a
-        masked box stores its trained entries only, :mod:`seq2d.engines.compact`); the tiled store
+        masked box stores its trained entries only, :mod:`seq2d.stores.compact`); the tiled store
         (:meth:`to_blocksparse`) keeps whole tiles, so its parameters also hold the masked entries of
         partly trained tiles and the padding of slots that are not whole tiles (docs/concepts.md)."""
         return parameters.num_trainable(self, nested=Sequential2D)
@@ -362,8 +357,10 @@ class Sequential2D(ContextModule):
             s += f", inputs={list(self.inputs)}"
         if self.outputs != (self.n - 1,):
             s += f", outputs={list(self.outputs)}"
-        if self.store_choice != "dense":
-            s += f", store={self.store_choice!r}"
+        if self._store_arg != "dense":
+            s += f", store={self._store_arg!r}"
+        if self._loop:
+            s += ", loop=True"
         return s
 
     @property
@@ -452,7 +449,7 @@ class Sequential2D(ContextModule):
             upd = tuple(i for i in upd if i not in held)
         if steps > 1 and self.store is not None and self.options.use_held_products:
             # slots no step of this call writes (the held inputs, and ``hold``): the store computes
-            # their products once per call instead of once per step (seq2d/engines/dense.py)
+            # their products once per call instead of once per step (seq2d/stores/dense.py)
             memo = self.__dict__.setdefault("_held_during", {})  # updated rows -> slots never written
             const = memo.get(upd)
             if const is None:
@@ -498,15 +495,15 @@ class Sequential2D(ContextModule):
 
     @renamed_keyword("backend", "kernel", "kernel choice")
     def to_blocksparse(self, tile: int = 64, kernel: str = "auto") -> "Sequential2D":
-        """Move every linear block into one block-sparse engine (in place; returns self).
+        """Move every linear block into one block-sparse matrix (in place; returns self).
 
         Slots are padded to whole tiles; tiles with no trainable or frozen entry are not
         stored; tied LinearBlocks share tiles. Outputs are unchanged (within dtype rounding).
-        The LinearBlocks are replaced in the grid by :class:`seq2d.engines.TiledBlock` views
+        The LinearBlocks are replaced in the grid by :class:`seq2d.stores.TiledBlock` views
         (the old LinearBlock objects own their current values again). ``kernel``: the
         block-sparse kernel, a name from :func:`seq2d.sparse.available_kernels` or "auto"
         (see :func:`seq2d.sparse.resolve_kernel`)."""
-        from ..engines import TiledBlock
+        from ..stores import TiledBlock
         from ..sparse import TILE_SIZES
         from ..sparse.linear import BlockSparseLinear
 

@@ -125,7 +125,7 @@ class Step:
     def prepare(self, present: frozenset, schedule, const: frozenset | None) -> None:
         """Build now the plans of the updates ``schedule`` (as :meth:`run` would, from the
         ``present`` slots) and the store's index plans for their products (``const``: the slots no
-        step of the call writes, see :meth:`seq2d.engines.Engine.product`)."""
+        step of the call writes, see :meth:`seq2d.stores.Store.product`)."""
         if isinstance(schedule, repeat):
             schedule = islice(schedule, 2)  # the present slots settle after one update
         boxes: list = []

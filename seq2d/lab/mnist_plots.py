@@ -5,8 +5,8 @@
   deviation (where at least 2 seeds reached that epoch);
 - :func:`plot_final_accuracy`: final test accuracy per model, a dot per seed and the mean
   +- std;
-- :func:`plot_accuracy_vs_iterations`: final accuracy against the number of Sequential2D
-  iterations (the sweep of ``experiments/mnist_sparsity/run.py``).
+- :func:`plot_accuracy_vs_steps`: final accuracy against the number of Sequential2D
+  steps (the sweep of ``experiments/mnist_sparsity/run.py``).
 
 Each takes the rows of :func:`seq2d.lab.mnist_comparison.compare` (the per-epoch curves from
 ``histories``: :func:`seq2d.lab.mnist_comparison.epoch_histories` reads them from the run folders;
@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 
 from ..plot.common import _check_path, integer_ticks, new_figure, save_figure
 
-__all__ = ["plot_accuracy_vs_epoch", "plot_final_accuracy", "plot_accuracy_vs_iterations"]
+__all__ = ["plot_accuracy_vs_epoch", "plot_final_accuracy", "plot_accuracy_vs_steps"]
 
 
 def _models(rows: Sequence[Mapping]) -> list[str]:
@@ -118,15 +118,15 @@ def plot_final_accuracy(rows: Sequence[Mapping], path=None, *, note: str | None 
     return fig
 
 
-def plot_accuracy_vs_iterations(rows: Sequence[Mapping], path=None, *, label: str = "randomized model (element)",
+def plot_accuracy_vs_steps(rows: Sequence[Mapping], path=None, *, label: str = "randomized model (element)",
                                 dpi: float = 110):
-    """Final test accuracy (%) against ``iterations`` (one dot per run, the mean per count as a line)."""
+    """Final test accuracy (%) against ``steps`` (one dot per run, the mean per count as a line)."""
     path = _check_path(path)
     fig, ax = new_figure((6, 4))
-    its = sorted({r["iterations"] for r in rows if r.get("iterations") is not None and r.get("test_acc") is not None})
+    its = sorted({r["steps"] for r in rows if r.get("steps") is not None and r.get("test_acc") is not None})
     means = []
     for it in its:
-        accs = [100 * r["test_acc"] for r in rows if r.get("iterations") == it and r.get("test_acc") is not None]
+        accs = [100 * r["test_acc"] for r in rows if r.get("steps") == it and r.get("test_acc") is not None]
         ax.scatter([it] * len(accs), accs, color="C1", alpha=0.7)
         means.append(statistics.fmean(accs))
     if its:
@@ -134,9 +134,9 @@ def plot_accuracy_vs_iterations(rows: Sequence[Mapping], path=None, *, label: st
         ax.set_xlim(min(its) - 0.5, max(its) + 0.5)
         ax.legend()
     integer_ticks(ax.xaxis)
-    ax.set_xlabel("iterations (Sequential2D steps per forward)")
+    ax.set_xlabel("Sequential2D steps per forward")
     ax.set_ylabel("final test accuracy (%)")
-    ax.set_title("randomized model: accuracy vs number of iterations")
+    ax.set_title("randomized model: accuracy vs number of steps")
     ax.grid(alpha=0.3)
     save_figure(fig, path, dpi)
     return fig

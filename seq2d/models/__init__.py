@@ -8,7 +8,7 @@ file                   what it builds
 ``recurrent.py``       ``rnn``, ``RNN``, ``TruncatedRNN``/``truncated_rnn``, ``from_rnn``
 ``transformer.py``     ``transformer_layer``/``transformer_encoder`` and their wrappers
 ``random.py``          ``randomize`` and every random placement: ``random`` (the paper's
-                       randomized MLP), ``random_mask``, ``random_tiles``, ``random_tile_engine``
+                       randomized MLP), ``random_mask``, ``random_tiles``, ``random_tile_matrix``
 ``convert.py``         ``from_torch`` (dispatches to the files above)
 ``presets.py``         preset strings (``mlp:784,256,10``): a small parser over the registry
 ``resolve.py``         ``resolve_model``: registered name | preset string | spec file
@@ -22,7 +22,7 @@ registry-wide tests (tests/test_registry.py) then check it like every other.
 from .convert import from_torch
 from .feedforward import from_mask, mlp
 from .presets import PRESETS, build_preset, is_preset, preset_help
-from .random import random_model, random_tile_engine, randomize, region_mask
+from .random import random_model, random_tile_matrix, randomize, region_mask
 from .registry import create_model, list_models, model_entrypoint, register_model
 from .resolve import constructor_options, resolve_model
 from .recurrent import RNN, TruncatedRNN, rnn, truncated_rnn
@@ -30,5 +30,5 @@ from .transformer import TransformerEncoder, TransformerEncoderLayer, transforme
 
 __all__ = ["mlp", "from_mask", "rnn", "RNN", "TruncatedRNN", "truncated_rnn", "transformer_layer",
            "transformer_encoder", "TransformerEncoderLayer", "TransformerEncoder", "randomize", "region_mask",
-           "random_model", "random_tile_engine", "from_torch", "PRESETS", "build_preset", "is_preset", "preset_help",
+           "random_model", "random_tile_matrix", "from_torch", "PRESETS", "build_preset", "is_preset", "preset_help",
            "register_model", "create_model", "list_models", "model_entrypoint", "resolve_model", "constructor_options"]

@@ -91,6 +91,7 @@ def from_mask(
     outputs: Sequence[int] | None = None,
     steps: int | None = None,
     store: str = "dense",
+    loop: bool = False,
     device=None,
     dtype=None,
 ) -> Sequential2D:
@@ -164,7 +165,7 @@ def from_mask(
     else:
         acts = [None if (i in held or i % n in [o % n for o in outs]) else activations for i in range(n)]
     model = Sequential2D(
-        sizes, blocks, bias=bias, activations=acts, inputs=inputs, outputs=outs, steps=steps, store=store, **kw
+        sizes, blocks, bias=bias, activations=acts, inputs=inputs, outputs=outs, steps=steps, store=store, loop=loop, **kw
     )
     with torch.no_grad():
         for k, p in model.biases.items():

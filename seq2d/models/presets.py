@@ -76,7 +76,7 @@ PRESETS: dict[str, Preset] = {
                      {"granularity": str, "seed": int, "tile": int, "steps": int},
                      {"granularity": "element", "seed": 0, "tile": 64, "steps": None}),
     "random_tiles": Preset("random_tiles:SIZE,SIZE[,...][,density=0.1][,tile=32][,seed=0][,act=relu][,steps=n-1]",
-                           "random T x T tiles (tile density) in one block-sparse engine", (2, None),
+                           "random T x T tiles (tile density) in one block-sparse matrix", (2, None),
                            {"density": float, "tile": int, "seed": int, "act": str, "steps": int},
                            {"density": 0.1, "tile": 32, "seed": 0, "act": "relu", "steps": None},
                            rename={"act": "activation"}),

@@ -12,10 +12,10 @@ so ``randomize(t).num_parameters() == t.num_parameters()`` always.
 Granularities:
 
 ``element``  exactly ``W`` entries drawn without replacement, uniformly over the region.
-``tile``     whole ``T x T`` tiles of the engine (drawn uniformly among the region's tiles,
-             slots padded to whole tiles as the engine does), then a top-up of single
+``tile``     whole ``T x T`` tiles of the matrix (drawn uniformly among the region's tiles,
+             slots padded to whole tiles as the matrix does), then a top-up of single
              entries inside one more tile to reach ``W`` exactly. Built directly as a
-             block-sparse engine (no dense block is ever formed), so the engine really
+             block-sparse matrix (no dense block is ever formed), so the matrix really
              skips the absent tiles.
 ``block``    whole slot-blocks ``F[i][j]`` drawn uniformly among the region's blocks, then a
              top-up of single entries inside one more block.
@@ -45,7 +45,7 @@ from ..core import Sequential2D, core_of
 from .registry import register_model
 
 __all__ = ["randomize", "region_mask", "random_model", "random_mask", "random_blocks_density", "random_tiles",
-           "random_tile_engine"]
+           "random_tile_matrix"]
 
 GRANULARITIES = ("element", "tile", "block")
 
@@ -147,7 +147,7 @@ def random_blocks_density(sizes: Sequence[int] = (2500, 500, 200, 100, 10), dens
     input) is a masked :class:`~seq2d.blocks.LinearBlock` keeping exactly
     ``round(density * block size)`` entries, drawn uniformly, with its own bias
     (``LinearBlock(bias=True)``; no slot biases); ``activation`` on every non-input slot,
-    the output too when ``output_activation`` (so between iterations and on the returned
+    the output too when ``output_activation`` (so between steps and on the returned
     logits; the held input slot keeps its value, which ReLU leaves alone for pixels in
     [0, 1]). ``steps`` default ``len(sizes) - 1``. The parameter count is not matched to
     the MLP's (masked weights plus one bias per block)."""
@@ -181,14 +181,14 @@ def random_tiles(sizes: Sequence[int] = (64, 32, 16, 10), density: float = 0.1, 
                  activation="relu", steps: int | None = None, kernel: str = "auto", *, device=None, dtype=None
                  ) -> Sequential2D:
     """``T x T`` tiles placed at random (exactly ``round(density * allowed)`` of the tiles of every
-    non-input row x every column) in one block-sparse engine; slot 0 is the input, the last
+    non-input row x every column) in one block-sparse matrix; slot 0 is the input, the last
     slot the output, rows without a tile are held."""
-    from ..engines import TiledBlock
+    from ..stores import TiledBlock
 
     check_seed(seed, "random_tiles")
     check_factory(device, dtype, "random_tiles")
     g = torch.Generator().manual_seed(seed)
-    eng = random_tile_engine(sizes, tile, density, generator=g, kernel=kernel, device=device, dtype=dtype)
+    eng = random_tile_matrix(sizes, tile, density, generator=g, kernel=kernel, device=device, dtype=dtype)
     blocks = {(i, j): TiledBlock(eng, grp) for i, j, grp in eng.placements}
     n = len(sizes)
     acts = [None] + [activation] * (n - 2) + [None]
@@ -210,8 +210,8 @@ def _tile_counts(sizes: Sequence[int], T: int) -> list[int]:
     return [math.ceil(s / T) for s in sizes]
 
 
-def _engine_of(sizes, T: int, blocks, patterns: dict, *, kernel, device, dtype):
-    """The engine holding the chosen tiles: one group per block of the region with a tile."""
+def _matrix_of(sizes, T: int, blocks, patterns: dict, *, kernel, device, dtype):
+    """The matrix holding the chosen tiles: one group per block of the region with a tile."""
     from ..sparse import TILE_SIZES
     from ..sparse.linear import BlockSparseLinear, Group
 
@@ -226,7 +226,7 @@ def _engine_of(sizes, T: int, blocks, patterns: dict, *, kernel, device, dtype):
 
 
 @renamed_keyword("backend", "kernel", "kernel choice")
-def random_tile_engine(sizes: Sequence[int], tile: int, density: float, *, region: Tensor | None = None,
+def random_tile_matrix(sizes: Sequence[int], tile: int, density: float, *, region: Tensor | None = None,
                        generator: torch.Generator | None = None, kernel: str = "auto", device=None, dtype=None):
     """A :class:`~seq2d.sparse.BlockSparseLinear` with tiles placed uniformly at random: exactly
     ``round(density * allowed)`` of the allowed tiles, each grid block its own group, values
@@ -255,7 +255,7 @@ def random_tile_engine(sizes: Sequence[int], tile: int, density: float, *, regio
         p = torch.zeros(nt[i], nt[j], dtype=torch.bool)
         p[loc // nt[j], loc % nt[j]] = True
         patterns[bi] = p
-    eng = _engine_of(sizes, T, blocks, patterns, kernel=kernel, device=device, dtype=dtype)
+    eng = _matrix_of(sizes, T, blocks, patterns, kernel=kernel, device=device, dtype=dtype)
     eng.reset_parameters(generator)
     return eng
 
@@ -366,7 +366,7 @@ def _scatter(elem: Tensor, blocks, counts, picks: Tensor, sizes, off) -> None:
 
 def _tile_model(core: Sequential2D, reg: Tensor, W: int, T: int, gen: torch.Generator, *, kernel, activations,
                 bias, inputs, outputs, steps, device, dtype) -> Sequential2D:
-    from ..engines import TiledBlock
+    from ..stores import TiledBlock
 
     sizes = core.sizes
     n = core.n
@@ -402,7 +402,7 @@ def _tile_model(core: Sequential2D, reg: Tensor, W: int, T: int, gen: torch.Gene
     if any(bias[i] and i not in filled for i in range(n)):
         return None, filled
     activations = [a if i in filled else None for i, a in enumerate(activations)]  # empty rows are held
-    eng = _engine_of(sizes, T, blocks, patterns, kernel=kernel, device=device, dtype=dtype)
+    eng = _matrix_of(sizes, T, blocks, patterns, kernel=kernel, device=device, dtype=dtype)
     placements = eng.placements
     if left > 0:  # keep `left` random real entries of the partial tile trainable
         bi, a, b, c = cand[partial]
@@ -423,7 +423,7 @@ def _tile_model(core: Sequential2D, reg: Tensor, W: int, T: int, gen: torch.Gene
                          activations=activations, inputs=inputs, outputs=outputs, steps=steps, device=device, dtype=dtype)
     # biases: the same fan-in rule as the weights
     with torch.no_grad():
-        fan = _engine_fan_in(eng)
+        fan = _matrix_fan_in(eng)
         for k, p in model.biases.items():
             i = int(k)
             o = eng.toff[i] * T
@@ -433,9 +433,9 @@ def _tile_model(core: Sequential2D, reg: Tensor, W: int, T: int, gen: torch.Gene
     return model, filled
 
 
-def _engine_fan_in(eng) -> Tensor:
-    """Trainable fan-in of every padded output unit of the engine (length Mt*T)."""
-    L = eng._layout  # the CPU copy of the layout: counted on the CPU whatever the engine's device
+def _matrix_fan_in(eng) -> Tensor:
+    """Trainable fan-in of every padded output unit of the matrix (length Mt*T)."""
+    L = eng._layout  # the CPU copy of the layout: counted on the CPU whatever the matrix's device
     T = eng.tile
     per = eng.tmask.sum(dim=1).cpu() if eng.tmask is not None else torch.full((L.n_data, T), T)
     fan = torch.zeros(L.Mt, T, dtype=torch.long)

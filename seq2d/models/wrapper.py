@@ -16,7 +16,7 @@ class CoreModel(nn.Module):
 
     The Sequential2D methods a user calls on a model are here too, so a wrapper answers them
     like a Sequential2D does: :meth:`num_parameters`, :meth:`summary`, :meth:`grid`,
-    :meth:`to_blocksparse` and :attr:`store_kind` (anything else: ``model.core``)."""
+    :meth:`to_blocksparse` and :attr:`store` (anything else: ``model.core``)."""
 
     core: Sequential2D
 
@@ -31,9 +31,10 @@ class CoreModel(nn.Module):
         return self.core.num_parameters()
 
     @property
-    def store_kind(self) -> str | None:
-        """The core's :attr:`~seq2d.Sequential2D.store_kind` ('dense' or 'tiled')."""
-        return self.core.store_kind
+    def store(self):
+        """The core's parameter store (``model.store.kind``: 'dense' or 'tiled'; None without
+        linear blocks)."""
+        return self.core.store
 
     def grid(self) -> str:
         """The core's block grid as text (:meth:`~seq2d.Sequential2D.grid`)."""
@@ -45,7 +46,7 @@ class CoreModel(nn.Module):
 
     def to_blocksparse(self, tile: int = 64, kernel: str = "auto") -> "CoreModel":
         """The core's :meth:`~seq2d.Sequential2D.to_blocksparse` (in place); returns this model,
-        called as before. The blocks become tile views of one block-sparse engine, so the
+        called as before. The blocks become tile views of one block-sparse matrix, so the
         ``weight`` read through a block (``layer_blocks``, ``torch_named_parameters``) is then
         a view of the tiles, not a Parameter."""
         self.core.to_blocksparse(tile, kernel=kernel)

@@ -66,7 +66,7 @@ def _slot_labels(labels, n: int) -> list[str]:
 
 
 def integer_ticks(axis) -> None:
-    """Ticks at whole numbers only on ``axis`` (``ax.xaxis``): epochs, iterations, k. A range
+    """Ticks at whole numbers only on ``axis`` (``ax.xaxis``): epochs, steps, k. A range
     narrower than one (a one-epoch run) gets its one integer (``min_n_ticks=1``), never 0.96 .. 1.04
     or a fallback to 0.5, 0.6, ... Used by every epoch axis (seq2d.lab.mnist_plots)."""
     from matplotlib.ticker import MaxNLocator

@@ -41,12 +41,12 @@ def _pool_into(img: np.ndarray, mask: torch.Tensor, r0: int, c0: int, f: int) ->
 def _tie_keys(core) -> dict[tuple[int, int], int]:
     """Tie group of every linear position that shares its weight with another one, numbered
     in order of first appearance (as :func:`seq2d.graph.to_networkx` does); the tiles of a
-    block-sparse model are tied when they are views of the same engine group."""
+    block-sparse model are tied when they are views of the same matrix group."""
     key = {}
     for i, j, kind, blk in core.positions():
         if kind == "linear":
             g = getattr(blk, "group", None)
-            key[(i, j)] = ("group", g) if core.engine is not None and g is not None else ("obj", id(blk))
+            key[(i, j)] = ("group", g) if core.matrix is not None and g is not None else ("obj", id(blk))
     uses: dict = {}
     for k in key.values():
         uses[k] = uses.get(k, 0) + 1
@@ -58,8 +58,8 @@ _CHUNK = 1 << 22  # entries per chunk of tiles or rows: bounds the temporary mem
 
 
 def _spy_tiles(core, f: int, train: np.ndarray, frozen: np.ndarray, counts: np.ndarray) -> None:
-    """Fill the images from the stored tiles of the block-sparse engine (never a dense block)."""
-    e = core.engine
+    """Fill the images from the stored tiles of the block-sparse matrix (never a dense block)."""
+    e = core.matrix
     T = e.tile
     toff = torch.tensor(e.toff)
     off = torch.tensor(core.offsets)
@@ -104,7 +104,7 @@ def _spy_data(core, max_size: int) -> tuple[np.ndarray, np.ndarray, int, np.ndar
     train = np.zeros((M, M), dtype=bool)
     frozen = np.zeros((M, M), dtype=bool)
     counts = np.zeros((core.n, core.n), dtype=np.int64)  # stored entries per block
-    if core.engine is not None:
+    if core.matrix is not None:
         _spy_tiles(core, f, train, frozen, counts)
         return train, frozen, f, counts
     for i, j, kind, blk in core.positions():
@@ -315,8 +315,8 @@ def spy(model, ax=None, path=None, annotate: bool = True, *, max_size: int = 100
 
     stored = int(counts.sum())
     t = f"{_model_name(model)}: linear part, N = {N:,}, {stored:,} stored entries ({_pct(stored / (N * N))})"
-    if core.engine is not None:
-        e = core.engine
+    if core.matrix is not None:
+        e = core.matrix
         t += f"\nblock-sparse: tile {e.tile}, {e.nnz_tiles:,} stored tiles ({_pct(e.density)} of all tiles)"
     if f > 1:
         t += f"\nshown {M} x {M}: {f} x {f} block-max pooled"

@@ -7,7 +7,7 @@ strided view (a transposed or stepped slice): they are made contiguous once here
 kernel sees the storage it indexes (``wp[a:b].view(k*T, T)``), and autograd returns dW to
 the view the caller passed.
 
-Three ways in, chosen by the kernel (:meth:`seq2d.sparse.backends.KernelBackend.product`):
+Three ways in, chosen by the kernel (:meth:`seq2d.sparse.kernels.Kernel.product`):
 
 - kernels written in torch ops (``reference``, ``dense``) run inside the autograd Function
   :class:`BlockSparseMatmul`, which ``torch.compile`` traces through;
@@ -31,8 +31,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-# (the CPU kernels import this module: the package loads backends.base first)
-from .backends.base import KernelBackend, get_kernel
+# (the CPU kernels import this module: the package loads kernels.base first)
+from .kernels.base import Kernel, get_kernel
 from .layout import BlockSparseLayout, layout_of
 
 __all__ = ["BlockSparseMatmul", "define_product_ops", "host_product"]
@@ -40,9 +40,9 @@ __all__ = ["BlockSparseMatmul", "define_product_ops", "host_product"]
 
 class BlockSparseMatmul(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: torch.Tensor, wp: torch.Tensor, layout: BlockSparseLayout, kernel: KernelBackend):
+    def forward(ctx, x: torch.Tensor, wp: torch.Tensor, layout: BlockSparseLayout, kernel: Kernel):
         ctx.layout, ctx.kernel = layout, kernel
-        wp = wp.contiguous()  # a no-op for the engines' own tiles; one copy for a strided view
+        wp = wp.contiguous()  # a no-op for the matrices' own tiles; one copy for a strided view
         ctx.save_for_backward(x, wp)
         return kernel.dds_t(x, wp, layout)
 
@@ -59,7 +59,7 @@ class BlockSparseMatmul(torch.autograd.Function):
 def define_product_ops(name: str, define):
     """The ops ``seq2d::<name>`` (``x @ W.T``) and ``seq2d::<name>_backward`` (``(dX, dW)``),
     defined by ``define`` (``torch.library.custom_op``, or ``triton_op`` for kernels that launch
-    through :func:`~seq2d.sparse.backends.triton_backend.launcher`), the first differentiable
+    through :func:`~seq2d.sparse.kernels.triton_v1.launcher`), the first differentiable
     through the second (``register_autograd``). Returns the pair; a ``custom_op`` pair still needs
     its fake implementations."""
 
@@ -110,16 +110,16 @@ def _(dy, x, wp, layout, kernel, need_dx, need_dw):
     return (x.new_empty(x.shape) if need_dx else x.new_empty(0)), (wp.new_empty(wp.shape) if need_dw else wp.new_empty(0))
 
 
-# kernel objects the custom ops reach by name that are not the registry's own (a CPUBackend built
+# kernel objects the custom ops reach by name that are not the registry's own (a CPUKernel built
 # with other settings, e.g. another chunk size): name "<name>@<id>", held for the life of the process
-_UNREGISTERED: dict[str, KernelBackend] = {}
+_UNREGISTERED: dict[str, Kernel] = {}
 
 
-def _kernel(name: str) -> KernelBackend:
+def _kernel(name: str) -> Kernel:
     return _UNREGISTERED[name] if name in _UNREGISTERED else get_kernel(name)
 
 
-def _op_name(kernel: KernelBackend) -> str:
+def _op_name(kernel: Kernel) -> str:
     """The name the custom ops take for ``kernel``: its registry name when it is the registered object."""
     try:
         if get_kernel(kernel.name) is kernel:
@@ -131,7 +131,7 @@ def _op_name(kernel: KernelBackend) -> str:
     return key
 
 
-def host_product(x: Tensor, wp: Tensor, layout: BlockSparseLayout, kernel: KernelBackend, op=None) -> Tensor:
+def host_product(x: Tensor, wp: Tensor, layout: BlockSparseLayout, kernel: Kernel, op=None) -> Tensor:
     """``x @ W.T`` through the custom op ``op`` of :func:`define_product_ops` (default
     ``seq2d::bsmm``; ``x`` 2-D, ``layout`` on ``x``'s device)."""
     op = torch.ops.seq2d.bsmm if op is None else op

@@ -1,6 +1,6 @@
 """``BlockSparseLinear``: every linear block of a Sequential2D as one block-sparse matrix.
 
-The engine stores the fused linear part of ``F`` over the **tile-padded** concatenated
+The matrix stores the fused linear part of ``F`` over the **tile-padded** concatenated
 state: slot ``i`` occupies ``ceil(s_i / T)`` whole tiles starting at tile ``toff[i]``
 (padding, not splitting: a block then always starts on a tile boundary, so a tied block
 uses the same tiles at every position). Padding entries are zero, never trainable, and
@@ -16,10 +16,10 @@ Storage (all proportional to the stored tiles, never N x N):
 
 A *group* is one weight object (a LinearBlock before conversion): its tile pattern and
 data tiles are shared by all grid positions it sits at (weight tying). The grid of the
-Sequential2D holds ``seq2d.engines.TiledBlock`` views, one per position, that read their
+Sequential2D holds ``seq2d.stores.TiledBlock`` views, one per position, that read their
 dense weight from here on demand (for inspection and the reference loop only). How a
 Sequential2D step uses the matrix (flat padded state, plan levels) is
-:mod:`seq2d.engines.tiled`: this package knows nothing of slots or steps.
+:mod:`seq2d.stores.tiled`: this package knows nothing of slots or steps.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ class BlockSparseLinear(nn.Module):
     def _set_layout(self, layout: BlockSparseLayout, device=None) -> None:
         """Install ``layout`` (kept on the CPU as built, copied per device on demand by
         :attr:`layout`) and its index buffers on ``device`` (the parameters' device: a CUDA
-        engine indexes its tiles with CUDA indices)."""
+        matrix indexes its tiles with CUDA indices)."""
         self._layout = layout
         on = layout.to(device) if device is not None else layout
         self.register_buffer("pos_row", on.row, persistent=True)
@@ -198,7 +198,7 @@ class BlockSparseLinear(nn.Module):
         """Whether position p uses data tile p (nothing tied): the per-position tiles are then
         the data itself."""
         ident = self.__dict__.get("_identity")
-        if ident is None:  # an engine pickled before the flag existed: compute it once
+        if ident is None:  # a matrix pickled before the flag existed: compute it once
             L = self._layout
             ident = self._identity = L.n_data == L.nnz and bool(torch.equal(L.data_index, torch.arange(L.nnz)))
         return ident
@@ -251,7 +251,7 @@ class BlockSparseLinear(nn.Module):
     @renamed_keyword("backend", "kernel", "kernel choice")
     def from_blocks(cls, sizes: Sequence[int], entries: Sequence[tuple[int, int, nn.Module]], tile: int, *,
                     kernel: str = "auto") -> tuple[BlockSparseLinear, list[int]]:
-        """Pack LinearBlocks (tied by object identity) into an engine. Returns the engine and
+        """Pack LinearBlocks (tied by object identity) into a matrix. Returns the matrix and
         the group index of every entry. Tiles with no trainable and no frozen entry are not stored."""
         T = tile
         gid: dict[int, int] = {}
@@ -320,7 +320,7 @@ class BlockSparseLinear(nn.Module):
         fan.index_add_(0, self.pos_row, per_pos.index_select(0, self.pos_data).to(fan.dtype))
         bound = fan.clamp(min=1).rsqrt()  # (Mt, T): per output unit
         # drawn where the generator lives (the CPU for None or a CPU generator), then copied: a
-        # CUDA engine gets exactly the values a CPU engine gets from the same generator
+        # CUDA matrix gets exactly the values a CPU matrix gets from the same generator
         draw_on = generator.device if generator is not None else "cpu"
         u = torch.rand(self.data.shape, generator=generator, dtype=torch.float64, device=draw_on)
         u = u.to(self.data.device) * 2 - 1

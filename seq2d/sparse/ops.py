@@ -19,8 +19,8 @@ from torch import Tensor
 
 from ..errors import InvalidInput, InvalidType
 from .autograd import BlockSparseMatmul
-from .backends import get_kernel
-from .backends.base import KernelBackend
+from .kernels import get_kernel
+from .kernels.base import Kernel
 from .layout import BlockSparseLayout
 
 __all__ = ["bsmm", "dense_crossover", "resolve_kernel", "DENSE_CROSSOVER"]
@@ -63,7 +63,7 @@ def _crossover(dev: str, group: str, tile: int | None) -> float:
 
 
 def resolve_kernel(kernel: str, device: torch.device, dtype: torch.dtype, density: float,
-                   tile: int | None = None) -> KernelBackend:
+                   tile: int | None = None) -> Kernel:
     """The kernel object for ``kernel`` ('auto' or a name) on ``device``/``dtype`` at stored-tile
     ``density`` (and ``tile``, which the CUDA crossover depends on: :func:`dense_crossover`)."""
     if kernel != "auto":
@@ -92,7 +92,7 @@ def resolve_kernel(kernel: str, device: torch.device, dtype: torch.dtype, densit
     return get_kernel("dense")
 
 
-def bsmm(x: Tensor, wp: Tensor, layout: BlockSparseLayout, kernel: str | KernelBackend = "auto") -> Tensor:
+def bsmm(x: Tensor, wp: Tensor, layout: BlockSparseLayout, kernel: str | Kernel = "auto") -> Tensor:
     """``x @ W.T`` with ``W`` block-sparse (per-position tiles ``wp``, transposed storage)."""
     T = layout.tile
     if x.shape[-1] != layout.Kt * T:
@@ -101,7 +101,7 @@ def bsmm(x: Tensor, wp: Tensor, layout: BlockSparseLayout, kernel: str | KernelB
         raise InvalidInput(f"bsmm: wp must have shape {(layout.nnz, T, T)}, got {tuple(wp.shape)}")
     if wp.dtype != x.dtype or wp.device != x.device:
         raise InvalidType(f"bsmm: x ({x.dtype}, {x.device}) and wp ({wp.dtype}, {wp.device}) must share dtype and device")
-    if not isinstance(kernel, KernelBackend):
+    if not isinstance(kernel, Kernel):
         kernel = resolve_kernel(kernel, x.device, x.dtype, layout.density, layout.tile)
     if x.dim() == 2:  # the op's own output, not a view of it (callers may add in place)
         return _product(x, wp, layout.to(x.device), kernel)
@@ -111,7 +111,7 @@ def bsmm(x: Tensor, wp: Tensor, layout: BlockSparseLayout, kernel: str | KernelB
     return y.reshape(*batch, layout.Mt * T)
 
 
-def _product(x: Tensor, wp: Tensor, layout: BlockSparseLayout, kernel: KernelBackend) -> Tensor:
+def _product(x: Tensor, wp: Tensor, layout: BlockSparseLayout, kernel: Kernel) -> Tensor:
     """The kernel's own differentiable op (a custom op) if it has one, else the autograd Function."""
     y = kernel.product(x, wp, layout)
     return BlockSparseMatmul.apply(x, wp, layout, kernel) if y is None else y

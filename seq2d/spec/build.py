@@ -129,6 +129,7 @@ def _build(p: _Spec, device, dtype) -> Sequential2D:
             outputs=p.outputs,
             steps=p.steps,
             store=p.store,
+            loop=p.loop,
             dtype=dtype,
         )
     with torch.no_grad():

@@ -118,8 +118,10 @@ def to_spec(model: Sequential2D, *, weights: bool = False) -> dict:
         spec["outputs"] = outs
     if model.steps is not None:
         spec["steps"] = model.steps
-    if model.store_choice != "dense":
-        spec["store"] = model.store_choice
+    if model._store_arg != "dense":
+        spec["store"] = model._store_arg
+    if model.loop:
+        spec["loop"] = True
 
     uses: dict[int, int] = {}
     for _, _, kind, blk in model.positions():

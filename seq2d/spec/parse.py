@@ -14,7 +14,7 @@ from torch import Tensor
 
 from ..errors import InvalidType, InvalidValue
 from ..activations import ACTIVATIONS
-from ..engines import STORES
+from ..stores import STORES
 from ..errors import show_value as _show
 from .schema import (
     _BLOCK_DEFAULTS,
@@ -239,6 +239,9 @@ def _parse(spec) -> _Spec:
     if not isinstance(spec, Mapping):
         raise InvalidType(f"spec: expected a dict (or a path to a TOML file), got {_show(spec)}")
     spec = _renamed(spec)
+    from ..stores.migrate import migrate_store_value
+
+    spec = migrate_store_value(spec, "spec")  # an old store value (store = "loop")
     _check_keys(spec, TOP_KEYS, "spec")
     if "slots" not in spec:
         raise InvalidValue("spec: missing required key 'slots' (a list of slot tables, one per slot)")
@@ -286,6 +289,8 @@ def _parse(spec) -> _Spec:
         p.seed = _int(spec["seed"], "seed", 0, 2**64 - 1, "an int in [0, 2**64)")
     if "store" in spec:
         p.store = _enum(spec["store"], STORES, "store", "store")
+    if "loop" in spec:
+        p.loop = _bool(spec["loop"], "loop")
     if "name" in spec:
         p.name = _str(spec["name"], "name")
     return p

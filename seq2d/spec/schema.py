@@ -19,7 +19,7 @@ from ..errors import InvalidType, InvalidValue, did_you_mean
 from ..errors import show_value as _show
 
 # ---------------------------------------------------------------------- schema tables
-TOP_KEYS = ("slots", "blocks", "steps", "inputs", "outputs", "seed", "store", "name")
+TOP_KEYS = ("slots", "blocks", "steps", "inputs", "outputs", "seed", "store", "loop", "name")
 # top-level keys renamed since spec files were first written: old -> new, read as the new one
 RENAMED_TOP_KEYS = {"backend": "store"}
 SLOT_KEYS = ("size", "activation", "bias", "role", "bias_value", "norm_weight", "norm_bias")
@@ -94,6 +94,7 @@ class _Spec:
     outputs: list[int] | None = None
     seed: int = 0
     store: str = "dense"
+    loop: bool = False
     name: str | None = None
 
 

@@ -155,7 +155,7 @@ class SpectralClip:
                     else:
                         blocks.append((i, j, blk))
                 elif isinstance(blk, LinearLike):
-                    bad.append(f"F[{i}][{j}] (tiled block of the block-sparse engine)")
+                    bad.append(f"F[{i}][{j}] (tiled block of the block-sparse matrix)")
                 else:
                     raise InvalidValue(f"SpectralClip: block F[{i}][{j}] of core {slots} is a module "
                                      f"({type(blk).__name__}); only linear blocks can be projected")

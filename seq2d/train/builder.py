@@ -23,7 +23,8 @@ _MODEL_KWARGS = {
     "region": ("region",),
     "store": ("store",),
     "kernel": ("kernel",),
-    "iterations": ("iterations", "steps"),
+    "loop": ("loop",),
+    "steps": ("steps",),
 }
 
 
@@ -34,14 +35,15 @@ def build_model(cfg: TrainConfig, *, device=None) -> nn.Module:
     - a registered name (``seq2d.list_models()``, e.g. "mlp", "random"): the constructor is
       called with the config fields its signature names (``sizes``, ``activation``,
       ``granularity``, ``tile``, ``region``, ``store`` and ``kernel`` unless "auto",
-      ``iterations``/``steps`` unless None, ``seed`` = the model seed); "random" is
+      ``steps`` unless None, ``seed`` = the model seed); "random" is
       :func:`seq2d.models.random.random_model`, ``randomize(mlp(sizes, activation))``;
     - a preset string (``"mlp:784,256,10"``, see :mod:`seq2d.models.presets`) or a spec file
       path (.toml/.json, :func:`seq2d.from_spec`): its structure comes from the string/file.
 
     The global RNG is seeded with the model seed while building and restored after. A model
     field set away from its default that the builder does not use raises ValueError (never
-    silently ignored), except ``iterations``, which is then applied as ``model.steps``.
+    silently ignored), except ``steps`` and ``loop``, which are then set on the model (``model.steps``,
+    ``model.loop``).
     """
     from ..arguments import check_device
     from ..models import constructor_options, list_models, resolve_model
@@ -50,13 +52,14 @@ def build_model(cfg: TrainConfig, *, device=None) -> nn.Module:
     check_device(device, "build_model")
     defaults = TrainConfig()
     seed = cfg.effective_model_seed()
-    changed = [k for k in _MODEL_KWARGS if k != "iterations" and getattr(cfg, k) != getattr(defaults, k)]
+    changed = [k for k in _MODEL_KWARGS if k not in ("steps", "loop") and getattr(cfg, k) != getattr(defaults, k)]
     consumed: set[str] = set()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         if cfg.model in list_models():
             available = {f: (names, getattr(cfg, f)) for f, names in _MODEL_KWARGS.items()
-                         if not ((f in ("store", "kernel") and getattr(cfg, f) == "auto") or (f == "iterations" and cfg.iterations is None))}
+                         if not ((f in ("store", "kernel") and getattr(cfg, f) == "auto") or (f == "steps" and cfg.steps is None)
+                                 or (f == "loop" and not cfg.loop))}
             available["seed"] = (("seed",), seed)
             kwargs, consumed = constructor_options(cfg.model, available)
             consumed.discard("seed")
@@ -77,15 +80,24 @@ def build_model(cfg: TrainConfig, *, device=None) -> nn.Module:
             f"config field(s) {', '.join(map(repr, ignored))} are set, but model {cfg.model!r} does not use them "
             f"({source}); leave them at their defaults"
         )
-    if cfg.iterations is not None and "iterations" not in consumed:
+    if cfg.steps is not None and "steps" not in consumed:
         from ..core.checks import check_steps
         from ..core import core_of
 
         try:
             target = core_of(model)
         except TypeError:
-            raise InvalidValue(f"config field 'iterations' is set, but a {type(model).__name__} has no Sequential2D steps to set") from None
-        target.steps = check_steps(cfg.iterations)
+            raise InvalidValue(f"config field 'steps' is set, but a {type(model).__name__} has no Sequential2D steps to set") from None
+        target.steps = check_steps(cfg.steps)
+    if cfg.loop and "loop" not in consumed:
+        from ..core import core_of
+
+        try:
+            target = core_of(model)
+        except TypeError:
+            raise InvalidValue(f"config field 'loop' is set, but a {type(model).__name__} has no Sequential2D store to "
+                               "evaluate block by block") from None
+        target.loop = True
     if device is not None:
         model = model.to(device)
     return model
@@ -93,9 +105,9 @@ def build_model(cfg: TrainConfig, *, device=None) -> nn.Module:
 
 def check_output_sees_input(model: nn.Module, cfg: TrainConfig) -> None:
     """Refuse, before any training, a Sequential2D whose output cannot depend on its input within
-    the steps it runs per forward (``model.steps``: ``cfg.iterations`` or its depth), because the
+    the steps it runs per forward (``model.steps``: ``cfg.steps`` or its depth), because the
     trained model would be a constant predictor: :class:`~seq2d.train.errors.ConstantOutputError`
-    names the output slot, its distance from the input slots and the iterations it needs (the
+    names the output slot, its distance from the input slots and the steps it needs (the
     test of the warning a tensor call gives, :func:`seq2d.core.checks.unseen_output`).
     ``cfg.allow_constant_output`` lets it train; other models (wrappers run their own schedule)
     are not checked."""
@@ -110,12 +122,12 @@ def check_output_sees_input(model: nn.Module, cfg: TrainConfig) -> None:
         return
     slot, dist = unseen
     allow = spell("set allow_constant_output=True in the TrainConfig", "add --allow-constant-output")
-    runs = ("; " + spell(f"iterations={cfg.iterations}", f"--iterations {cfg.iterations}")
-            if cfg.iterations is not None and dist is not None else "")
+    runs = ("; " + spell(f"steps={cfg.steps}", f"--steps {cfg.steps}")
+            if cfg.steps is not None and dist is not None else "")
     if dist is None:
         fix = f"Add a path of blocks from an input slot to slot {slot}, or {allow} to train it anyway"
     else:
-        fix = (f"Give it at least {dist} iterations ({spell(f'iterations={dist}', f'--iterations {dist}')}; unset, "
+        fix = (f"Give it at least {dist} steps ({spell(f'steps={dist}', f'--steps {dist}')}; unset, "
                f"an acyclic model runs its depth), or {allow} to train it anyway")
     raise ConstantOutputError(
         f"refusing to train a model whose output cannot see its input ({unseen_output_text(model, steps, unseen)}"

@@ -403,10 +403,10 @@ def check_resume_config(saved: Mapping, current: TrainConfig, path: str | os.Pat
 def upgrade_checkpoint(ckpt: Mapping, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
                        extra_states=()) -> None:
     """Convert, in place, what ``ckpt`` holds in an earlier layout of ``model``'s parameter store
-    (a masked box saved densely: :mod:`seq2d.engines.compact`) to the current one: its ``"model"``
+    (a masked box saved densely: :mod:`seq2d.stores.compact`) to the current one: its ``"model"``
     state, the optimizer's per-parameter tensors (with ``optimizer``) and the model states named in
     ``extra_states`` (e.g. a best-validation copy). Called before the checks below."""
-    from ..engines.migrate import compact_optimizer_state, compact_state_dict
+    from ..stores.migrate import compact_optimizer_state, compact_state_dict
 
     own = _unwrap(model)
     state = ckpt.get("model")

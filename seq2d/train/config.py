@@ -98,19 +98,22 @@ class TrainConfig:
     sizes: list[int] = _f([2500, 500, 200, 100, 10], "slot sizes, input first, classes last (2500 = 50 x 50 images)",
                           model=True)
     activation: str = _f("relu", "hidden-slot activation", model=True)
-    iterations: int | None = _f(None, "Sequential2D steps per forward (None = the model's default, its depth when acyclic)",
-                                model=True)
-    allow_constant_output: bool = _f(False, "train a model whose output cannot depend on its input within its iterations "
+    steps: int | None = _f(None, "Sequential2D steps per forward (None = the model's default, its depth when acyclic)",
+                           model=True, was="iterations")
+    allow_constant_output: bool = _f(False, "train a model whose output cannot depend on its input within its steps "
                                             "(fewer than the blocks from input to output, or no path: a constant "
                                             "predictor); without it such a model is refused before training "
                                             "(ConstantOutputError)", resume="free")
     granularity: str = _f("element", 'sparsity unit of the randomized model: "element", "tile" or "block"',
                           model=True, choices=("element", "tile", "block"))
-    tile: int = _f(64, "tile edge for granularity 'tile' and for the block-sparse engine", model=True)
+    tile: int = _f(64, "tile edge for granularity 'tile' and for the block-sparse matrix", model=True)
     region: str = _f("default", "where the randomized model may place trainable entries (see seq2d.randomize)", model=True)
     model_seed: int | None = _f(None, "seed of the model's random structure and initial values (None = seed)", model=True)
-    store: str = _f("auto", 'parameter store handed to model constructors that take one ("dense", "loop"; see '
+    store: str = _f("auto", 'parameter store handed to model constructors that take one ("dense", "tiled"; see '
                             'seq2d.available_stores(); "auto" = their default)', resume="free", was="backend")
+    loop: bool = _f(False, "evaluate the dense store one F.linear per block position (the slow reference) instead of "
+                           "one GEMM per box: handed to model constructors that take loop=, else set as model.loop",
+                    resume="free")
     kernel: str = _f("auto", 'block-sparse kernel handed to model constructors that take one (see '
                              'seq2d.sparse.available_kernels(); "auto" = their default)', resume="free", was="backend")
     # ---- data
@@ -202,9 +205,9 @@ ALLOW_CHANGED_FIELDS = tuple(k for k, m in _META.items() if m["resume"] == "ask"
 # written before the field existed (a run.json or checkpoint without it) stands for.
 LEGACY_DEFAULTS: dict[str, Any] = {k: m["legacy"] for k, m in _META.items() if m["legacy"] is not _NO_LEGACY}
 
-# Fields renamed since configs were first saved (config.toml, run.json, checkpoints): old key ->
-# the fields that replace it. ``backend`` held a store name or a kernel name, whichever the
-# model's constructor took; seq2d.train.identity hashes the new fields under the old name.
+# Fields renamed since configs were first saved (config.toml, run.json, checkpoints): old key -> the
+# fields that replace it (``backend``: a store or a kernel name; ``iterations``: ``steps``, the model's
+# keyword); seq2d.train.identity hashes the new fields under the old name.
 RENAMED_FIELDS: dict[str, tuple[str, ...]] = {}
 for _k, _m in _META.items():
     if _m["was"] is not None:
@@ -217,19 +220,29 @@ OUTPUT_FIELDS = tuple(k for k, m in _META.items() if m["output"])
 def renamed_fields(d: Mapping) -> dict:
     """``d`` (read from a file written before a rename) with ``backend`` read as ``kernel`` when its
     value is a kernel name and no store name ('cpu', 'triton', ...), else as ``store`` ('auto',
-    the default of both, 'dense', 'loop'); giving an old key with a new one is an error."""
+    the default of both, 'dense', 'loop'), and an old ``store`` value as the fields that now say it
+    (seq2d.stores.migrate.OLD_NAMES: ``store = "loop"`` is ``store = "dense"``, ``loop = true``);
+    giving an old key with a new one is an error; another renamed key is read as its one new field."""
+    from ..stores.migrate import OLD_NAMES, migrate_store_value
+
     out = dict(d)
+    for old, new in RENAMED_FIELDS.items():
+        if len(new) == 1 and old in out:
+            if new[0] in out:
+                raise InvalidValue(f"config: {old!r} is the old name of {new[0]!r}; give {new[0]!r} only, not both")
+            out[new[0]] = out.pop(old)
     if "backend" in out:
         given = [k for k in RENAMED_FIELDS["backend"] if k in out]
         if given:
             raise InvalidValue(f"config: 'backend' is the old name of 'store' and 'kernel'; give {given[0]!r} only, "
                                "not both")
-        from ..engines import STORES
+        from ..stores import STORES
         from ..sparse import available_kernels
 
         value = out.pop("backend")
-        out["kernel" if value not in STORES and value in available_kernels() else "store"] = value
-    return out
+        store_like = value in STORES or value in OLD_NAMES["store"]
+        out["kernel" if not store_like and value in available_kernels() else "store"] = value
+    return migrate_store_value(out, "config")
 
 _HINTS: dict[str, Any] = typing.get_type_hints(TrainConfig)
 
@@ -310,6 +323,9 @@ def _check(name: str, hint, value, expected: str | None = None):
 
 
 def _check_values(cfg: TrainConfig) -> None:
+    from ..stores.migrate import check_store_value
+
+    check_store_value("TrainConfig", cfg.store)  # an old spelling: the "now called" error
     for name, choices in CHOICES.items():
         v = getattr(cfg, name)
         if v not in choices:
@@ -323,11 +339,11 @@ def _check_values(cfg: TrainConfig) -> None:
     positive = ["tile", "image_size", "batch_size", "log_every", "eval_batch_size"]
     if isinstance(cfg.num_threads, str) and cfg.num_threads != "auto":
         raise InvalidValue(f"config field 'num_threads': expected {_EXPECTED['num_threads']}, got the string {cfg.num_threads!r}")
-    for name in positive + ["iterations", "num_threads", "max_steps", "checkpoint_every"]:
+    for name in positive + ["steps", "num_threads", "max_steps", "checkpoint_every"]:
         v = getattr(cfg, name)
         if isinstance(v, str):  # num_threads = "auto"
             continue
-        if v is not None and v <= 0 and not (name == "iterations" and v == 0):
+        if v is not None and v <= 0 and not (name == "steps" and v == 0):
             raise InvalidValue(f"config field {name!r}: expected a positive int, got {v}")
     if cfg.data != "full" and cfg.data_root is not None:
         raise InvalidValue(f"config field 'data_root' is set, but data = {cfg.data!r} reads no MNIST files (only "

@@ -194,7 +194,7 @@ def wrap_model(model: nn.Module, ctx: DistContext, example: torch.Tensor | None 
         warnings.warn(
             f"{len(unused)} trainable parameters get no gradient from a forward pass ({', '.join(unused[:5])}"
             f"{', ...' if len(unused) > 5 else ''}); DDP will search for unused parameters every step (slower). "
-            "Check the model's steps/iterations against its depth.",
+            "Check the model's steps against its depth.",
             stacklevel=2,
         )
     device_ids = [ctx.device] if ctx.device.type == "cuda" else None

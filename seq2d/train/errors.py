@@ -7,7 +7,7 @@
 - :class:`RunLockedError`: another live run holds the output folder's lock.
 - :class:`RunExistsError`: the output folder holds a run and neither resume nor overwrite was asked.
 - :class:`ConstantOutputError`: the model's output cannot depend on its input within its
-  iterations, so training would fit a constant; refused before training (an ``InvalidValue``).
+  steps, so training would fit a constant; refused before training (an ``InvalidValue``).
 
 All are :class:`~seq2d.errors.Seq2DError`\\ s (``CheckpointError`` lives in
 :mod:`seq2d.train.checkpoint`).

@@ -1,15 +1,18 @@
-"""``store="auto"``: which store a model gets, from measured crossovers."""
+"""The store names a model accepts, and ``store="auto"``: which store a model gets, from measured crossovers."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 
+from ..errors import InvalidType, InvalidValue
 
-__all__ = ["STORES", "choose_store", "TILED_CROSSOVER"]
 
-# Store names a Sequential2D accepts as ``store``.
-STORES = ("auto", "dense", "loop")
+__all__ = ["STORES", "choose_store", "check_store", "TILED_CROSSOVER"]
+
+# Store names a Sequential2D accepts as ``store``: the stores ("dense", "tiled") and "auto" (one
+# of them, chosen by choose_store). The dense store's per-block loop is a mode, ``loop=True``.
+STORES = ("auto", "dense", "tiled")
 
 # Stored-tile density (stored tiles / all tiles of the padded matrix) below which the tiled
 # store is picked, per device and tile size. Measured: `python benchmarks/model_step.py
@@ -28,9 +31,14 @@ TILED_CROSSOVER = {"cpu": {64: 0.5, 16: 0.4}}
 
 
 def choose_store(sizes: Sequence[int], block_mask, device_type: str = "cpu",
-                 boxes: Sequence[tuple[Sequence[int], Sequence[int]]] | None = None) -> tuple[str, int | None]:
+                 boxes: Sequence[tuple[Sequence[int], Sequence[int]]] | None = None, *,
+                 tiled: bool = False) -> tuple[str, int | None]:
     """``("tiled", T)`` or ``("dense", None)`` for a model with slot ``sizes`` and a bool
     ``block_mask[i][j]`` of linear positions (rows = outputs).
+
+    ``tiled=True`` (``store="tiled"``): the tile by the same rule whatever the density, among the
+    measured tiles of the device or, where none is measured, every tile size (InvalidValue when
+    none fits).
 
     The tile is the largest measured one (``TILED_CROSSOVER``) not larger than the smallest
     slot holding a linear block and wasting at most 1/8 of the flat state on padding; the
@@ -46,6 +54,10 @@ def choose_store(sizes: Sequence[int], block_mask, device_type: str = "cpu",
         return "dense", None
     smallest = min(sizes[i] for i in used)
     table = TILED_CROSSOVER.get(device_type, {})
+    if tiled and not table:
+        from ..sparse import TILE_SIZES
+
+        table = dict.fromkeys(TILE_SIZES, 1.0)
     for T in sorted(table, reverse=True):
         if T > smallest:
             continue
@@ -60,5 +72,25 @@ def choose_store(sizes: Sequence[int], block_mask, device_type: str = "cpu",
             boxes = [(rows, cols)]
         area = sum(sum(nt[i] for i in r) * sum(nt[j] for j in c) for r, c in boxes)
         density = stored / area
-        return ("tiled", T) if density < table.get(T, 0.0) else ("dense", None)
+        return ("tiled", T) if tiled or density < table.get(T, 0.0) else ("dense", None)
+    if tiled:
+        raise InvalidValue(f"store='tiled', but no tile size fits slots {sizes} (a tile at most the smallest slot "
+                           "holding a linear block, padding at most 1/8 of the state); give store='dense' and call "
+                           "to_blocksparse(tile) with the tile you want")
     return "dense", None
+
+
+def check_store(owner: str, store, loop) -> None:
+    """``store`` / ``loop`` as ``owner`` got them: a name of :data:`STORES` (an old spelling raises
+    the "now called" error, :func:`seq2d.stores.migrate.check_store_value`) and a bool, the loop
+    being the dense store's mode."""
+    from .migrate import check_store_value
+
+    check_store_value(owner, store)
+    if not isinstance(store, str) or store not in STORES:
+        raise InvalidValue(f"Unknown store {store!r}. Select from " + ", ".join(repr(k) for k in STORES))
+    if not isinstance(loop, bool):
+        raise InvalidType(f"{owner}: loop must be a bool, got {type(loop).__name__} {loop!r}")
+    if loop and store == "tiled":
+        raise InvalidValue(f"{owner} got store='tiled' and loop=True; the per-block loop is a mode of the dense "
+                           "store: give store='dense' (or leave loop off)")

@@ -24,7 +24,7 @@ dW has one program per stored tile; when there are few tiles and a long batch, t
 batch is split over ``S`` programs per tile that write fp32 partials into a workspace
 ``(S, P, T, T)``, summed afterwards (deterministic, unlike atomics).
 
-Kernels write into the ``out`` tensor they are given (stk style); the ``TritonBackend``
+Kernels write into the ``out`` tensor they are given (stk style); the ``TritonKernel``
 methods allocate it. With ``TRITON_INTERPRET=1`` the kernels also run on CPU tensors
 through Triton's interpreter (slow; for tests): the mode is read at launch time, so it
 does not matter whether the variable was set before or after this module was imported.
@@ -56,7 +56,7 @@ from triton.runtime.jit import JITFunction
 from ...errors import InvalidInput, InvalidType
 from ..autograd import define_product_ops, host_product
 from ..layout import BlockSparseLayout
-from .base import KernelBackend, register_kernel
+from .base import Kernel, register_kernel
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -382,7 +382,7 @@ def _check(name: str, a: Tensor, a_cols: int, wp: Tensor | None, layout: BlockSp
                             f"({a.dtype}, {a.device})")
 
 
-class TritonBackend(KernelBackend):
+class TritonKernel(Kernel):
     """Block-sparse ops as Triton kernels: CUDA tensors, or CPU tensors under ``TRITON_INTERPRET=1``."""
 
     name = "triton"
@@ -419,7 +419,7 @@ class TritonBackend(KernelBackend):
         return sdd_t(dy, x, layout, x.new_empty(layout.nnz, T, T))
 
 
-register_kernel(TritonBackend())
+register_kernel(TritonKernel())
 
 # the ops of every Triton kernel object (kernel= names it): torch.compile traces into their bodies,
 # each launch a triton_kernel_wrapper node (launcher), differentiable through the backward op

@@ -3,7 +3,7 @@
 The kernels are in :mod:`.triton_v2_kernels` (their table is there); this module holds what
 they need from the host: int32 index metadata cached per layout, the blocking (autotuned on a
 GPU, fixed under the interpreter), the dW batch split, TMA-ready operands, and the
-``TritonV2Backend`` kernel object. ``"triton"`` (v1, :mod:`.triton_backend`) stays what
+``TritonV2Kernel`` kernel object. ``"triton"`` (v1, :mod:`.triton_v1`) stays what
 ``kernel="auto"`` picks until v2 beats it on a GPU (benchmarks/gpu/README.md says how that is
 measured); float32 (tf32 or IEEE dots) and layouts too large for int32 coordinates run v1's
 kernels here too.
@@ -40,8 +40,8 @@ from torch import Tensor
 from torch.utils._python_dispatch import _disable_current_modes
 
 from ..layout import BlockSparseLayout
-from . import triton_backend as v1
-from .base import KernelBackend, register_kernel
+from . import triton_v1 as v1
+from .base import Kernel, register_kernel
 from .triton_v2_kernels import _gather_gemm_kernel, _sdd_grouped_kernel
 
 # same-row stored tiles per dW work item: G * T = 256 rows of accumulator at tiles 128 and 64
@@ -200,7 +200,7 @@ def _fixed_config(op: str, T: int) -> tuple | None:
 
 def _launch(op: str, T: int, grid, args: tuple, consts: dict, device: torch.device) -> None:
     """Run ``op``'s kernel with :func:`_fixed_config` or through the autotuner (as a graph node
-    when ``args[0]`` is a stand-in: :func:`.triton_backend.launcher`). ``grid`` maps the config's
+    when ``args[0]`` is a stand-in: :func:`.triton_v1.launcher`). ``grid`` maps the config's
     constexprs (``BLOCK_B``, ...) to the grid."""
     kernel = "sdd" if op == "sdd_t" else "gather"
     fn = _gather_gemm_kernel if kernel == "gather" else _sdd_grouped_kernel
@@ -351,7 +351,7 @@ def sdd_t(dy: Tensor, x: Tensor, layout: BlockSparseLayout, out: Tensor, splits:
 
 
 # ---------------------------------------------------------------------------- kernel object
-class TritonV2Backend(v1.TritonBackend):
+class TritonV2Kernel(v1.TritonKernel):
     """v2 kernels for 16-bit operands (v1's for float32); the checks and dtypes of v1."""
 
     name = "triton_v2"
@@ -377,4 +377,4 @@ class TritonV2Backend(v1.TritonBackend):
         return sdd_t(dy, x, layout, x.new_empty(layout.nnz, T, T))
 
 
-register_kernel(TritonV2Backend())
+register_kernel(TritonV2Kernel())

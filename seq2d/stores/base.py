@@ -1,9 +1,9 @@
-"""The engine interface: how a Sequential2D's linear part is stored and multiplied.
+"""The store interface: how a Sequential2D's linear part is stored and multiplied.
 
-An engine owns the parameters of every linear block of one model (the *store*) and knows
+A store owns the parameters of every linear block of one model and knows
 the model's flat state layout: slot ``i`` occupies ``[offsets[i], offsets[i] + sizes[i])``
-of a ``(*batch, offsets[-1])`` buffer (the tiled engine pads every slot to whole tiles,
-so its offsets step by multiples of the tile). A step asks the engine for the products of
+of a ``(*batch, offsets[-1])`` buffer (the tiled store pads every slot to whole tiles,
+so its offsets step by multiples of the tile). A step asks the store for the products of
 some *boxes* (groups of output rows evaluated together: all rows for an iterated model,
 one plan level for an acyclic one) and reads row ``i`` at ``row_source(i)``.
 """
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from torch import Tensor, nn
 
-__all__ = ["Engine", "contiguous_runs"]
+__all__ = ["Store", "contiguous_runs"]
 
 
 def contiguous_runs(slots: Sequence[int], offsets: Sequence[int]) -> list[tuple[int, int]]:
@@ -29,27 +29,25 @@ def contiguous_runs(slots: Sequence[int], offsets: Sequence[int]) -> list[tuple[
     return [(a, b) for a, b in runs]
 
 
-class Engine(nn.Module):
+class Store(nn.Module):
     """Base of the parameter stores (``DenseStore``, ``TiledStore``): what a step may ask of one.
 
     Callers (the step plan in :mod:`seq2d.core.step`, sequence mode, ``Sequential2D``) use only what
     is declared here and ask for capabilities through the attributes below, never a store's
-    class or ``kind``; a new store is added in ``seq2d/engines`` alone (docs/concepts.md, "Where
-    things live", lists what it must implement; tests/test_engine_seam.py builds a tiny one).
+    class or ``kind``; a new store is added in ``seq2d/stores`` alone (docs/concepts.md, "Where
+    things live", lists what it must implement; tests/test_store_seam.py builds a tiny one).
 
     Subclasses set ``offsets`` (flat layout, length n + 1), ``rows`` (slots holding linear
     blocks), ``boxes`` and ``box_of_row``, and implement :meth:`product`, :meth:`row_source`,
     :meth:`num_trainable` and :meth:`dense_weight`."""
 
+    #: the store's name ('dense', 'tiled'), its one identity: the registry's key
+    #: (:mod:`.registry`), shown to a reader as ``model.store.kind`` ("the tiled store"), never
+    #: branched on outside this package (ask for a capability below instead)
     kind = "base"
-    #: a label for messages ("the tiled (block-sparse) store")
-    label = "base"
-
-    @property
-    def name(self) -> str:
-        """The store's short name, as ``model.store_kind`` reports it ('dense', 'tiled'): to show
-        to a reader, never to branch on (ask for a capability below instead)."""
-        return self.kind
+    #: evaluating one ``F.linear`` per block position (the docstring loop, the reference) instead
+    #: of the store's fast products: ``Sequential2D(..., loop=True)``, :meth:`set_loop`
+    loop = False
     #: ``product(..., bias=b)`` adds ``b`` inside its GEMM (one box only)
     fuses_bias = False
     #: ``product``'s outputs are fresh tensors that no autograd node saved: a caller may add to
@@ -112,10 +110,6 @@ class Engine(nn.Module):
         this store can (then ``True``, and ``cache`` holds them); the default cannot."""
         return False
 
-    def set_reference_mode(self, on: bool) -> None:
-        """Switch to the per-block reference evaluation (``store="loop"``) where the store has
-        one; the default has none and ignores it."""
-
-    @property
-    def reference_mode(self) -> bool:
-        return False
+    def set_loop(self, on: bool) -> None:
+        """Switch to the per-block loop (:attr:`loop`) where the store has one (the dense store);
+        the default has none and ignores it."""

@@ -1,8 +1,9 @@
-"""Loading state written by earlier layouts: checkpoints from before the parameter store
-(``blocks.i_j.weight``/``mask``/``frozen`` per block, ``biases.i`` per slot, ``engine.*`` for
-the tiled engine), and a masked box saved densely, before the compact layout (:mod:`.compact`;
-a model's own ``load_state_dict`` converts it, :func:`compact_state_dict` and
-:func:`compact_optimizer_state` convert a checkpoint before it is checked against the model)."""
+"""Loading what earlier versions saved: checkpoints from before the parameter store
+(``blocks.i_j.weight``/``mask``/``frozen`` per block, ``biases.i`` per slot), a masked box saved
+densely, before the compact layout (:mod:`.compact`; a model's own ``load_state_dict`` converts
+it, :func:`compact_state_dict` and :func:`compact_optimizer_state` convert a checkpoint before it
+is checked against the model), and the old names of :data:`OLD_NAMES`, the one table of renamed
+store words in saved files (state-dict keys, the ``store`` value of a config or spec file)."""
 
 from __future__ import annotations
 
@@ -11,19 +12,71 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor, nn
 
-from ..errors import InvalidInput
+from ..errors import InvalidInput, InvalidValue
 from ..blocks import LinearBlock
 from .compact import compact_boxes, compact_index, old_boxes, take
 from .dense import DenseStore
 
-__all__ = ["migrate_state_dict", "compact_state_dict", "compact_optimizer_state"]
+__all__ = ["OLD_NAMES", "migrate_state_dict", "compact_state_dict", "compact_optimizer_state", "migrate_store_value",
+           "old_store_value", "check_store_value"]
+
+#: Old spellings that saved files may hold -> today's. Readers: :func:`migrate_state_dict`
+#: (``state_dict``: key prefixes), :func:`migrate_store_value` (``store``: a config's or spec's
+#: ``store`` value -> the keys that replace it; seq2d.train.config, seq2d.spec.parse) and its
+#: inverse :func:`old_store_value` (seq2d.train.identity hashes a renamed value under its old
+#: spelling, so a committed run keeps its config hash). A Python call that passes an old value
+#: raises the "now called" error (:func:`check_store_value`); tests/test_store.py checks each entry.
+OLD_NAMES = {
+    # a tiled model's block-sparse matrix was ``model.engine``, saved under ``engine.*``
+    "state_dict": {"engine.": "store.matrix."},
+    # the per-block loop was a store, store="loop"; it is a mode of the dense store
+    "store": {"loop": {"store": "dense", "loop": True}},
+}
+
+
+def check_store_value(owner: str, store) -> None:
+    """The "now called" error for a ``store`` value of :data:`OLD_NAMES` passed to ``owner``
+    (``Sequential2D got store='loop'; it is now called store='dense', loop=True``)."""
+    if isinstance(store, str) and store in OLD_NAMES["store"]:
+        new = ", ".join(f"{k}={v!r}" for k, v in OLD_NAMES["store"][store].items())
+        raise InvalidValue(f"{owner} got store={store!r}; it is now called {new} (the per-block loop is a mode of "
+                           "the dense store)")
+
+
+def migrate_store_value(d: Mapping, where: str) -> dict:
+    """``d`` (a config or spec table read from a file) with an old ``store`` value replaced by the
+    keys that now say it (``store = "loop"`` -> ``store = "dense"``, ``loop = true``); an old value
+    beside one of its new keys is an error (which one would be meant?)."""
+    out = dict(d)
+    new = OLD_NAMES["store"].get(out.get("store")) if isinstance(out.get("store"), str) else None
+    if new is not None:
+        both = [k for k in new if k != "store" and k in out]
+        if both:
+            raise InvalidValue(f"{where}: store = {out['store']!r} is the old spelling of "
+                               + ", ".join(f"{k} = {v!r}" for k, v in new.items()) + f"; give {both[0]!r} with "
+                               "store = 'dense' only")
+        out.update(new)
+    return out
+
+
+def old_store_value(d: Mapping) -> dict:
+    """:func:`migrate_store_value` undone: ``d`` (a config's fields away from their defaults)
+    with the keys an old ``store`` value stands for put back as that value, so that a config
+    hashes as it did when it was written with the old spelling."""
+    out = dict(d)
+    for old, new in OLD_NAMES["store"].items():
+        if all(k in out and out[k] == v for k, v in new.items()):
+            for k in new:
+                del out[k]
+            out["store"] = old
+    return out
 
 
 @torch.no_grad()
 def migrate_state_dict(model, state_dict: dict, prefix: str) -> None:
     """Load checkpoints written before the parameter store (per-block ``blocks.i_j.weight``/
-    ``mask``/``frozen``, per-slot ``biases.i``, ``engine.*``): their values are written
-    through the handles and replaced by the store's keys."""
+    ``mask``/``frozen``, per-slot ``biases.i``) through the handles, replaced by the store's keys,
+    and the old key prefixes of ``OLD_NAMES["state_dict"]`` under today's."""
     old_blocks = {k for k in state_dict if k.startswith(prefix + "blocks.")
                   and k.rsplit(".", 1)[-1] in ("weight", "mask", "frozen")}
     seen_handles = set()
@@ -55,8 +108,9 @@ def migrate_state_dict(model, state_dict: dict, prefix: str) -> None:
             model.bias(i).copy_(v)
         if len(old_bias) == len(model.slot_bias):
             state_dict.setdefault(prefix + "slot_bias.bias", model.slot_bias.bias.detach().clone())
-    for k in [k for k in state_dict if k.startswith(prefix + "engine.")]:
-        state_dict[prefix + "store.matrix." + k[len(prefix) + len("engine."):]] = state_dict.pop(k)
+    for old, new in OLD_NAMES["state_dict"].items():
+        for k in [k for k in state_dict if k.startswith(prefix + old)]:
+            state_dict[prefix + new + k[len(prefix) + len(old):]] = state_dict.pop(k)
 
 
 def _stores(model: nn.Module):

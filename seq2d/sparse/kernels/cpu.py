@@ -1,6 +1,6 @@
 """CPU kernels: GEMMs on strided views of the stored tiles, no weight copies.
 
-Five strategies behind one class, one registered kernel each (``CPUBackend(strategy=...)``):
+Five strategies behind one class, one registered kernel each (``CPUKernel(strategy=...)``):
 
 ``runs`` (default)
     Positions are grouped into *runs*: maximal sequences of stored tiles in one tile-row
@@ -74,7 +74,7 @@ from ...threads import follow_load_threads, threads_at_most
 from ..autograd import host_product
 from ..layout import BlockSparseLayout
 from . import cpu_fm
-from .base import KernelBackend, register_kernel
+from .base import Kernel, register_kernel
 
 
 @contextmanager
@@ -366,7 +366,7 @@ def _backward_rows(dy: Tensor, x: Tensor | None, wp: Tensor | None, layout: Bloc
     return dx, dw if need_dw else None
 
 
-class CPUBackend(KernelBackend):
+class CPUKernel(Kernel):
     """Block-sparse product on the CPU for float32/float64 (see the module docstring)."""
 
     def __init__(self, strategy: str = "runs", name: str = "cpu", chunk: int | None = None):
@@ -516,8 +516,8 @@ class CPUBackend(KernelBackend):
         return O[rows["real_chunk"], rows["real_slot"]]  # (P, T, T), a fresh tensor, pad slots dropped
 
 
-register_kernel(CPUBackend("runs", "cpu"))
-register_kernel(CPUBackend("gather", "cpu_gather"))
-register_kernel(CPUBackend("bmm", "cpu_bmm"))
-register_kernel(CPUBackend("panels", "cpu_panels"))
-register_kernel(CPUBackend("fmruns", "cpu_fmruns"))
+register_kernel(CPUKernel("runs", "cpu"))
+register_kernel(CPUKernel("gather", "cpu_gather"))
+register_kernel(CPUKernel("bmm", "cpu_bmm"))
+register_kernel(CPUKernel("panels", "cpu_panels"))
+register_kernel(CPUKernel("fmruns", "cpu_fmruns"))

@@ -28,7 +28,7 @@ call and reused by every step. A mask edit that changes which entries a box trai
 object: an optimizer built before it then refuses its old state; build it after the edit).
 LinearBlocks become handles into their (first) region: see :class:`seq2d.LinearBlock`.
 
-``mode="loop"`` keeps the same storage but evaluates one ``F.linear`` per block position
+``loop=True`` keeps the same storage but evaluates one ``F.linear`` per block position
 (the docstring loop; the slow, obviously right reference).
 """
 
@@ -42,7 +42,7 @@ from torch import Tensor, nn
 
 from ..errors import InvalidType, InvalidValue
 from ..blocks import LinearBlock
-from .base import Engine, contiguous_runs
+from .base import Store, contiguous_runs
 from .registry import register_store
 from .compact import block_index, block_region, compact_boxes, compact_index, place, take
 from ..store_view import WriteBack
@@ -130,7 +130,7 @@ class _ColumnSplit:
 
 
 @register_store
-class DenseStore(Engine):
+class DenseStore(Store):
     """Dense boxes holding every linear block of a model (see the module docstring).
 
     Args:
@@ -138,26 +138,23 @@ class DenseStore(Engine):
         entries: ``(i, j, LinearBlock)`` for every linear grid position (tied blocks are the
             same object at several positions).
         box_rows: the rows of each box (e.g. the plan's levels); default one box of all rows.
-        mode: ``"dense"`` (one GEMM per box) or ``"loop"`` (one ``F.linear`` per position).
+        loop: one ``F.linear`` per position (the reference) instead of one GEMM per box.
     """
 
     kind = "dense"
-    label = "dense"
     fuses_bias = True
     component_products = True
 
     @classmethod
-    def from_blocks(cls, sizes: Sequence[int], entries, levels, *, mode: str = "dense") -> "DenseStore":
-        """The store of a model's LinearBlocks (:func:`seq2d.engines.registry.build_store`): one box
+    def from_blocks(cls, sizes: Sequence[int], entries, levels, *, loop: bool = False) -> "DenseStore":
+        """The store of a model's LinearBlocks (:func:`seq2d.stores.registry.build_store`): one box
         per plan level (``levels``; None: one box)."""
-        return cls(sizes, entries, levels, mode=mode)
+        return cls(sizes, entries, levels, loop=loop)
 
     def __init__(self, sizes: Sequence[int], entries: Sequence[tuple[int, int, LinearBlock]],
-                 box_rows: Sequence[Sequence[int]] | None = None, *, mode: str = "dense"):
+                 box_rows: Sequence[Sequence[int]] | None = None, *, loop: bool = False):
         super().__init__(sizes)
-        if mode not in ("dense", "loop"):
-            raise InvalidValue(f"Unknown dense store mode {mode!r}. Select from 'dense' or 'loop'")
-        self.mode = mode
+        self.set_loop(loop)
         entries = sorted(entries, key=lambda e: (e[0], e[1]))
         if not entries:
             raise InvalidValue("a DenseStore needs at least one linear block")
@@ -424,7 +421,7 @@ class DenseStore(Engine):
         The held columns' weight gradient is then one product with the summed upstream gradient
         (autograd adds the steps' gradients of ``y_held`` first)."""
         out = {}
-        if self.mode == "loop":
+        if self.loop:
             for b in boxes:
                 out[b] = self._loop_box(x, b)
             if bias is not None:
@@ -497,7 +494,7 @@ class DenseStore(Engine):
         that a step multiplies only the columns that depend on the state. Stored in ``cache``
         (``cache["t"]`` then says which time step's input the state holds). Returns False (and
         stores nothing) when the remaining columns are not one run of the flat state."""
-        if self.mode != "dense":
+        if self.loop:
             return False
         effs = self.effective(cache)
         in_set = set(inputs)
@@ -548,12 +545,10 @@ class DenseStore(Engine):
             rows.append(acc)
         return rows[0] if len(rows) == 1 else torch.cat(rows, dim=-1)
 
-    def set_reference_mode(self, on: bool) -> None:
-        self.mode = "loop" if on else "dense"
-
-    @property
-    def reference_mode(self) -> bool:
-        return self.mode == "loop"
+    def set_loop(self, on: bool) -> None:
+        if not isinstance(on, bool):
+            raise InvalidType(f"loop: expected a bool, got {type(on).__name__} {on!r}")
+        self.loop = on
 
     def row_source(self, i: int, box=None) -> tuple[int, int]:
         """(box, offset of slot i's rows in that box's output); every step reads the same boxes."""
@@ -573,5 +568,5 @@ class DenseStore(Engine):
 
     def extra_repr(self) -> str:
         shapes = ", ".join(f"{R}x{C}" for R, C in (box.shape for box in self.boxes))
-        return f"boxes=[{shapes}], mode={self.mode!r}, tied={self.tied}"
+        return f"boxes=[{shapes}], " + ("loop=True, " if self.loop else "") + f"tied={self.tied}"
 

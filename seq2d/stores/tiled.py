@@ -22,34 +22,33 @@ from ..store_view import StoreView
 from ..sparse.layout import BlockSparseLayout
 from ..sparse.linear import BlockSparseLinear
 from ..sparse.ops import bsmm, resolve_kernel
-from .base import Engine
+from .base import Store
 from .registry import register_store
 
 __all__ = ["TiledStore", "TiledBlock"]
 
 
 @register_store
-class TiledStore(Engine):
+class TiledStore(Store):
     """The store of a block-sparse model: ``matrix`` is the BlockSparseLinear."""
 
     kind = "tiled"
-    label = "tiled (block-sparse)"
     output_writable = True  # the kernels save their inputs, not their output
     block_sparse = True
     partial_rows = True  # boxes_for gives exactly the updated rows' tile-rows
 
     @classmethod
-    def from_blocks(cls, sizes: Sequence[int], entries, levels, *, mode: str = "dense") -> "TiledStore":
-        """The store of a model's TiledBlocks (:func:`seq2d.engines.registry.build_store`): their one
-        BlockSparseLinear, checked to match the model (``mode`` is the dense store's; ignored)."""
-        engines = {id(b.engine): b.engine for _, _, b in entries}
-        if len(engines) != 1:
-            raise InvalidValue(f"all tiled blocks of one Sequential2D must share one engine, got {len(engines)}")
-        eng = next(iter(engines.values()))
+    def from_blocks(cls, sizes: Sequence[int], entries, levels, *, loop: bool = False) -> "TiledStore":
+        """The store of a model's TiledBlocks (:func:`seq2d.stores.registry.build_store`): their one
+        BlockSparseLinear, checked to match the model (``loop`` is the dense store's mode; ignored)."""
+        matrices = {id(b.matrix): b.matrix for _, _, b in entries}
+        if len(matrices) != 1:
+            raise InvalidValue(f"all tiled blocks of one Sequential2D must share one matrix, got {len(matrices)}")
+        eng = next(iter(matrices.values()))
         if tuple(eng.sizes) != tuple(sizes):
-            raise InvalidValue(f"the block-sparse engine was built for sizes {list(eng.sizes)}, not {list(sizes)}")
+            raise InvalidValue(f"the block-sparse matrix was built for sizes {list(eng.sizes)}, not {list(sizes)}")
         if {(i, j) for i, j, _ in eng.placements} != {(i, j) for i, j, _ in entries}:
-            raise InvalidValue("the grid's tiled blocks do not match the engine's placements")
+            raise InvalidValue("the grid's tiled blocks do not match the matrix's placements")
         return cls(eng, levels)
 
     def __init__(self, matrix: BlockSparseLinear, box_rows: Sequence[Sequence[int]] | None = None):
@@ -159,7 +158,7 @@ class TiledStore(Engine):
         """``{box: x @ W_box.T}``: the sums of the box's rows only, side by side in slot order
         (:meth:`row_source`); ``x`` is a :class:`seq2d.core.state.Segments` view of the flat state.
 
-        Held inputs (``cache["const"]``, see :meth:`seq2d.engines.DenseStore.product`): the tiles
+        Held inputs (``cache["const"]``, see :meth:`seq2d.stores.DenseStore.product`): the tiles
         in the held slots' tile-columns are multiplied once per call, each step multiplies the
         other tiles only, and not at all while none of their columns is ``present``."""
         if bias is not None:
@@ -379,37 +378,37 @@ class _MaskedSplit(torch.autograd.Function):
 class TiledBlock(LinearLike):
     """A grid position's view of its group's tiles in a :class:`BlockSparseLinear`.
 
-    Holds no weights (the engine does); ``bias`` is the converted LinearBlock's own bias
+    Holds no weights (the matrix does); ``bias`` is the converted LinearBlock's own bias
     Parameter, when it had one. ``effective_weight()`` assembles the dense (out, in) weight
-    for inspection and the reference loop; the model's forward pass uses the engine directly.
+    for inspection and the reference loop; the model's forward pass uses the matrix directly.
     """
 
-    store_kind = "tiled"  # held by the TiledStore (seq2d/engines/registry.py)
+    store_kind = "tiled"  # held by the TiledStore (seq2d/stores/registry.py)
 
-    def __init__(self, engine: BlockSparseLinear, group: int, bias: Tensor | None = None):
+    def __init__(self, matrix: BlockSparseLinear, group: int, bias: Tensor | None = None):
         super().__init__()
-        object.__setattr__(self, "_engine", engine)  # not a submodule: the model owns the engine
+        object.__setattr__(self, "_matrix", matrix)  # not a submodule: the model owns the matrix
         self.group = group
-        self.out_features, self.in_features = engine.groups[group].shape
+        self.out_features, self.in_features = matrix.groups[group].shape
         self.register_parameter("bias", bias)
 
     @property
-    def engine(self) -> BlockSparseLinear:
-        return self._engine
+    def matrix(self) -> BlockSparseLinear:
+        return self._matrix
 
     def effective_weight(self) -> Tensor:
-        return self._engine.group_dense(self.group, "weight")
+        return self._matrix.group_dense(self.group, "weight")
 
     @property
     def weight(self) -> Tensor:
-        """``effective_weight()`` as a :class:`~seq2d.store_view.StoreView` of the engine's tiles:
+        """``effective_weight()`` as a :class:`~seq2d.store_view.StoreView` of the matrix's tiles:
         ``.grad`` and ``torch.autograd.grad`` give this block's gradient (a copy: edits do not
-        reach the engine)."""
-        eng = self._engine
+        reach the matrix)."""
+        eng = self._matrix
         return StoreView.of(self.effective_weight(), eng.data, partial(eng.group_dense, self.group))
 
     def trainable_mask(self) -> Tensor:
-        return self._engine.group_dense(self.group, "mask")
+        return self._matrix.group_dense(self.group, "mask")
 
     @property
     def mask(self) -> Tensor | None:
@@ -418,17 +417,17 @@ class TiledBlock(LinearLike):
 
     @property
     def frozen(self) -> Tensor | None:
-        if self._engine.frozen is None:
+        if self._matrix.frozen is None:
             return None
-        return self._engine.group_dense(self.group, "frozen")
+        return self._matrix.group_dense(self.group, "frozen")
 
     def _tile_sum(self, t) -> int:
-        idx = self._engine._group_index(self.group, t.device)[0]
+        idx = self._matrix._group_index(self.group, t.device)[0]
         return int(t.index_select(0, idx).sum()) if idx.numel() else 0
 
     def num_trainable(self) -> int:
         """Trainable entries of this group's tiles (read from the tile mask: no dense block)."""
-        eng = self._engine
+        eng = self._matrix
         if not eng.data.requires_grad:
             return 0
         if eng.tmask is None:
@@ -438,7 +437,7 @@ class TiledBlock(LinearLike):
     def num_stored(self) -> int:
         """Entries that take part in the product: trainable ones and non-zero frozen values at
         non-trainable entries (an offset under a trainable entry is not counted twice)."""
-        eng = self._engine
+        eng = self._matrix
         if eng.tmask is None:
             return eng.groups[self.group].n_tiles * eng.tile * eng.tile
         n = self._tile_sum(eng.tmask)
@@ -450,5 +449,5 @@ class TiledBlock(LinearLike):
         return F.linear(x, self.effective_weight(), self.bias)
 
     def extra_repr(self) -> str:
-        g = self._engine.groups[self.group]
+        g = self._matrix.groups[self.group]
         return f"in_features={self.in_features}, out_features={self.out_features}, group={self.group}, tiles={g.n_tiles}"

@@ -1,4 +1,4 @@
-"""The kernel-backend interface and registry."""
+"""The kernel interface and registry."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from torch import Tensor
 from ...errors import InvalidValue
 from ..layout import BlockSparseLayout
 
-_KERNELS: dict[str, "KernelBackend"] = {}
+_KERNELS: dict[str, "Kernel"] = {}
 
 
-class KernelBackend:
+class Kernel:
     """Base class: ``dds_t`` (forward), ``dds`` (dX), ``sdd_t`` (dW on stored tiles)."""
 
     name = "base"
@@ -41,7 +41,7 @@ class KernelBackend:
         return dx, dw
 
 
-def register_kernel(kernel: KernelBackend) -> KernelBackend:
+def register_kernel(kernel: Kernel) -> Kernel:
     _KERNELS[kernel.name] = kernel
     return kernel
 
@@ -50,7 +50,7 @@ def available_kernels() -> list[str]:
     return sorted(_KERNELS)
 
 
-def get_kernel(name: str) -> KernelBackend:
+def get_kernel(name: str) -> Kernel:
     try:
         return _KERNELS[name]
     except KeyError:

@@ -1,4 +1,4 @@
-"""The kernels of the block-sparse product: one :class:`KernelBackend` object per name that
+"""The kernels of the block-sparse product: one :class:`Kernel` object per name that
 ``kernel=`` selects (:func:`available_kernels`).
 
 Every kernel implements the same three ops on 2-D dense operands (``x`` is
@@ -21,12 +21,12 @@ Names follow stk: the letters are (output, left operand, right operand), ``s`` s
 
 from __future__ import annotations
 
-from .base import KernelBackend, available_kernels, get_kernel, register_kernel
+from .base import Kernel, available_kernels, get_kernel, register_kernel
 from . import reference, cpu  # noqa: F401  (registration)
 
 try:  # Triton is optional (it ships with the CUDA build of torch)
-    from . import triton_backend, triton_v2  # noqa: F401
+    from . import triton_v1, triton_v2  # noqa: F401
 except ImportError:  # pragma: no cover - no triton installed
     pass
 
-__all__ = ["KernelBackend", "available_kernels", "get_kernel", "register_kernel"]
+__all__ = ["Kernel", "available_kernels", "get_kernel", "register_kernel"]

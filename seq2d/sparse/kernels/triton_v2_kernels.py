@@ -27,7 +27,7 @@ dW's batch split (``SPLIT``) writes fp32 partials into a workspace; the program 
 a group's last split (an atomic counter per group, reset by that program) sums the partials
 in split order and writes the tile: deterministic, one launch.
 
-The rules of the v1 kernels hold (:mod:`.triton_backend`): only builtins of ``triton.language``
+The rules of the v1 kernels hold (:mod:`.triton_v1`): only builtins of ``triton.language``
 (``tl.full``, not ``tl.zeros``; no ``@jit`` helpers), so the kernels run under
 ``TRITON_INTERPRET=1`` too; ``UPCAST`` makes bf16 dots exact there. Index metadata is int32:
 the launcher checks that every coordinate fits.

@@ -6,10 +6,10 @@ import torch
 from torch import Tensor
 
 from ..layout import BlockSparseLayout
-from .base import KernelBackend, register_kernel
+from .base import Kernel, register_kernel
 
 
-class ReferenceBackend(KernelBackend):
+class ReferenceKernel(Kernel):
     name = "reference"
 
     def dds_t(self, x: Tensor, wp: Tensor, layout: BlockSparseLayout) -> Tensor:
@@ -22,10 +22,10 @@ class ReferenceBackend(KernelBackend):
         return layout.from_dense(dy.T @ x)
 
 
-register_kernel(ReferenceBackend())
+register_kernel(ReferenceKernel())
 
 
-class DenseBackend(ReferenceBackend):
+class DenseKernel(ReferenceKernel):
     """The high-density path: materialise W from the stored tiles and run dense GEMMs.
 
     Chosen by ``kernel="auto"`` above the measured density crossover (see
@@ -62,4 +62,4 @@ class DenseBackend(ReferenceBackend):
         return self._tiles(dy.T @ x, layout)
 
 
-register_kernel(DenseBackend())
+register_kernel(DenseKernel())
