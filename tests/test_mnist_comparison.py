@@ -225,7 +225,8 @@ def test_compare_reuses_continues_or_restarts_by_config(tmp_path):
     lines.clear()  # more epochs of the same run: its checkpoint is continued
     row = compare(configs_for({**base, "epochs": 2}, ["mlp"]), [0], tmp_path, log=lines.append)[0]
     assert "its config differs: epochs 1 -> 2" in lines[0] and "continuing the checkpoint" in lines[1]
-    assert row["complete"] and row["steps"] == 16
+    assert row["complete"] and row["steps"] == 16  # the optimizer's steps
+    assert row["model_steps"] == configs_for(base, ["mlp"])["mlp"].steps  # the Sequential2D's steps, its own key
     lines.clear()  # another lr: another run, trained afresh
     row = compare(configs_for({**base, "epochs": 2, "lr": 0.02}, ["mlp"]), [0], tmp_path, log=lines.append)[0]
     assert "its config differs: lr 0.01 -> 0.02" in lines[0]
@@ -371,3 +372,16 @@ def test_run_py_configs_are_the_seq2d_mnist_full_configs():
         cfg = load_config(here / toml)
         assert config_hash(cfg) == config_hash(cli[name]), (name, {
             k: (v, getattr(cli[name], k)) for k, v in dataclasses.asdict(cfg).items() if v != getattr(cli[name], k)})
+
+
+def test_the_steps_plot_reads_the_models_steps_not_the_optimizers(tmp_path):
+    """A run row carries both counts: ``steps`` (optimizer) and ``model_steps`` (Sequential2D; ``iterations``
+    in older rows); the sweep's x axis is the model's."""
+    from seq2d.lab.mnist_plots import plot_accuracy_vs_steps
+
+    rows = [{"model": "r", "seed": 0, "test_acc": 0.9, "steps": 100, "model_steps": 1},
+            {"model": "r", "seed": 0, "test_acc": 0.95, "steps": 100, "model_steps": 4},
+            {"model": "r", "seed": 1, "test_acc": 0.93, "steps": 100, "iterations": 2}]
+    fig = plot_accuracy_vs_steps(rows, tmp_path / "s.png")
+    xs = sorted({float(x) for line in fig.axes[0].get_lines() for x in line.get_xdata()})
+    assert xs == [1.0, 2.0, 4.0]

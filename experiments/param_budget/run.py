@@ -420,7 +420,7 @@ def main(argv=None) -> int:
     for h in budgets:
         sizes = sizes_for(h, args.image_size)
         for m in models:
-            extra = {"iterations": len(sizes) - 1} if m != "mlp" else {}
+            extra = {"steps": len(sizes) - 1} if m != "mlp" else {}
             configs[h, m] = dataclasses.replace(base, **MODELS[m], sizes=sizes, **extra)
     resume = not args.fresh
     if launcher.submitit or args.jobs != 1:
@@ -446,7 +446,7 @@ def main(argv=None) -> int:
                          "test_acc": r["test_acc"], "epochs": r["epochs"],
                          "time_s": (tpe * r["epochs"]) if tpe is not None else wall,
                          "time_per_epoch_s": tpe, "wall_s_this_call": wall, "granularity": r["granularity"],
-                         "iterations": r["iterations"], "complete": r["complete"], "run_dir": r["run_dir"]})
+                         "iterations": r["model_steps"], "complete": r["complete"], "run_dir": r["run_dir"]})
             print(f"[h={h}] {m} seed {seed}: params {r['params']:,}, test acc {100 * r['test_acc']:.2f}%, "
                   f"{rows[-1]['time_s']:.1f} s", flush=True)
 

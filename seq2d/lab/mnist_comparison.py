@@ -356,7 +356,7 @@ def _finish_row(name: str, seed: int, cfg: TrainConfig, s: Mapping, log=print, *
     row = {"model": name, "seed": seed, "epochs": cfg.epochs, "test_acc": s["final_test_acc"],
            "best_test_acc": s.get("best_test_acc"), "params": s.get("params"),
            "time_per_epoch_s": s.get("time_per_epoch_s"), "device": s.get("device"),
-           "steps": cfg.steps, "granularity": cfg.granularity if cfg.model == "random" else None,
+           "model_steps": cfg.steps, "granularity": cfg.granularity if cfg.model == "random" else None,
            "data": cfg.data, "run_dir": str(run_dir), "complete": s["complete"] and s["final_test_acc"] is not None,
            "status": s["status"], "steps": s["steps"], "config_hash": digest, "config": config_to_dict(cfg), **extra}
     if not row["complete"]:

@@ -118,15 +118,21 @@ def plot_final_accuracy(rows: Sequence[Mapping], path=None, *, note: str | None 
     return fig
 
 
+def _steps(row: Mapping):
+    """A run row's Sequential2D steps (``model_steps``; ``iterations`` in rows written before the
+    rename); the row's ``steps`` is the optimizer's step count."""
+    return row.get("model_steps", row.get("iterations"))
+
+
 def plot_accuracy_vs_steps(rows: Sequence[Mapping], path=None, *, label: str = "randomized model (element)",
                                 dpi: float = 110):
-    """Final test accuracy (%) against ``steps`` (one dot per run, the mean per count as a line)."""
+    """Final test accuracy (%) against the model's steps (one dot per run, the mean per count as a line)."""
     path = _check_path(path)
     fig, ax = new_figure((6, 4))
-    its = sorted({r["steps"] for r in rows if r.get("steps") is not None and r.get("test_acc") is not None})
+    its = sorted({_steps(r) for r in rows if _steps(r) is not None and r.get("test_acc") is not None})
     means = []
     for it in its:
-        accs = [100 * r["test_acc"] for r in rows if r.get("steps") == it and r.get("test_acc") is not None]
+        accs = [100 * r["test_acc"] for r in rows if _steps(r) == it and r.get("test_acc") is not None]
         ax.scatter([it] * len(accs), accs, color="C1", alpha=0.7)
         means.append(statistics.fmean(accs))
     if its:
