@@ -6,7 +6,7 @@
     python benchmarks/blocksparse.py --contend --densities 0.1 0.25   # the same, with a busy process beside it
     python benchmarks/blocksparse.py --device cuda --dtype bfloat16 --N 8192 --batch 8192 --tile 64 128
     python benchmarks/blocksparse.py --mask element --densities 0.01 0.02 0.05 0.1 0.25   # random element masks
-    python benchmarks/blocksparse.py --mask mnist-random-element --batch 64   # the paper's random-element model
+    python benchmarks/blocksparse.py --mask mnist-random-element --batch 64   # the paper's random_element model
 
 For every case (N, batch, tile, density, dtype, device) a random tile mask is drawn
 (``torch.rand(Mt, Kt) < density`` from a generator seeded with ``--seed``) together with
@@ -14,11 +14,11 @@ For every case (N, batch, tile, density, dtype, device) a random tile mask is dr
 (N, N; zero outside the stored tiles). One *step* of an implementation is the forward
 ``y = x @ W.T`` and the backward of ``dy``, giving ``dX`` (batch, N) and ``dW`` (on the
 stored tiles for the sparse implementations). ``--mask element`` draws an element mask
-instead (``torch.rand(N, N) < density``, the placement of random-element models): W is zero
+instead (``torch.rand(N, N) < density``, the placement of random_element models): W is zero
 outside its entries, the tile implementations store every tile holding at least one entry
 (at tile 64 that is every tile from element density 0.01 up: 1 - 0.99^4096 ~ 1), and
 densities, ``x ideal`` and GFLOP/s count entries. ``--mask mnist-random-element`` is the one
-dense-store box (810 x 3310, element density 0.511) of the paper's random-element MNIST
+dense-store box (810 x 3310, element density 0.511) of the paper's random_element MNIST
 model, which iterates that product 4 times per forward. What each implementation times per step:
 
 =====================  ====================================================================
@@ -165,8 +165,8 @@ class Case:
     the tile mask and stores whole tiles; ``element`` draws an (N, N) element mask, each entry
     kept with probability ``density`` (random element placement), and the tile mask is then
     the tiles holding at least one entry (what a tiled store would have to keep);
-    ``mnist-random-element`` is the dense store's box of the paper's random-element MNIST model
-    (``create_model("random", sizes=[2500, 500, 200, 100, 10], granularity="element",
+    ``mnist-random-element`` is the dense store's box of the paper's random_element MNIST model
+    (``create_model("random_model", sizes=[2500, 500, 200, 100, 10], granularity="element",
     seed=seed)``: 810 rows x 3310 columns, ``density`` and ``N`` ignored), which has no tile
     layout (810 and 3310 are not multiples of a tile).
     """
@@ -237,18 +237,18 @@ def _tiles_touched(M, tile: int):
 
 
 def mnist_random_element_box(seed: int):
-    """The (810, 3310) bool mask of the dense store's one box of the paper's random-element
-    MNIST model (seq2d.lab.mnist_comparison.MODELS["random-element"] at the full scale's sizes):
+    """The (810, 3310) bool mask of the dense store's one box of the paper's random_element
+    MNIST model (seq2d.lab.mnist_comparison.MODELS["random_element"] at the full scale's sizes):
     every non-input row x every column, 1,371,000 trainable weights + 810 biases."""
     from seq2d.core import core_of
     from seq2d.lab.mnist_comparison import MODELS, SCALES
     from seq2d.models.registry import create_model
 
-    spec = {k: v for k, v in MODELS["random-element"].items() if k != "model"}
-    model = create_model(MODELS["random-element"]["model"], sizes=SCALES["full"]["sizes"], seed=seed, **spec)
+    spec = {k: v for k, v in MODELS["random_element"].items() if k != "model"}
+    model = create_model(MODELS["random_element"]["model"], sizes=SCALES["full"]["sizes"], seed=seed, **spec)
     masks = [b for n, b in core_of(model, "mnist_random_element_box").named_buffers() if n.startswith("store.mask_")]
     if len(masks) != 1:
-        raise RuntimeError(f"expected the random-element model to have one dense-store box mask, got {len(masks)}")
+        raise RuntimeError(f"expected the random_element model to have one dense-store box mask, got {len(masks)}")
     return masks[0].cpu()
 
 
@@ -890,7 +890,7 @@ def main(argv=None) -> int:
     ap.add_argument("--mask", default="tile", choices=MASKS,
                     help="tile (default): random tile masks; element: random element masks (the tile "
                          "implementations then keep every tile holding an entry); mnist-random-element: the "
-                         "dense-store box of the paper's random-element MNIST model (810 x 3310; --N and "
+                         "dense-store box of the paper's random_element MNIST model (810 x 3310; --N and "
                          "--densities ignored)")
     ap.add_argument("--dtype", nargs="+", default=TARGET["dtype"], choices=sorted(DTYPES), help="default float32")
     ap.add_argument("--device", nargs="+", default=TARGET["device"], help="cpu and/or cuda; default cpu")

@@ -53,7 +53,7 @@ def table(paths) -> str:
 
 
 def mnist_blocks(seed: int = 0) -> str:
-    """Element density of each block (output slot x input slot) of the paper's random-element MNIST
+    """Element density of each block (output slot x input slot) of the paper's random_element MNIST
     model's dense-store box: the mask blocksparse.py ``--mask mnist-random-element`` times."""
     import sys
 
@@ -83,7 +83,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("json", nargs="*", help="blocksparse.py JSON files (--mask element / mnist-random-element)")
     ap.add_argument("--mnist-blocks", action="store_true",
-                    help="print the element density of every block of the random-element MNIST model (seed 0)")
+                    help="print the element density of every block of the random_element MNIST model (seed 0)")
     args = ap.parse_args(argv)
     if args.json:
         print(table(args.json))

@@ -8,7 +8,7 @@ over gathered tiles when the gathered copies are small (``ROWS_MAX_TILES_PER_RUN
 ``ROWS_MAX_VALUES``), and otherwise by feature-major panels or feature-major runs
 (``seq2d/sparse/kernels/cpu_fm.py``) or the batch-major runs, by tile and run length
 (``PANELS_*``, ``FMRUNS_*``). This times the paths, forced, on the layouts those rules were set from
-(``--cases``): ``mnist``, the two products of the random-tile MNIST model's step (its
+(``--cases``): ``mnist``, the two products of the random_tile MNIST model's step (its
 held-input tiles and the rest, at batch 64, built by ``seq2d.train.build_model`` as ``seq2d
 mnist --full`` builds it), tile 64; ``random``, random tile masks at N = 4096, batch 256
 (``benchmarks/blocksparse.py``'s target point) plus one layout of long runs, tile 64; ``grid``,
@@ -39,7 +39,7 @@ from seq2d.sparse.kernels import cpu, cpu_fm, get_kernel
 
 
 def mnist_layouts(sizes, image_size) -> list:
-    """(name, layout, batch, need_dx) of the random-tile MNIST model's held and rest products."""
+    """(name, layout, batch, need_dx) of the random_tile MNIST model's held and rest products."""
     from seq2d.core import core_of
     from seq2d.lab.mnist_comparison import configs_for, protocol_config
     from seq2d.train import build_model
@@ -47,7 +47,7 @@ def mnist_layouts(sizes, image_size) -> list:
 
     base = dataclasses.replace(TrainConfig(**protocol_config("ours", "full")), data="synthetic", sizes=list(sizes),
                                image_size=image_size, device="cpu")
-    model = build_model(configs_for(base, ["random-tile"])["random-tile"])
+    model = build_model(configs_for(base, ["random_tile"])["random_tile"])
     store = core_of(model, "the benchmark expects").store
     key = store.rows
     split = store._held_split(key, frozenset(range(len(store.sizes))) - frozenset(key))

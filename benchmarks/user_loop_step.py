@@ -1,6 +1,6 @@
 """Train-step time of the MNIST sparsity models in the loop a PyTorch user writes by hand.
 
-    python benchmarks/user_loop_step.py [--models mlp,random-element,random-tile] [--json FILE]
+    python benchmarks/user_loop_step.py [--models mlp,random_element,random_tile] [--json FILE]
 
 The models are those of ``seq2d mnist --full`` (the ``ours`` protocol's config, built as
 benchmarks/mnist_protocol.py builds them: MLP [2500, 500, 200, 100, 10] and the randomized
@@ -17,7 +17,7 @@ code before a change), run the script with ``PYTHONPATH`` set to it: the JSON re
 ``seq2d`` it imported.
 
 ``--sweep 0.5,0.9,0.99`` adds what the layout of a masked box costs per step at those mask
-densities, for a box of the random-element model's shape (810 x 3310): the masked dense box
+densities, for a box of the random_element model's shape (810 x 3310): the masked dense box
 (``W * mask`` forward, ``grad * mask`` backward, Adam over the box) against the compact one
 (the trained entries placed into the box, their gradient gathered back, Adam over them),
 interleaved, medians; the GEMMs, equal in both, are left out.
@@ -117,7 +117,7 @@ def sweep(densities, *, repeats: int, shape=(810, 3310), seed: int = 0) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default="mlp,random-element,random-tile")
+    ap.add_argument("--models", default="mlp,random_element,random_tile")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=60)
     ap.add_argument("--warmup", type=int, default=5)

@@ -46,7 +46,7 @@ GALLERY = [
     ("encoder", "transformer_encoder:64,4,128,layers=2", "Transformer encoder, 2 layers (one Sequential2D)",
      "two post-norm layers stacked: layer 1's output slot is layer 2's input; {n} slots, depth {depth}.",
      "two copies of the layer pattern along the block diagonal."),
-    ("random", "random:784,256,128,10", "Randomized model (seq2d.randomize of the MLP [784, 256, 128, 10])",
+    ("random", "random_model:784,256,128,10", "Randomized model (seq2d.randomize of the MLP [784, 256, 128, 10])",
      "the MLP's exact trainable-parameter count placed at random over every non-input row x every column: "
      "one recurrent core with self-loops and back edges (red).",
      "the element mask (per-block densities printed): the same number of entries as the MLP, spread over the whole region."),
@@ -63,7 +63,7 @@ MEMORY_CASES = [
     ("transformer layer, post-norm", "transformer_layer:64,4,128", "depth"),
     ("transformer layer, pre-norm", "transformer_layer:64,4,128,norm_first=1", "depth"),
     ("transformer encoder, 2 layers", "transformer_encoder:64,4,128,layers=2", "depth"),
-    ("randomized model (seq2d.randomize)", "random:784,256,128,10", "none"),
+    ("randomized model (seq2d.randomize)", "random_model:784,256,128,10", "none"),
 ]
 
 INTRO = """\
@@ -154,7 +154,7 @@ seq2d show mlp sizes=784,256,10 activation=tanh          # a registered construc
 Presets: `mlp:SIZES[,act=relu]`, `rnn:IN,HIDDEN[,layers=1][,nonlinearity=tanh]`,
 `truncated_rnn:IN,HIDDEN,k=K[,layers=1]`, `transformer_layer:D,NHEAD,DIM_FF[,norm_first=0]`,
 `transformer_encoder:D,NHEAD,DIM_FF[,layers=1]`,
-`random:SIZES[,granularity=element][,seed=0]` (the paper's randomized model, `seq2d.randomize`),
+`random_model:SIZES[,granularity=element][,seed=0]` (the paper's randomized model, `seq2d.randomize`),
 `random_mask:SIZES[,density=0.1][,seed=0]`, `random_tiles:SIZES[,density=0.1][,tile=32]`
 (`seq2d draw --help` lists every key). In Python: `seq2d.plot.draw_graph(model, path=...)`,
 `seq2d.plot.spy(model, path=...)`, `seq2d.models.presets.build_preset("mlp:784,256,10")`.

@@ -9,7 +9,7 @@ examples (one per subcommand; `seq2d COMMAND --help` has more):
   seq2d stability rnn:8,16 --eps 1e-4              contraction constant lambda and truncation length k
   seq2d train experiments/mnist_sparsity/configs/mlp.toml --data subset --epochs 3
                                                    train one model from a TOML config
-  seq2d mnist --models mlp,random-element          the MNIST sparsity experiment (quick protocol)
+  seq2d mnist --models mlp,random_element          the MNIST sparsity experiment (quick protocol)
 
 MODEL is a preset (``mlp:784,256,10``, ``rnn:8,16,layers=2``, ``truncated_rnn:8,16,k=4``,
 ``transformer_layer:64,4,128,norm_first=1``, ``random_mask:784,256,10,density=0.1``, ...; see
@@ -334,6 +334,7 @@ def _add_stability(sub, name: str, summary: str) -> None:
 def _cmd_mnist(args) -> int:
     from .lab.launch import launcher_from_args
     from .lab.mnist_comparison import MODELS, PROTOCOLS, compare, configs_for, protocol_config, write_results
+    from .renames import now_called
     from .cli_text import threads_line
     from .train.config import load_config
 
@@ -356,6 +357,8 @@ def _cmd_mnist(args) -> int:
         require_tensorboard("--tensorboard")  # one clear error before any run starts
         proto["tensorboard"] = args.tensorboard
     models = [m.strip() for m in (args.models or ",".join(PROTOCOLS[args.protocol].models)).split(",") if m.strip()]
+    for m in models:
+        now_called("--models", m, "mnist_model")  # an old spelling: 'random-element' is now called 'random_element'
     bad = [m for m in models if m not in MODELS]
     if bad:
         raise InvalidValue(f"unknown model(s) {bad}{did_you_mean(bad[0], list(MODELS))}. Select from "
@@ -398,8 +401,8 @@ def _add_mnist(sub, name: str, summary: str) -> None:
         epilog="examples:\n  seq2d mnist\n  seq2d mnist --full --data-root ~/data --download\n"
                "  seq2d mnist --protocol paper --epochs 4 --seeds 0,1,2\n"
                "  seq2d mnist --protocol ms-thesis\n"
-               "  seq2d mnist --data full --epochs 5 --seeds 0,1,2 --models mlp,random-element,random-tile\n"
-               "  seq2d mnist --models random-element --steps 6\n"
+               "  seq2d mnist --data full --epochs 5 --seeds 0,1,2 --models mlp,random_element,random_tile\n"
+               "  seq2d mnist --models random_element --steps 6\n"
                "  seq2d mnist --full --jobs 2 --out runs/mnist_full   (2 runs at once, 1 torch thread each)\n"
                "  seq2d mnist --full --launcher slurm --partition cpu --time 12:00:00 --mem 4G   (a SLURM job array)",
         formatter_class=_FMT, allow_abbrev=False)
@@ -427,7 +430,7 @@ def _add_mnist(sub, name: str, summary: str) -> None:
     add_launcher_args(p)
     p.add_argument("--vectorize-seeds", dest="vectorize_seeds", action="store_true",
                    help="train each model's seeds as one batched computation in this process (seq2d.train.vectorized; "
-                        "each seed's run equals its single-seed run); models that cannot be batched (random-tile) and "
+                        "each seed's run equals its single-seed run); models that cannot be batched (random_tile) and "
                         "runs continuing a checkpoint are trained one seed at a time, with --jobs")
     p.add_argument("--num-threads", dest="num_threads", type=threads_arg, default=1, metavar="INT|auto",
                    help="torch threads per run (default 1: small GEMMs at batch 64 gain little from more); auto: the "

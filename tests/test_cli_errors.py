@@ -142,7 +142,8 @@ CASES = [
     ("train-wrong-type-flag", ["train", "--epochs", "x"], ["config field 'epochs'", "'x'"]),
     # mnist: flags
     ("mnist-unknown-model", ["mnist", "--models", "nope"], ["unknown model(s) ['nope']"]),
-    ("mnist-model-misspelt", ["mnist", "--models", "random_element"], ["did you mean 'random-element'?"]),
+    ("mnist-model-misspelt", ["mnist", "--models", "random_elemnt"], ["did you mean 'random_element'?"]),
+    ("mnist-model-old-spelling", ["mnist", "--models", "random-element"], ["'random-element' is now called 'random_element'"]),
     ("mnist-epochs-not-int", ["mnist", "--epochs", "x"], ["--epochs", "'x'"]),
     ("mnist-data-choice", ["mnist", "--data", "nope"], ["--data", "'nope'"]),
     ("mnist-num-threads", ["mnist", "--num-threads", "x"], ["--num-threads", "'x'"]),

@@ -31,7 +31,7 @@ def test_only_complete_runs_are_copied_and_never_checkpoints(tmp_path):
     runs, dest = tmp_path / "runs", tmp_path / "dest"
     _run(runs, "mlp", 0, "complete", summary={"complete": True, "config_hash": "abc", "test_acc": 0.98})
     _run(runs, "mlp", 1, "running")
-    _run(runs, "random-element", 0, "complete", summary={"complete": False, "config_hash": "abc"})
+    _run(runs, "random_element", 0, "complete", summary={"complete": False, "config_hash": "abc"})
     lines = []
     copied = collect.collect(runs, dest, log=lines.append)
     assert copied == [dest / "mlp" / "seed0"]
@@ -41,7 +41,7 @@ def test_only_complete_runs_are_copied_and_never_checkpoints(tmp_path):
 
     assert json.loads((dest / "mlp" / "seed0" / "machine.json").read_text())["capability"] == \
         torch.backends.cpu.get_cpu_capability()
-    assert not (dest / "mlp" / "seed1").exists() and not (dest / "random-element").exists()
+    assert not (dest / "mlp" / "seed1").exists() and not (dest / "random_element").exists()
     assert any("running" in l for l in lines) and any("partial" in l for l in lines)
     # a second pass changes nothing; a run of another config is not replaced without --force
     assert collect.collect(runs, dest, log=lines.append) == []

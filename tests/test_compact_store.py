@@ -34,9 +34,9 @@ def numel(model) -> int:
     lambda: random_model([64, 32, 16, 10], granularity="element", region="feedforward"),
     lambda: random_model([64, 32, 16, 10], granularity="block"),
     lambda: build_preset("mlp:64,32,16,10"),
-    lambda: build_preset("random:64,32,16,10"),
+    lambda: build_preset("random_model:64,32,16,10"),
     lambda: seq2d.from_mask([6, 5, 4], torch.tensor([[0, 0, 0], [1, 1, 0], [0, 1, 1]], dtype=torch.bool)),
-], ids=["random-element", "random-element-feedforward", "random-block", "mlp", "random-preset", "cyclic-from-mask"])
+], ids=["random_element", "random_element_feedforward", "random_block", "mlp", "random-preset", "cyclic-from-mask"])
 def test_parameters_count_the_trained_entries(build):
     model = build()
     assert numel(model) == model.num_parameters()
@@ -44,7 +44,7 @@ def test_parameters_count_the_trained_entries(build):
 
 def test_the_paper_models_count():
     """The issue's numbers: the paper's MNIST models (50x50 inputs) hold the MLP's 1,371,810
-    entries; the random-tile store keeps whole tiles (padding: docs/concepts.md)."""
+    entries; the random_tile store keeps whole tiles (padding: docs/concepts.md)."""
     sizes = [2500, 500, 200, 100, 10]
     elem = random_model(sizes, granularity="element")
     assert numel(elem) == elem.num_parameters() == 1_371_810
@@ -181,7 +181,7 @@ def test_a_checkpoint_saved_with_the_dense_box_resumes_as_it_would_have(tmp_path
     shutil.copytree(FIX / "run", tmp_path / "run")
     ck = load_checkpoint(tmp_path / "run" / "checkpoint.pt")
     assert ck["model"]["store.weight.0"].dim() == 2 and ck["optimizer"]["state"][1]["exp_avg"].dim() == 2
-    cfg = TrainConfig(model="random", granularity="element", sizes=[16, 8, 8, 4], data="synthetic", epochs=2,
+    cfg = TrainConfig(model="random_model", granularity="element", sizes=[16, 8, 8, 4], data="synthetic", epochs=2,
                       batch_size=32, lr=1e-2, out_dir=str(tmp_path / "run"), num_threads=1, quiet=True)
     trainer = Trainer(cfg, build_model(cfg), synthetic_data(16, 4, n_train=128, n_test=64))
     trainer.fit(resume=True)

@@ -359,7 +359,7 @@ def test_one_epoch_on_cuda_matches_cpu(tmp_path, precision):
 def test_one_epoch_of_a_tile_sparse_model_on_cuda(tmp_path, precision):
     from seq2d.train import read_metrics, run
 
-    kw = dict(model="random", granularity="tile", tile=64, steps=2, sizes=[2500, 128, 10])
+    kw = dict(model="random_model", granularity="tile", tile=64, steps=2, sizes=[2500, 128, 10])
     gpu = run(_train_cfg(tmp_path, "cuda", "cuda", kernel="triton", **kw))
     cpu = run(_train_cfg(tmp_path, "cpu", "cpu", kernel="cpu", **kw))
     rows = read_metrics(tmp_path / "cuda")

@@ -88,7 +88,7 @@ def test_hold_makes_more_slots_held_and_equals_the_loop(store):
     assert out < 1e-12 and grads < 1e-10, (out, grads)
 
 
-@pytest.mark.parametrize("name", ["random", "random_mask", "rnn", "from_mask", "mlp", "truncated_rnn"])
+@pytest.mark.parametrize("name", ["random_model", "random_mask", "rnn", "from_mask", "mlp", "truncated_rnn"])
 def test_registered_constructors_equal_the_loop_with_held_products(name):
     from tests.test_registry import build
 

@@ -18,7 +18,7 @@ from seq2d.lab.launch import Launcher, SubmititMissing, launcher_from_args, pars
 from seq2d.lab.mnist_comparison import compare, configs_for, format_table
 
 BASE = {"data": "synthetic", "sizes": [16, 8, 4], "epochs": 2, "num_threads": 1, "quiet": True}
-MODELS = ["mlp", "random-element"]
+MODELS = ["mlp", "random_element"]
 TIMING = ("run_dir", "time_per_epoch_s", "config")
 
 needs_submitit = pytest.mark.skipif(
@@ -47,7 +47,7 @@ def test_a_submitit_local_sweep_of_two_runs_merges_into_the_table_of_jobs_1(tmp_
                    launcher=Launcher("submitit-local", jobs=2))
     text = "\n".join(lines)
     assert "2 run(s) to train through submitit's local executor, 2 at once" in text
-    assert "[mlp seed 0] finished (job " in text and "[random-element seed 0] finished (job " in text
+    assert "[mlp seed 0] finished (job " in text and "[random_element seed 0] finished (job " in text
     assert _untimed(rows) == _untimed(ref)
     for a, b in zip(ref, rows):
         ma = [json.loads(line) for line in open(f"{a['run_dir']}/metrics.jsonl")]
@@ -55,7 +55,7 @@ def test_a_submitit_local_sweep_of_two_runs_merges_into_the_table_of_jobs_1(tmp_
         assert [{k: v for k, v in r.items() if k != "epoch_time_s"} for r in ma] == \
             [{k: v for k, v in r.items() if k != "epoch_time_s"} for r in mb]
     assert _table_without_times(rows) == _table_without_times(ref)
-    assert "| mlp | 1 |" in _table_without_times(rows) and "| random-element | 1 |" in _table_without_times(rows)
+    assert "| mlp | 1 |" in _table_without_times(rows) and "| random_element | 1 |" in _table_without_times(rows)
     # the run folders are laid out as with local processes; submitit's own files sit apart
     assert sorted(p.parent.parent.name for p in out.glob("*/seed0/summary.json")) == sorted(MODELS)
     assert list((out / "submitit").glob("*_result.pkl"))
@@ -69,9 +69,9 @@ def test_a_failing_submitit_job_is_reported_and_the_other_finishes(tmp_path):
     from seq2d.lab.parallel import JobsFailedError
 
     cfgs = configs_for(BASE, ["mlp"])
-    cfgs["random-element"] = configs_for({**BASE, "lr": 1e4, "optimizer": "sgd"}, ["random-element"])["random-element"]
+    cfgs["random_element"] = configs_for({**BASE, "lr": 1e4, "optimizer": "sgd"}, ["random_element"])["random_element"]
     lines = []
-    with pytest.raises(JobsFailedError, match=r"1 of 2 runs failed .*\[random-element seed 0\] failed: DivergenceError"):
+    with pytest.raises(JobsFailedError, match=r"1 of 2 runs failed .*\[random_element seed 0\] failed: DivergenceError"):
         compare(cfgs, [0], tmp_path, log=lines.append, launcher=Launcher("submitit-local", jobs=2))
     assert json.loads((tmp_path / "mlp" / "seed0" / "summary.json").read_text())["complete"] is True
     assert not list(tmp_path.rglob("run.lock"))
@@ -177,13 +177,13 @@ def test_the_cli_imports_submitit_only_for_its_launchers():
 def test_seq2d_mnist_through_submitit_local_writes_the_table_of_jobs_1(tmp_path, capsys):
     """``seq2d mnist --launcher submitit-local``: 2 tiny runs (bundled subset, 2 steps each), each
     a submitit job, merged into results.json / results.md as with ``--jobs 1``."""
-    common = ["mnist", "--models", "mlp,random-element", "--epochs", "1", "--max-steps", "2", "--quiet"]
+    common = ["mnist", "--models", "mlp,random_element", "--epochs", "1", "--max-steps", "2", "--quiet"]
     assert main([*common, "--jobs", "1", "--out", str(tmp_path / "ref")]) == 0
     assert main([*common, "--launcher", "submitit-local", "--jobs", "2", "--out", str(tmp_path / "sub")]) == 0
     out = capsys.readouterr().out
     assert "2 run(s) to train through submitit's local executor, 2 at once" in out
     ref, sub = (json.loads((tmp_path / d / "results.json").read_text()) for d in ("ref", "sub"))
-    assert [r["model"] for r in sub["rows"]] == ["mlp", "random-element"]
+    assert [r["model"] for r in sub["rows"]] == ["mlp", "random_element"]
     assert _untimed(sub["rows"]) == _untimed(ref["rows"])
     assert _table_without_times(sub["rows"]) == _table_without_times(ref["rows"])
 
@@ -200,12 +200,12 @@ def test_param_budget_sends_every_run_through_the_launcher(tmp_path, capsys):
     spec = importlib.util.spec_from_file_location("param_budget_run", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    common = ["--quick", "--models", "mlp,random-element", "--data", "synthetic"]
+    common = ["--quick", "--models", "mlp,random_element", "--data", "synthetic"]
     assert mod.main([*common, "--out", str(tmp_path / "ref")]) == 0
     assert mod.main([*common, "--launcher", "submitit-local", "--jobs", "2", "--out", str(tmp_path / "sub")]) == 0
     out = capsys.readouterr().out
     assert "4 run(s) to train through submitit's local executor, 2 at once" in out
-    assert "[h=8] [random-element seed 0] finished (job " in out
+    assert "[h=8] [random_element seed 0] finished (job " in out
     keep = ("model", "budget", "seed", "params", "test_acc", "epochs", "complete")
     ref, sub = (json.loads((tmp_path / d / "results.json").read_text())["rows"] for d in ("ref", "sub"))
     assert len(sub) == 4 and [{k: r[k] for k in keep} for r in sub] == [{k: r[k] for k in keep} for r in ref]

@@ -15,7 +15,7 @@ ROWS = [
     {"model": "mlp", "seed": s, "test_acc": a, "params": 10, "time_per_epoch_s": 1.0, "device": "cpu", "epochs": 1}
     for s, a in enumerate([0.90, 0.92, 0.91])
 ] + [
-    {"model": "random-element", "seed": s, "test_acc": a, "params": 10, "time_per_epoch_s": 2.0, "device": "cpu", "epochs": 1}
+    {"model": "random_element", "seed": s, "test_acc": a, "params": 10, "time_per_epoch_s": 2.0, "device": "cpu", "epochs": 1}
     for s, a in enumerate([0.93, 0.95, 0.94, 0.92])
 ]
 
@@ -24,11 +24,11 @@ def test_summarize_mean_std():
     s = {r["model"]: r for r in summarize(ROWS)}
     assert s["mlp"]["n"] == 3 and math.isclose(s["mlp"]["mean"], 0.91)
     assert math.isclose(s["mlp"]["std"], 0.01)
-    assert math.isclose(s["random-element"]["mean"], 0.935)
+    assert math.isclose(s["random_element"]["mean"], 0.935)
 
 
 def test_welch_interval_by_hand():
-    d = difference(ROWS, "random-element", "mlp")
+    d = difference(ROWS, "random_element", "mlp")
     va, vb = (0.0166666667e-2) / 4, 0.0001 / 3  # sample variances / n
     se = math.sqrt(va + vb)
     df = (va + vb) ** 2 / (va ** 2 / 3 + vb ** 2 / 2)
@@ -45,14 +45,14 @@ def test_welch_interval_by_hand():
 def test_format_table_has_rows_and_difference():
     text = format_table(ROWS)
     assert "| mlp | 3 | 91.00 +- 1.00 % | 10 | 1.00 s | cpu |" in text
-    assert "random-element - mlp | +2.50 |" in text
+    assert "random_element - mlp | +2.50 |" in text
 
 
 def test_configs_for_rejects_unknown_model():
     with pytest.raises(ValueError, match="Unknown model 'cnn'. Select from 'mlp'"):
         configs_for({"data": "synthetic"}, ["cnn"])
     cfgs = configs_for({"data": "synthetic"}, list(MODELS))
-    assert cfgs["random-tile"].granularity == "tile" and cfgs["mlp"].model == "mlp"
+    assert cfgs["random_tile"].granularity == "tile" and cfgs["mlp"].model == "mlp"
 
 
 def test_write_results_files_and_text(tmp_path):
@@ -85,7 +85,7 @@ def test_accuracy_vs_epoch_has_integer_epoch_ticks(epochs, tmp_path):
     ticks = [t for t in ax.get_xticks() if lo <= t <= hi]
     assert ticks and all(float(t).is_integer() for t in ticks), ticks
     assert len(ax.lines) == len(ROWS) + 2  # a line per seed, a mean line per model
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["mlp (mean of 3 seeds)", "random-element (mean of 4 seeds)"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["mlp (mean of 3 seeds)", "random_element (mean of 4 seeds)"]
     _check_png(tmp_path / "acc.png")
 
 
@@ -104,7 +104,7 @@ def test_plots_carry_their_provenance_and_titles_match_what_is_drawn(seeds, tmp_
     from seq2d.lab.mnist_comparison import write_plots
 
     rows = []
-    for m, model in enumerate(["mlp", "random-element"]):
+    for m, model in enumerate(["mlp", "random_element"]):
         for seed in seeds:
             run = tmp_path / model / f"seed{seed}"
             run.mkdir(parents=True)
@@ -134,8 +134,8 @@ def test_plots_carry_their_provenance_and_titles_match_what_is_drawn(seeds, tmp_
     ax = saved["accuracy_vs_epoch.png"].axes[0]
     assert len(ax.lines) == (2 if len(seeds) == 1 else 2 * len(seeds) + 2)  # one line per run, plus means
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert labels == (["mlp (seed 0)", "random-element (seed 0)"] if len(seeds) == 1 else
-                      ["mlp (mean of 3 seeds)", "random-element (mean of 3 seeds)"])
+    assert labels == (["mlp (seed 0)", "random_element (seed 0)"] if len(seeds) == 1 else
+                      ["mlp (mean of 3 seeds)", "random_element (mean of 3 seeds)"])
 
 
 def _check_png(path):
@@ -148,13 +148,13 @@ def _check_png(path):
 
 
 def test_seq2d_mnist_cli_quick(tmp_path, capsys):
-    rc = main(["mnist", "--models", "mlp,random-tile", "--epochs", "1", "--out", str(tmp_path), "--num-threads", "1"])
+    rc = main(["mnist", "--models", "mlp,random_tile", "--epochs", "1", "--out", str(tmp_path), "--num-threads", "1"])
     assert rc == 0
     out = capsys.readouterr().out
-    assert "| mlp | 1 |" in out and "| random-tile | 1 |" in out and "1,371,810" in out
+    assert "| mlp | 1 |" in out and "| random_tile | 1 |" in out and "1,371,810" in out
     assert out.count("epoch 1/1  step 40  train loss") == 2  # progress by default: a line per epoch and run
     res = json.loads((tmp_path / "results.json").read_text())
-    assert {r["model"] for r in res["rows"]} == {"mlp", "random-tile"}
+    assert {r["model"] for r in res["rows"]} == {"mlp", "random_tile"}
     assert all(r["params"] == 1_371_810 and r["complete"] for r in res["rows"])
     # a second call reuses the finished runs (same effective config; --quiet only changes the output)
     rc = main(["mnist", "--models", "mlp", "--epochs", "1", "--out", str(tmp_path), "--num-threads", "1", "--quiet"])
@@ -325,16 +325,16 @@ def test_verdict_follows_the_tost_of_each_randomized_model(shift, expect):
     run = _run_py()
     accs = [0.981, 0.984, 0.983, 0.982, 0.985]
     rows = [{"model": "mlp", "seed": k, "test_acc": a} for k, a in enumerate(accs)]
-    rows += [{"model": "random-element", "seed": k, "test_acc": a - shift + 0.001 * (k % 2)} for k, a in enumerate(accs)]
+    rows += [{"model": "random_element", "seed": k, "test_acc": a - shift + 0.001 * (k % 2)} for k, a in enumerate(accs)]
     env = {"protocol_name": "ours", "protocol": {"epochs": 100}}
     text = run.verdict(rows, env)
-    d = difference(rows, "random-element", "mlp")
+    d = difference(rows, "random_element", "mlp")
     assert expect in text and run.CLAIM in text and "seeds [0, 1, 2, 3, 4]" in text
     assert f"[{100 * d['lo']:+.2f}, {100 * d['hi']:+.2f}]" in text and f"TOST p = {d['tost_p']:.3f}" in text
     assert f"mlp {100 * 0.983:.2f} +- " in text
     gaps = [100 * (0.983 - 0.927), 100 * (0.983 - shift + 0.0004 - 0.927)]
     assert f"{min(gaps):+.2f} to {max(gaps):+.2f} points from the summary's 92.7%" in text
-    one = run.verdict([{"model": "mlp", "seed": 0, "test_acc": 0.98}, {"model": "random-tile", "seed": 0, "test_acc": 0.97}],
+    one = run.verdict([{"model": "mlp", "seed": 0, "test_acc": 0.98}, {"model": "random_tile", "seed": 0, "test_acc": 0.97}],
                       env)
     assert "too few runs for an interval" in one and "**The claim is not shown here**" in one
     assert run.verdict(rows[:5], env).startswith("No verdict")
@@ -367,8 +367,8 @@ def test_run_py_configs_are_the_seq2d_mnist_full_configs():
     from seq2d.train.identity import config_hash
 
     here = Path(__file__).resolve().parents[1] / "experiments" / "mnist_sparsity" / "configs"
-    cli = configs_for(TrainConfig(**protocol_config("ours", "full")), ["mlp", "random-element", "random-tile"])
-    for name, toml in (("mlp", "mlp.toml"), ("random-element", "random_element.toml"), ("random-tile", "random_tile.toml")):
+    cli = configs_for(TrainConfig(**protocol_config("ours", "full")), ["mlp", "random_element", "random_tile"])
+    for name, toml in (("mlp", "mlp.toml"), ("random_element", "random_element.toml"), ("random_tile", "random_tile.toml")):
         cfg = load_config(here / toml)
         assert config_hash(cfg) == config_hash(cli[name]), (name, {
             k: (v, getattr(cli[name], k)) for k, v in dataclasses.asdict(cfg).items() if v != getattr(cli[name], k)})

@@ -77,10 +77,10 @@ def test_differences_and_paired_tests_from_run_files(tmp_path):
         wrong_rnd = target.copy()
         wrong_rnd[: 30 + s] = (target[: 30 + s] + 1) % 10      # 30-32 errors: a real deficit
         _run(tmp_path, "mlp", s, [0.5] * 9 + [1 - (10 + s) / 200], predictions=(wrong_mlp, target))
-        _run(tmp_path, "random-element", s, [0.5] * 9 + [1 - (30 + s) / 200], predictions=(wrong_rnd, target))
+        _run(tmp_path, "random_element", s, [0.5] * 9 + [1 - (30 + s) / 200], predictions=(wrong_rnd, target))
     runs = report.load_group(tmp_path)
     d = report.differences(runs)
-    assert [x["model"] for x in d] == ["random-element"]
+    assert [x["model"] for x in d] == ["random_element"]
     assert d[0]["final"]["diff"] == pytest.approx(-0.1) and d[0]["final"]["holm_p"] == d[0]["final"]["tost_p"]
     p = report.paired(runs)
     assert p[0]["seeds"] == [0, 1, 2]
@@ -93,10 +93,10 @@ def test_the_claim_answer_names_a_setting_only_when_both_models_land_near():
     def row(setting, model, acc):
         return {"setting": setting, "model": model, "accs": [acc], "best": [acc], "planned": 1}
 
-    near = [row("A", "mlp", 0.925), row("A", "random-density", 0.930), row("B", "mlp", 0.927), row("B", "random-element", 0.95)]
+    near = [row("A", "mlp", 0.925), row("A", "random_density", 0.930), row("B", "mlp", 0.927), row("B", "random_element", 0.95)]
     text = report.claim_answer(near)
     assert "both land within 0.5 point of 92.7%: A." in text and "B: mlp" in text
-    assert "No setting" in report.claim_answer([row("B", "mlp", 0.927), row("B", "random-element", 0.95)])
+    assert "No setting" in report.claim_answer([row("B", "mlp", 0.927), row("B", "random_element", 0.95)])
 
 
 def test_the_claim_answer_gives_the_paired_test_where_only_the_mlp_lands_near(tmp_path):
@@ -111,14 +111,14 @@ def test_the_claim_answer_gives_the_paired_test_where_only_the_mlp_lands_near(tm
             rnd = target.copy()
             rnd[start:start + errors_rnd] = (target[start:start + errors_rnd] + 1) % 10
             _run(folder, "mlp", s, [0.5] * 9 + [0.927], predictions=(wrong, target))
-            _run(folder, "random-element", s, [0.5] * 9 + [1 - errors_rnd / 1000], predictions=(rnd, target))
+            _run(folder, "random_element", s, [0.5] * 9 + [1 - errors_rnd / 1000], predictions=(rnd, target))
         runs = report.load_group(folder)
         rows = [{"setting": "S", "model": m, "accs": [r["test_acc"] for r in runs if r["model"] == m], "best": [0.9],
-                 "planned": 2, "group": "g"} for m in ("mlp", "random-element")]
+                 "planned": 2, "group": "g"} for m in ("mlp", "random_element")]
         return report.claim_answer(rows, {"g": runs})
 
     apart = group(150, tmp_path / "a")                            # 85.0%: 77 more errors on the same digits
-    assert "Within 0.5 point at all: S: mlp." in apart and "random-element - mlp on the same test digits" in apart
+    assert "Within 0.5 point at all: S: mlp." in apart and "random_element - mlp on the same test digits" in apart
     assert "tells the two models apart" in apart and "-7.70 points" in apart
     close = group(80, tmp_path / "b", start=500)  # 92.0%: outside 0.5 point, but wrong on other digits: 73 vs 80
     assert "S: mlp." in close and "does not tell the two models apart" in close

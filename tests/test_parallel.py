@@ -12,7 +12,7 @@ from seq2d.lab.mnist_comparison import compare, configs_for
 from seq2d.lab.parallel import JobsFailedError, jobs_arg, resolve_jobs
 
 BASE = {"data": "synthetic", "sizes": [16, 8, 4], "epochs": 2, "num_threads": 1, "quiet": False}
-MODELS = ["mlp", "random-element"]
+MODELS = ["mlp", "random_element"]
 # what a row says about how the run went, apart from where it lies and how long it took
 TIMING = ("run_dir", "time_per_epoch_s", "config")
 
@@ -35,21 +35,21 @@ def test_two_jobs_give_the_rows_of_one_job_and_resume_like_it(tmp_path):
     ref = compare(configs_for(BASE, MODELS), [0, 1], tmp_path / "ref", log=lambda line: None, jobs=1)
     out = tmp_path / "par"
     compare(configs_for(BASE, ["mlp"]), [0], out, log=lambda line: None, jobs=1)
-    part = compare(configs_for({**BASE, "max_steps": 3}, ["random-element"]), [0], out, log=lambda line: None, jobs=1)
+    part = compare(configs_for({**BASE, "max_steps": 3}, ["random_element"]), [0], out, log=lambda line: None, jobs=1)
     assert part[0]["complete"] is False and part[0]["steps"] == 3
     lines = []
     rows = compare(configs_for(BASE, MODELS), [0, 1], out, log=lines.append, jobs=2)
-    assert [(r["model"], r["seed"]) for r in rows] == [("mlp", 0), ("mlp", 1), ("random-element", 0), ("random-element", 1)]
+    assert [(r["model"], r["seed"]) for r in rows] == [("mlp", 0), ("mlp", 1), ("random_element", 0), ("random_element", 1)]
     for a, b in zip(ref, rows):
         _same_run(a, b)
     text = "\n".join(lines)
     assert f"[mlp seed 0] reusing finished run in {out / 'mlp' / 'seed0'}" in text
-    assert "[random-element seed 0] continuing the checkpoint" in text
+    assert "[random_element seed 0] continuing the checkpoint" in text
     assert "3 run(s) to train in 2 parallel worker processes" in text
     # every line of a worker carries its run's tag; one line per epoch, no progress bars
     tagged = [line for line in lines if "epoch " in line and "train loss" in line]
-    assert len(tagged) == 6  # 2 epochs each; random-element seed 0 finishes its first epoch, then the second
-    assert all(line.startswith(("[mlp seed 1] epoch", "[random-element seed 0] epoch", "[random-element seed 1] epoch"))
+    assert len(tagged) == 6  # 2 epochs each; random_element seed 0 finishes its first epoch, then the second
+    assert all(line.startswith(("[mlp seed 1] epoch", "[random_element seed 0] epoch", "[random_element seed 1] epoch"))
                for line in tagged)
     assert not any(": batch " in line or "\r" in line for line in lines)  # no heartbeat lines, no bars
     # a third call: everything is finished, nothing is trained, no worker is started
@@ -60,13 +60,13 @@ def test_two_jobs_give_the_rows_of_one_job_and_resume_like_it(tmp_path):
 
 def test_a_failing_run_is_reported_and_the_others_finish(tmp_path):
     cfgs = configs_for({**BASE, "quiet": True}, ["mlp"])
-    cfgs["random-element"] = configs_for({**BASE, "quiet": True, "lr": 1e4, "optimizer": "sgd"}, ["random-element"])["random-element"]
+    cfgs["random_element"] = configs_for({**BASE, "quiet": True, "lr": 1e4, "optimizer": "sgd"}, ["random_element"])["random_element"]
     lines = []
-    with pytest.raises(JobsFailedError, match=r"1 of 2 runs failed .*\[random-element seed 0\] failed: DivergenceError"):
+    with pytest.raises(JobsFailedError, match=r"1 of 2 runs failed .*\[random_element seed 0\] failed: DivergenceError"):
         compare(cfgs, [0], tmp_path, log=lines.append, jobs=2)
-    assert any(line.startswith("[random-element seed 0] failed: DivergenceError") for line in lines)
+    assert any(line.startswith("[random_element seed 0] failed: DivergenceError") for line in lines)
     assert json.loads((tmp_path / "mlp" / "seed0" / "summary.json").read_text())["complete"] is True
-    assert not (tmp_path / "random-element" / "seed0" / "summary.json").exists()
+    assert not (tmp_path / "random_element" / "seed0" / "summary.json").exists()
     assert not list(tmp_path.rglob("run.lock"))  # both workers released their folders
 
 
@@ -123,14 +123,14 @@ def test_seq2d_mnist_jobs_2_writes_the_table_and_the_plots(tmp_path, capsys):
 
     from seq2d.lab.mnist_comparison import PLOTS
 
-    args = ["mnist", "--models", "random-tile,mlp", "--epochs", "1", "--max-steps", "2", "--jobs", "2", "--quiet",
+    args = ["mnist", "--models", "random_tile,mlp", "--epochs", "1", "--max-steps", "2", "--jobs", "2", "--quiet",
             "--out", str(tmp_path)]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "2 run(s) to train in 2 parallel worker processes" in out
-    assert "[random-tile seed 0] training" in out and "[mlp seed 0] training" in out
+    assert "[random_tile seed 0] training" in out and "[mlp seed 0] training" in out
     rec = json.loads((tmp_path / "results.json").read_text())
-    assert [r["model"] for r in rec["rows"]] == ["random-tile", "mlp"] and all(r["steps"] == 2 for r in rec["rows"])
+    assert [r["model"] for r in rec["rows"]] == ["random_tile", "mlp"] and all(r["steps"] == 2 for r in rec["rows"])
     for name in PLOTS.values():
         path = tmp_path / name
         assert path.stat().st_size > 1024 and matplotlib.image.imread(path).ndim == 3
@@ -149,7 +149,7 @@ import sys
 from seq2d.lab.mnist_comparison import compare, configs_for
 if __name__ == "__main__":
     base = {"data": "synthetic", "sizes": [16, 8, 4], "epochs": 100000, "num_threads": 1}
-    compare(configs_for(base, ["mlp", "random-element"]), [0], sys.argv[1], jobs=2, log=lambda l: print(l, flush=True))
+    compare(configs_for(base, ["mlp", "random_element"]), [0], sys.argv[1], jobs=2, log=lambda l: print(l, flush=True))
 """
 
 
@@ -186,7 +186,7 @@ def test_ctrl_c_stops_every_worker_and_leaves_resumable_runs(tmp_path):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode != 0 and "KeyboardInterrupt" in out and "interrupted: stopping 2 worker" in out
-    for model in ("mlp", "random-element"):
+    for model in ("mlp", "random_element"):
         run_dir = tmp_path / "out" / model / "seed0"
         assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"
         assert (run_dir / "checkpoint.pt").is_file() and not (run_dir / "run.lock").exists()

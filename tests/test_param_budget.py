@@ -30,7 +30,7 @@ def test_quick_mode(tmp_path):
     assert len(budgets) == 2
     for h in budgets:
         rs = [r for r in rows if r["budget"] == h]
-        assert {r["model"] for r in rs} == {"mlp", "random-element", "random-tile", "random-block"}
+        assert {r["model"] for r in rs} == {"mlp", "random_element", "random_tile", "random_block"}
         mlp = next(r for r in rs if r["model"] == "mlp")
         assert mlp["sizes"] == [784, h, h // 2, 10]
         for r in rs:
@@ -47,7 +47,7 @@ def test_quick_mode(tmp_path):
         for g in ("element", "tile", "block"):
             assert seq2d.randomize(template, granularity=g, seed=0).num_parameters() == n
     table = (out / "results.md").read_text()
-    assert "random-block - mlp" in table and "TOST" in table
+    assert "random_block - mlp" in table and "TOST" in table
     assert len(data["differences"]) == 6
     # the page's generated sections from the JSON alone (nothing retrained): verdict, the test set's
     # binomial standard error next to the equivalence claims, the per-seed block placement table
@@ -73,8 +73,8 @@ def test_binomial_standard_error():
 
 
 def test_the_committed_page_counts_block_draws_and_holm():
-    """docs/results/param_budget.md (regenerated from its committed JSON): the failing random-block
+    """docs/results/param_budget.md (regenerated from its committed JSON): the failing random_block
     runs are counted as independent draws, and the equivalence claims survive Holm or say not."""
     text = (Path(__file__).resolve().parent.parent / "docs/results/param_budget.md").read_text()
     assert "2 independent draws, not 10" in text and "linear classifiers" in text
-    assert "random-tile vs the MLP: equivalent within +-1 point (TOST, alpha 0.05) at 304,170 parameters of 5; after Holm at no budget" in text
+    assert "random_tile vs the MLP: equivalent within +-1 point (TOST, alpha 0.05) at 304,170 parameters of 5; after Holm at no budget" in text

@@ -14,7 +14,7 @@ import study  # noqa: E402
 
 def test_cells_hold_the_mlp_count_and_the_regions():
     cells = {c["cell"]: c for c in study.cells()}
-    assert "mlp" in cells and "linear" not in cells  # the linear baseline comes from issue 32's linear-28 runs
+    assert "mlp" in cells and "linear" not in cells  # the linear baseline comes from issue 32's linear_28 runs
     for d in study.DENSITIES:
         for p in ("element", "tile"):
             for region in study.REGIONS:

@@ -337,7 +337,7 @@ def test_spy_widened_slot_shows_the_true_pattern():
     assert len(set(rows)) == 3
 
 
-@pytest.mark.parametrize("preset", ["random:784,256,128,10", "random_mask:40,30,10,density=0.2", "transformer_layer:16,2,32",
+@pytest.mark.parametrize("preset", ["random_model:784,256,128,10", "random_mask:40,30,10,density=0.2", "transformer_layer:16,2,32",
                                     "rnn:8,16,layers=2"])
 def test_spy_labels_never_overlap_each_other_or_the_entries(preset):
     fig = spy(build_preset(preset))

@@ -27,9 +27,9 @@ def test_the_three_protocols_and_their_fields():
     ms = load_config(protocol_config("ms-thesis", "full"))
     assert (ms.lr, ms.normalize, ms.data, ms.epochs) == (1e-4, False, "full", 100)
     assert {k for k, v in vars(ms).items() if v != getattr(load_config(SCALES["full"]), k)} == {"lr", "normalize"}
-    assert PROTOCOLS["ms-thesis"].models == ("mlp", "random-density")
+    assert PROTOCOLS["ms-thesis"].models == ("mlp", "random_density")
     cfgs = configs_for(ms, PROTOCOLS["ms-thesis"].models)
-    assert cfgs["random-density"].model == "random_blocks_density" and cfgs["mlp"].model == "mlp"
+    assert cfgs["random_density"].model == "random_blocks_density" and cfgs["mlp"].model == "mlp"
     assert all(c.lr == 1e-4 and not c.normalize for c in cfgs.values())
     for name, p in PROTOCOLS.items():
         assert set(p.models) <= set(MODELS) and p.sets and p.source
@@ -111,7 +111,7 @@ def test_cli_bogus_protocol_is_one_error_line(capsys, tmp_path):
 @pytest.mark.parametrize("protocol, extra", [("ours", []), ("paper", []), ("paper", ["--augment-test"]),
                                              ("ms-thesis", [])])
 def test_quick_run_of_each_protocol(protocol, extra, capsys, tmp_path):
-    models = "mlp,random-density" if protocol == "ms-thesis" else "mlp"
+    models = "mlp,random_density" if protocol == "ms-thesis" else "mlp"
     rc, out, _ = _cli(["mnist", "--protocol", protocol, *extra, "--models", models, "--epochs", "1",
                        "--max-steps", "2", "--num-threads", "1", "--quiet", "--out", str(tmp_path)], capsys)
     assert rc == 0

@@ -13,6 +13,7 @@ import seq2d
 
 from seq2d.lab.mnist_comparison import MODELS
 from seq2d.models import list_models
+from seq2d.train.config import config_from_dict, renamed_fields
 from seq2d.train.identity import config_hash
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,6 +39,10 @@ def test_committed_run_identity(path):
     record = json.loads(path.read_text())
     cfg = record["config"]
     assert config_hash(cfg) == record["config_hash"], path
+    # a saved file keeps loading under today's names (seq2d.renames.OLD_NAMES: "random" is "random_model"),
+    # and the config it loads as keeps the recorded hash
+    assert config_hash(config_from_dict(cfg)) == record["config_hash"], path
+    cfg = renamed_fields(cfg)
     assert cfg["model"] in list_models(), cfg["model"]
     folder = path.parent.parent.name  # .../<mnist model name>/seed<k>/run.json
     if path.parent.parent.parent.name.startswith("protocol-search"):  # .../<model>-<candidate>/seed<k>/
@@ -65,9 +70,11 @@ def test_one_names_table():
     assert all(cfg["model"] in list_models() for cfg in MODELS.values()), MODELS
     with pytest.raises(ValueError, match=r"unknown model 'truncated-rnn' \(did you mean 'truncated_rnn'\?\)"):
         build_model(TrainConfig(model="truncated-rnn"))
-    with pytest.raises(ValueError, match=r"Unknown model 'random-tile' \(did you mean 'random_tiles'\?\)"):
-        seq2d.resolve_model("random-tile")
+    with pytest.raises(ValueError, match=r"Unknown model 'random_tile' \(did you mean 'random_tiles'\?\)"):
+        seq2d.resolve_model("random_tile")
     from seq2d.lab.mnist_comparison import configs_for
 
-    with pytest.raises(ValueError, match=r"Unknown model 'random_tile' \(did you mean 'random-tile'\?\)"):
-        configs_for({"data": "synthetic"}, ["random_tile"])
+    with pytest.raises(ValueError, match=r"Unknown model 'random_tiles' \(did you mean 'random_tile'\?\)"):
+        configs_for({"data": "synthetic"}, ["random_tiles"])
+    with pytest.raises(ValueError, match=r"'random-tile' is now called 'random_tile'"):
+        configs_for({"data": "synthetic"}, ["random-tile"])

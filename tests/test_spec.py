@@ -492,7 +492,7 @@ def test_to_spec_keeps_role_free_lists_and_store():
 
 def test_spec_file_with_the_old_backend_key_loads(tmp_path):
     """A spec file written before ``backend`` became ``store`` loads, the old key read as the new one,
-    and its old value 'loop' as the dense store's loop mode (seq2d/stores/migrate.py OLD_NAMES)."""
+    and its old value 'loop' as the dense store's loop mode (seq2d/renames.py OLD_NAMES)."""
     path = tmp_path / "old.toml"
     path.write_text('backend = "loop"\nslots = [{size = 3}, {size = 2}]\nblocks = [{row = 1, col = 0, kind = "dense"}]\n')
     m = from_spec(path)

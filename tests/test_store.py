@@ -315,12 +315,13 @@ def test_store_tiled_and_the_loop_mode():
 
 
 def test_old_names_in_saved_files_load():
-    """seq2d/stores/migrate.py OLD_NAMES, the one table of renamed store words in saved files:
+    """seq2d/renames.py OLD_NAMES, the one table of renamed words in saved files (its store words here):
     every entry is read (state-dict keys of a tiled model saved as ``engine.*``; a config's or
     spec's ``store`` value 'loop'), and undone for the config hash."""
-    from seq2d.stores.migrate import OLD_NAMES, migrate_store_value, old_store_value
+    from seq2d.renames import OLD_NAMES
+    from seq2d.stores.migrate import migrate_store_value, old_store_value
 
-    assert set(OLD_NAMES) == {"state_dict", "store"}
+    assert set(OLD_NAMES) == {"state_dict", "store", "model", "mnist_model"}
     m, _, _ = _two_block_model()
     m.to_blocksparse(16)
     for old, new in OLD_NAMES["state_dict"].items():

@@ -559,9 +559,10 @@ def test_a_config_saved_with_the_old_backend_field_loads_and_keeps_its_identity(
     a resumed run finds its folder and checkpoint."""
     from seq2d.train import config_diff
 
-    new = config_to_dict(TrainConfig(model="random", granularity="tile", epochs=3))
+    new = config_to_dict(TrainConfig(model="random_model", granularity="tile", epochs=3))
     old = {"backend" if k == "store" else k: (value if k == "store" else v) for k, v in new.items()
            if k not in ("kernel", "loop", "steps")}  # as written then: before kernel, loop and steps
+    old["model"] = "random"  # and before random_model (seq2d/renames.py OLD_NAMES)
     cfg = config_from_dict(old)
     if value == "loop":  # the old store 'loop' is now the dense store's loop mode (seq2d/stores/migrate.py)
         assert (cfg.store, cfg.loop, cfg.kernel) == ("dense", True, "auto")
@@ -583,9 +584,9 @@ def test_a_config_saved_with_the_old_backend_field_loads_and_keeps_its_identity(
 def test_store_and_kernel_reach_the_constructors_that_take_them():
     from seq2d.core import core_of
 
-    cfg = TrainConfig(model="random", granularity="tile", tile=16, sizes=[40, 20, 10], kernel="cpu_bmm")
+    cfg = TrainConfig(model="random_model", granularity="tile", tile=16, sizes=[40, 20, 10], kernel="cpu_bmm")
     assert core_of(build_model(cfg)).store.matrix.kernel == "cpu_bmm"
-    with pytest.raises(ValueError, match=r"config field\(s\) 'store' are set, but model 'random' does not use them"):
+    with pytest.raises(ValueError, match=r"config field\(s\) 'store' are set, but model 'random_model' does not use them"):
         build_model(dataclasses.replace(cfg, store="dense"))
     assert core_of(build_model(TrainConfig(model="from_mask", sizes=[6, 4, 2], store="dense", loop=True))).loop
     assert core_of(build_model(TrainConfig(model="mlp", sizes=[6, 4, 2], loop=True))).loop  # set on the model
@@ -595,7 +596,7 @@ def test_store_and_kernel_reach_the_constructors_that_take_them():
 
 def test_a_config_saved_with_store_loop_loads_and_keeps_its_identity(tmp_path):
     """``store = "loop"`` (before the per-block loop became the dense store's mode) loads as
-    ``store = "dense"``, ``loop = true`` (seq2d/stores/migrate.py OLD_NAMES) from a dict and from
+    ``store = "dense"``, ``loop = true`` (seq2d/renames.py OLD_NAMES) from a dict and from
     config.toml, and hashes as before."""
     old = {**config_to_dict(TrainConfig(model="from_mask", epochs=3)), "store": "loop"}
     del old["loop"]

@@ -20,7 +20,7 @@ DATA = {"train": (_D["train"][0].double(), _D["train"][1]), "test": (_D["test"][
 METRICS = ("train_loss", "train_acc", "test_loss", "test_acc")
 CASES = {
     "mlp": {"model": "mlp"},
-    "random-element": {"model": "random", "granularity": "element"},
+    "random_element": {"model": "random_model", "granularity": "element"},
     "mlp-augmented": {"model": "mlp", "erasing_p": 0.5, "perspective_p": 0.5},
 }
 
@@ -72,7 +72,7 @@ def test_copies_equal_single_seed_runs(tmp_path, case):
     for c, vs in zip(configs, summaries):
         one, ss = single(c, tmp_path)
         assert_same_run(c.run_dir(), one.run_dir(), vs, ss)
-    if case == "random-element":  # each seed places its own entries: the masks are stacked, not shared
+    if case == "random_element":  # each seed places its own entries: the masks are stacked, not shared
         batch = _Batch([Trainer(c, build64(c), DATA) for c in configs])
         assert 0 in batch.buffer_dims.values()
 
@@ -116,7 +116,7 @@ def test_stacked_optimizer_equals_separate_optimizers():
 
 
 def test_refusals(tmp_path):
-    cfg = base(tmp_path, model="random", granularity="tile", tile=16)
+    cfg = base(tmp_path, model="random_model", granularity="tile", tile=16)
     with pytest.raises(NotVectorizable, match="vmap"):
         train_seeds(cfg, SEEDS, build=build64, data=DATA)
     a, b = seed_configs(base(tmp_path), [0, 1])
@@ -134,19 +134,19 @@ def test_refusals(tmp_path):
 
 
 def test_compare_vectorize_seeds_batches_what_it_can(tmp_path):
-    """compare(vectorize_seeds=True): mlp's seeds as one batch; random-tile refused, so trained one
+    """compare(vectorize_seeds=True): mlp's seeds as one batch; random_tile refused, so trained one
     seed at a time; every folder then reused as a finished run, as after single-seed runs."""
     from seq2d.lab.mnist_comparison import compare, configs_for
 
     base = {"data": "synthetic", "sizes": [64, 32, 10], "epochs": 1, "num_threads": 1, "quiet": True}
-    configs = {**configs_for(base, ["mlp"]), **configs_for({**base, "tile": 16}, ["random-tile"])}
+    configs = {**configs_for(base, ["mlp"]), **configs_for({**base, "tile": 16}, ["random_tile"])}
     lines = []
     rows = compare(configs, [0, 1], tmp_path, log=lines.append, vectorize_seeds=True)
     assert [(r["model"], r["seed"], r.get("copies")) for r in rows] == [
-        ("mlp", 0, 2), ("mlp", 1, 2), ("random-tile", 0, None), ("random-tile", 1, None)]
+        ("mlp", 0, 2), ("mlp", 1, 2), ("random_tile", 0, None), ("random_tile", 1, None)]
     assert all(r["complete"] for r in rows)
     assert any(line.startswith("[mlp] training seeds 0, 1 as one batch") for line in lines)
-    assert any(line.startswith("[random-tile] not batched:") and "vmap" in line for line in lines)
+    assert any(line.startswith("[random_tile] not batched:") and "vmap" in line for line in lines)
     lines.clear()
     again = compare(configs, [0, 1], tmp_path, log=lines.append, vectorize_seeds=True)
     assert again == rows and all("reusing finished run" in line for line in lines) and len(lines) == 4

@@ -189,7 +189,7 @@ stage_v2_probe() {  # call 2: kernel_probe.py with the tuned v2 blocking of call
     return "$rc"
 }
 
-MNIST_MODELS=mlp,random-element,random-tile
+MNIST_MODELS=mlp,random_element,random_tile
 
 mnist_start() {  # E SEEDS JOBS MODELS
     local E=$1 SEEDS=$2 JOBS=$3 MODELS=$4 dir=$RUNS/mnist-e$1

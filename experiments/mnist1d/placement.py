@@ -264,7 +264,7 @@ def config_for(cell: dict, seed: int, folder: Path, protocol: dict):
     proto = {**protocol, **({"lr": cell["lr"]} if "lr" in cell else {})}  # a cell's own learning rate
     source = proto.pop("source", "mnist1d")
     f = cell["family"]
-    return TrainConfig(model={"trnn": "truncated_rnn"}.get(f, f),
+    return TrainConfig(model={"trnn": "truncated_rnn", "random": "random_model"}.get(f, f),
                        sizes=list(cell["sizes"]) if "sizes" in cell else [1, cell["hidden"], CLASSES],
                        activation="tanh" if f in ("rnn", "trnn") else "relu",
                        granularity=cell["placement"] if f == "random" else "element", tile=TILE,

@@ -10,7 +10,8 @@ finished is copied as soon as it has, so nothing already computed is lost. For e
 status), ``metrics.csv``, ``metrics.jsonl`` and ``test_predictions.npz`` (per-example test results,
 when the run wrote them), and writes ``machine.json`` (this machine's CPU, capability and torch: run
 folders are collected on the machine that trained them), to ``DEST/<model>/seed<k>/``. Runs still going,
-partial runs (``--max-steps``) and checkpoints are left where they are. A copy already in DEST
+partial runs (``--max-steps``) and checkpoints are left where they are. A run folder named with
+an old spelling (``random-element``, seq2d.renames.OLD_NAMES) is copied under today's name. A copy already in DEST
 is replaced only by a run with the same config hash (``--force`` replaces any). Prints one line
 per run: copied, unchanged, skipped and why.
 """
@@ -22,6 +23,8 @@ import json
 import shutil
 import sys
 from pathlib import Path
+
+from seq2d.renames import migrate_model_name
 
 FILES = ("summary.json", "run.json", "metrics.csv", "metrics.jsonl", "test_predictions.npz")
 
@@ -65,7 +68,7 @@ def collect(runs: Path, dest: Path, *, force: bool = False, log=print) -> list[P
                                     or summary.get("config_hash") != record.get("config_hash")):
             log(f"{rel}: skipped (summary.json is partial or of another config)")
             continue
-        target = dest / rel
+        target = dest / migrate_model_name(rel.parts[0], "mnist_model") / rel.parts[1]  # today's spelling of the name
         old = _json(target / "run.json")
         if old is not None and not force:
             if old.get("config_hash") != record.get("config_hash"):

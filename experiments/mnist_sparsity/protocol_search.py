@@ -45,6 +45,7 @@ from pathlib import Path
 
 from seq2d.lab.mnist_comparison import MODELS, compare, protocol_config
 from seq2d.results_page import from_json, write_section
+from seq2d.renames import OLD_NAMES
 from seq2d.train.config import TrainConfig
 
 PAPER_ACC = 0.927  # the summary's final test accuracy (003, "Key Results")
@@ -69,6 +70,15 @@ def configs(models, candidates, *, data: str, epochs: int, scale: str = "full", 
     return out
 
 
+def todays_name(run: str) -> str:
+    """A run's name ``<model>-<candidate>`` with the model in today's spelling (a record written
+    before the rename says ``random-element-erasing+test``: seq2d.renames.OLD_NAMES)."""
+    for old, new in sorted(OLD_NAMES["mnist_model"].items(), key=lambda kv: -len(kv[0])):
+        if run.startswith(old + "-"):
+            return new + run[len(old):]
+    return run
+
+
 def table(rows) -> str:
     names = list(dict.fromkeys(r["name"] for r in rows))
     lines = ["| model | candidate | runs | epochs | test accuracy (mean +- std) | minus 92.7 (points) |",
@@ -80,14 +90,14 @@ def table(rows) -> str:
         acc = [r["test_acc"] for r in rs]
         mean = statistics.fmean(acc)
         std = f"{100 * statistics.stdev(acc):.2f}" if len(acc) > 1 else "n/a"
-        model, cand = n.split("-", 1) if not n.startswith("random-") else ("-".join(n.split("-")[:2]), n.split("-", 2)[2])
+        model, cand = n.split("-", 1)  # model names have no hyphen
         lines.append(f"| {model} | {cand} | {len(acc)} | {rs[0]['epochs']} | {100 * mean:.2f} +- {std} % | "
                      f"{100 * (mean - PAPER_ACC):+.2f} |")
     return "\n".join(lines)
 
 
 def report(record: dict) -> str:
-    rows = record["rows"]
+    rows = [{**r, "name": todays_name(r["name"])} for r in record["rows"]]
     closest = None
     for n in dict.fromkeys(r["name"] for r in rows):
         acc = [r["test_acc"] for r in rows if r["name"] == n and r.get("test_acc") is not None]

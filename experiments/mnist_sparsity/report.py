@@ -35,6 +35,7 @@ import numpy as np
 
 from seq2d.lab.mnist_comparison import EQUIVALENCE_MARGIN, SEED_SUMMARY, plot_note, protocols_section
 from seq2d.lab.mnist_plots import plot_accuracy_vs_epoch, plot_final_accuracy
+from seq2d.renames import migrate_model_name
 from seq2d.plot.common import new_figure, save_figure
 from seq2d.stats import binomial_se, holm, mcnemar, paired_bootstrap, tost, welch
 from seq2d.train.rundir import read_metrics
@@ -48,22 +49,22 @@ GROUPS = {
     "full-ms-thesis": ("ms-thesis", "--protocol ms-thesis"),
     "full-paper-test": ("both+test", "--protocol paper --augment-test"),
 }
-RANDOMIZED = ("random-element", "random-tile", "random-element-feedforward", "random-density")
+RANDOMIZED = ("random_element", "random_tile", "random_element_feedforward", "random_density")
 CLAIM_ACC = 0.927  # the summary's final test accuracy (seeds/003, "Key Results")
 NEAR = 0.005  # "lands at 92.7%": within 0.5 point (stated in issue 32 before any run)
 LAST = 10  # epochs averaged for the "last-10" accuracy
 MNIST_TEST = 10_000
 BOOTSTRAP = 10_000
 COMMAND = "python experiments/mnist_sparsity/report.py --doc docs/results/mnist.md"
-MAIN_MODELS = ("mlp", "random-element", "random-tile", "random-element-feedforward")  # the main comparison's
+MAIN_MODELS = ("mlp", "random_element", "random_tile", "random_element_feedforward")  # the main comparison's
 # what each planned run set is, for the "not yet run" lines: group -> {model: seeds}
 PLANNED = {
-    "full-ours": {"mlp": 5, "random-element": 5, "random-tile": 5, "linear": 5, "linear-28": 5,
-                  "random-element-feedforward": 3},
-    "full-ms-thesis": {"mlp": 3, "random-density": 3},
+    "full-ours": {"mlp": 5, "random_element": 5, "random_tile": 5, "linear": 5, "linear_28": 5,
+                  "random_element_feedforward": 3},
+    "full-ms-thesis": {"mlp": 3, "random_density": 3},
     # seed 0 first; seeds 1-2 of both models once a seed-0 model ended within 1 point of 92.7 (the
     # rule stated before those runs; the mlp's seed 0 ended at 92.71 %)
-    "full-paper-test": {"mlp": 3, "random-element": 3},
+    "full-paper-test": {"mlp": 3, "random_element": 3},
 }
 
 
@@ -87,7 +88,8 @@ def load_group(folder: Path) -> list[dict]:
         p = dict(np.load(pred)) if pred.is_file() else None
         if p is not None and (p["pred"] == p["target"]).mean() != s["test_acc"]:
             raise ValueError(f"{pred} does not score the run's final test accuracy {s['test_acc']}")
-        runs.append({**s, "run_dir": str(f.parent), "history": hist, "predictions": p})
+        runs.append({**s, "model": migrate_model_name(s["model"], "mnist_model"),  # a summary saved as "random-element"
+                     "run_dir": str(f.parent), "history": hist, "predictions": p})
     return runs
 
 
@@ -215,13 +217,13 @@ def paired_table(rows, reference: str = "mlp") -> str:
 def claim_rows(groups: dict, search_full: dict | None) -> list[dict]:
     """One row per (setting, model) with its final accuracies, for the 92.7% table."""
     rows = []
-    settings = [("ours (no transformation)", "full-ours", ("mlp", "random-element", "random-tile",
-                                                            "random-element-feedforward")),
+    settings = [("ours (no transformation)", "full-ours", ("mlp", "random_element", "random_tile",
+                                                            "random_element_feedforward")),
                 ("linear softmax classifier, 50x50 (`linear`, ours)", "full-ours", ("linear",)),
-                ("linear softmax classifier, 28x28 (`linear-28`, ours)", "full-ours", ("linear-28",)),
+                ("linear softmax classifier, 28x28 (`linear_28`, ours)", "full-ours", ("linear_28",)),
                 ("`ms-thesis` (Adam 1e-4, no normalisation, ReLU on the logits)", "full-ms-thesis",
-                 ("mlp", "random-density")),
-                ("`both+test` (erasing and perspective, test images too)", "full-paper-test", ("mlp", "random-element"))]
+                 ("mlp", "random_density")),
+                ("`both+test` (erasing and perspective, test images too)", "full-paper-test", ("mlp", "random_element"))]
     for label, group, models in settings:
         runs = groups.get(group, [])
         for m in models:
@@ -230,8 +232,11 @@ def claim_rows(groups: dict, search_full: dict | None) -> list[dict]:
             rows.append({"setting": label, "model": m, "accs": accs, "best": best, "planned": PLANNED[group][m],
                          "group": group})
     if search_full is not None:
-        for m in dict.fromkeys(r["name"].split("-erasing")[0] for r in search_full["rows"]):
-            rs = [r for r in search_full["rows"] if r["name"].startswith(m + "-erasing") and r["complete"]]
+        import protocol_search
+
+        named = [(protocol_search.todays_name(r["name"]), r) for r in search_full["rows"]]  # today's model names
+        for m in dict.fromkeys(n.split("-erasing")[0] for n, _ in named):
+            rs = [r for n, r in named if n.startswith(m + "-erasing") and r["complete"]]
             rows.append({"setting": "`erasing+test` (erasing, test images too)", "model": m,
                          "accs": [r["test_acc"] for r in rs], "best": [r["best_test_acc"] for r in rs],
                          "planned": len(search_full["seeds"])})
@@ -266,7 +271,7 @@ def claim_answer(rows, groups: dict | None = None) -> str:
             missing.append(s)
         if near:
             near_any.append(f"{s}: {', '.join(near)}")
-        std = [m for m in near if m in ("mlp", "linear", "linear-28")]
+        std = [m for m in near if m in ("mlp", "linear", "linear_28")]
         if std and [m for m in near if m in RANDOMIZED]:
             both.append(s)
         elif "mlp" in std and groups is not None and rs[0].get("group") in groups:
@@ -356,22 +361,22 @@ def verdict(main, diffs, pairs, claims, groups) -> str:
         if nll is not None:
             s += f"; final test NLL {nll['diff']:+.3f} [{nll['lo']:+.3f}, {nll['hi']:+.3f}]"
         parts.append(s)
-    sup = [d["final"]["supported"] for d in diffs if d["final"] is not None and d["model"] != "random-element-feedforward"]
-    ff = next((d for d in diffs if d["model"] == "random-element-feedforward"), None)
+    sup = [d["final"]["supported"] for d in diffs if d["final"] is not None and d["model"] != "random_element_feedforward"]
+    ff = next((d for d in diffs if d["model"] == "random_element_feedforward"), None)
     ff_text = ("The acyclic control (random element placement restricted to the strictly lower block triangle, "
                "`region=\"feedforward\"`) has no runs yet, so the page cannot yet separate the effect of cycles "
                "from that of random placement.")
     if ff is not None and ff["final"] is not None:
-        ff_text = (f"The acyclic control (`random-element-feedforward`: no cycles) - mlp is {100 * ff['final']['diff']:+.2f} "
-                   f"points; against random-element (cycles allowed) see the table: a difference between the two is "
+        ff_text = (f"The acyclic control (`random_element_feedforward`: no cycles) - mlp is {100 * ff['final']['diff']:+.2f} "
+                   f"points; against random_element (cycles allowed) see the table: a difference between the two is "
                    "what cycles add or cost at this parameter count.")
-        a, b = values(main, "random-element", "final"), values(main, "random-element-feedforward", "final")
-        la, lb = values(main, "random-element", "last"), values(main, "random-element-feedforward", "last")
+        a, b = values(main, "random_element", "final"), values(main, "random_element_feedforward", "final")
+        la, lb = values(main, "random_element", "last"), values(main, "random_element_feedforward", "last")
         if len(a) > 1 and len(b) > 1:
             w, wl = welch(a, b), welch(la, lb)
-            ff_text = (f"The acyclic control (`random-element-feedforward`: the same element placement with no cycles, "
-                       f"{len(b)} of {PLANNED['full-ours']['random-element-feedforward']} planned runs so far) - "
-                       f"random-element (cycles allowed): final {100 * w.diff:+.2f} points [{100 * w.low:+.2f}, "
+            ff_text = (f"The acyclic control (`random_element_feedforward`: the same element placement with no cycles, "
+                       f"{len(b)} of {PLANNED['full-ours']['random_element_feedforward']} planned runs so far) - "
+                       f"random_element (cycles allowed): final {100 * w.diff:+.2f} points [{100 * w.low:+.2f}, "
                        f"{100 * w.high:+.2f}], last-10 mean {100 * wl.diff:+.2f} [{100 * wl.low:+.2f}, {100 * wl.high:+.2f}] "
                        "(95% Welch; positive: the acyclic model is better): an interval that excludes 0 is an effect of the cycles "
                        "at this parameter count; with this few runs the intervals are wide.")
@@ -425,9 +430,9 @@ def page(groups: dict, search: dict | None, search_full: dict | None, pictures: 
         "[2500, 500, 200, 100, 10] on 50x50 MNIST and Sequential2Ds with the same number of trainable parameters "
         "in another sparsity pattern reach the same final test accuracy (92.7% both, 100 epochs). Our randomized models "
         f"have exactly the MLP's {params:,} trainable parameters (`seq2d.randomize`; weights and biases), placed "
-        "element by element (`random-element`) or as whole 64 x 64 tiles (`random-tile`) over every non-input row of "
+        "element by element (`random_element`) or as whole 64 x 64 tiles (`random_tile`) over every non-input row of "
         "the block matrix (cycles allowed), or element by element over the strictly lower block triangle only "
-        "(`random-element-feedforward`, acyclic), and run 4 iterations. Everything below is generated from "
+        "(`random_element_feedforward`, acyclic), and run 4 iterations. Everything below is generated from "
         "`experiments/mnist_sparsity/results/` by this page's command; the runs were trained by "
         "`experiments/mnist_sparsity/run.py --epochs 100 --num-threads 1 PROTOCOL-FLAGS` from a frozen worktree of one "
         "code version per batch and copied in by `experiments/mnist_sparsity/collect.py`.", "",
@@ -496,11 +501,11 @@ section "Method Summary" unless another is named; we have not read the paper its
 | aspect | the summary | this page |
 | --- | --- | --- |
 | training length | 100 epochs | 100 epochs (every table but the 3-epoch search) |
-| data | MNIST resized to 50x50; MLP [2500, 500, 200, 100, 10] | full MNIST at 50x50 (`linear-28`: at 28x28) |
+| data | MNIST resized to 50x50; MLP [2500, 500, 200, 100, 10] | full MNIST at 50x50 (`linear_28`: at 28x28) |
 | augmentation | optional random erasing and perspective transformations; which were used for the result, their parameters and order, and whether on the test set too are not stated | none (`ours`); erasing and perspective with torchvision's defaults on the training images and one fixed draw of the test images (`both+test`); erasing only (`erasing+test`) |
 | input scaling | normalised with (0.1307, 0.3081) | the same (`ours`, `both+test`); none (`ms-thesis`) |
 | optimiser | Adam, learning rate 1e-3, batch size 64 | the same; Adam lr 1e-4 (`ms-thesis`) |
-| randomized model | the MLP's parameter count in another sparsity pattern; granularity, region and iterations not stated | exactly PARAMS (weights and biases), element or 64 x 64 tile placement over every non-input row (cycles allowed), or element placement over the strictly lower block triangle (acyclic); `random-density` (`ms-thesis`): density 0.5108 per block, one bias per block, 1,373,557 parameters |
+| randomized model | the MLP's parameter count in another sparsity pattern; granularity, region and iterations not stated | exactly PARAMS (weights and biases), element or 64 x 64 tile placement over every non-input row (cycles allowed), or element placement over the strictly lower block triangle (acyclic); `random_density` (`ms-thesis`): density 0.5108 per block, one bias per block, 1,373,557 parameters |
 | activations | not stated | ReLU on hidden slots (`ours`, `both+test`); on every slot incl. the logits (`ms-thesis`) |
 | iterations of the randomized model | not stated | 4 (the MLP's depth) |
 | seeds | not stated | 5 (main comparison, linear), 3 (acyclic control, `ms-thesis`, `both+test`: seed 0, then seeds 1-2 because the mlp's seed 0 ended within 1 point of 92.7%), 1 (`erasing+test`) |
@@ -519,8 +524,8 @@ def main(argv=None) -> int:
     doc = Path(args.doc)
     pictures = doc.parent / "mnist"
     pictures.mkdir(parents=True, exist_ok=True)
-    main_runs = [r for r in groups["full-ours"] if r["model"] in ("mlp", "random-element", "random-tile",
-                                                                   "random-element-feedforward", "linear", "linear-28")]
+    main_runs = [r for r in groups["full-ours"] if r["model"] in ("mlp", "random_element", "random_tile",
+                                                                   "random_element_feedforward", "linear", "linear_28")]
     hist = {(r["model"], r["seed"]): r["history"] for r in main_runs}
     note = plot_note(main_runs) + " | protocol ours"
     plot_accuracy_vs_epoch(main_runs, pictures / "accuracy_vs_epoch.png", histories=hist, note=note)

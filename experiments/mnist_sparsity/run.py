@@ -50,9 +50,9 @@ from seq2d.train.config import load_config
 from seq2d.train.trainer import read_metrics
 
 HERE = Path(__file__).resolve().parent
-CONFIGS = {"mlp": "mlp.toml", "random-element": "random_element.toml", "random-tile": "random_tile.toml"}
+CONFIGS = {"mlp": "mlp.toml", "random_element": "random_element.toml", "random_tile": "random_tile.toml"}
 # models without a TOML file: mlp.toml with the model's fields of seq2d.lab.mnist_comparison.MODELS
-EXTRA = {m: MODELS[m] for m in ("random-density", "linear", "linear-28", "random-element-feedforward")}
+EXTRA = {m: MODELS[m] for m in ("random_density", "linear", "linear_28", "random_element_feedforward")}
 # The summary's claim (seeds/003_5467b9de8681185d.txt, "Key Results"), quoted in the verdict.
 CLAIM = "Final testing accuracy was virtually indistinguishable at 92.7% between standard and randomized architectures"
 CLAIM_ACC = 0.927
@@ -61,7 +61,7 @@ CLAIM_ACC = 0.927
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                  allow_abbrev=False)
-    ap.add_argument("--models", default="mlp,random-element,random-tile",
+    ap.add_argument("--models", default="mlp,random_element,random_tile",
                     help="comma-separated: " + ", ".join([*CONFIGS, *EXTRA]))
     ap.add_argument("--protocol", choices=list(PROTOCOLS), default="ours",
                     help="training recipe (seq2d.lab.mnist_comparison.PROTOCOLS; default ours)")
@@ -77,7 +77,7 @@ def main(argv=None) -> int:
     add_launcher_args(ap)
     ap.add_argument("--num-threads", type=threads_arg, default=1, metavar="INT|auto",
                     help="torch threads per run (default 1); auto: the cores idle at the start of each run")
-    ap.add_argument("--sweep-steps", default=None, help="e.g. 1,2,3,4,5,6: also train random-element with each")
+    ap.add_argument("--sweep-steps", default=None, help="e.g. 1,2,3,4,5,6: also train random_element with each")
     ap.add_argument("--sweep-epochs", type=int, default=None, help="epochs of the sweep runs (default: --epochs)")
     ap.add_argument("--sweep-seeds", default="0", help="seeds of the sweep runs (default 0)")
     ap.add_argument("--out", default="runs/mnist", help="output folder")
@@ -128,11 +128,11 @@ def main(argv=None) -> int:
     sweep_rows, sweep_table = [], None
     if args.sweep_steps:
         its = [int(i) for i in args.sweep_steps.split(",")]
-        base = load_config(HERE / "configs" / CONFIGS["random-element"])
+        base = load_config(HERE / "configs" / CONFIGS["random_element"])
         sw = dict(overrides)
         if args.sweep_epochs is not None and not args.quick:
             sw["epochs"] = args.sweep_epochs
-        sweep_cfgs = {f"random-element-it{i}": dataclasses.replace(base, **sw, steps=i) for i in its}
+        sweep_cfgs = {f"random_element-it{i}": dataclasses.replace(base, **sw, steps=i) for i in its}
         sweep_rows = compare(sweep_cfgs, [int(s) for s in args.sweep_seeds.split(",")], out / "sweep",
                              resume=not args.fresh, jobs=args.jobs, launcher=launcher)
         plot_accuracy_vs_steps(sweep_rows, out / "accuracy_vs_steps.png")

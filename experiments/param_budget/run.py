@@ -55,7 +55,7 @@ from seq2d.lab.parallel import jobs_arg  # noqa: E402
 from seq2d.stats import binomial_se, holm  # noqa: E402
 from seq2d.train.config import TrainConfig  # noqa: E402
 
-PLACEMENTS = ["mlp", "random-element", "random-tile", "random-block"]
+PLACEMENTS = ["mlp", "random_element", "random_tile", "random_block"]
 DEFAULT_BUDGETS = "32,64,128,192,320"
 
 
@@ -118,7 +118,7 @@ def format_tables(summ, diffs) -> str:
 
 def plot(summ, path: Path, title: str) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    markers = {"mlp": "o", "random-element": "s", "random-tile": "^", "random-block": "D"}
+    markers = {"mlp": "o", "random_element": "s", "random_tile": "^", "random_block": "D"}
     for k, m in enumerate(PLACEMENTS):
         ss = sorted((s for s in summ if s["model"] == m), key=lambda s: s["params"])
         if not ss:
@@ -171,7 +171,7 @@ def train_set_size(data: str) -> int | None:
     return int(load_subset_raw("train")[1].numel())
 
 
-def output_sources(res: dict, h: int, seed: int, model: str = "random-block") -> set[int]:
+def output_sources(res: dict, h: int, seed: int, model: str = "random_block") -> set[int]:
     """The slots the output row of that run's randomized model reads (rebuilt from its config: the
     placement is a function of the seed). Without a hidden slot among them the hidden slots cannot
     influence the prediction; with only the input slot the model is a linear classifier."""
@@ -190,7 +190,7 @@ def output_sources(res: dict, h: int, seed: int, model: str = "random-block") ->
     return {j for i, j, _, _ in core.positions() if i == out}
 
 
-def output_reads_hidden(res: dict, h: int, seed: int, model: str = "random-block") -> bool:
+def output_reads_hidden(res: dict, h: int, seed: int, model: str = "random_block") -> bool:
     """Whether the output row of that run's randomized model reads a hidden slot (:func:`output_sources`)."""
     out = len(next(r for r in res["rows"] if r["budget"] == h and r["model"] == model)["sizes"]) - 1
     return any(0 < j < out for j in output_sources(res, h, seed, model))
@@ -238,7 +238,7 @@ def verdict_section(res: dict, blk: dict | None = None) -> str:
                  f"{100 * worst['diff']:+.2f} points (95% Welch interval [{100 * worst['lo']:+.2f}, {100 * worst['hi']:+.2f}]).")
     blk = block_placement(res) if blk is None else blk
     if blk:
-        lines.append(f"- random-block: in {blk['cut']} of {blk['runs']} runs the output row reads no hidden slot (the "
+        lines.append(f"- random_block: in {blk['cut']} of {blk['runs']} runs the output row reads no hidden slot (the "
                      "hidden slots cannot reach the prediction); those runs average "
                      f"{_pts(blk['acc_cut'])}% against {_pts(blk['acc_ok'])}% for the others (per-seed table below). "
                      f"They are seeds {blk['cut_seeds']}"
@@ -266,9 +266,9 @@ def _rng_pts(v, signed=True) -> str:
 
 
 def block_placement(res: dict) -> dict | None:
-    """Per random-block run: whether its output row reads a hidden slot, its accuracy and its MLP's;
+    """Per random_block run: whether its output row reads a hidden slot, its accuracy and its MLP's;
     with the counts and mean accuracies of the two groups."""
-    rows = [r for r in res["rows"] if r["model"] == "random-block"]
+    rows = [r for r in res["rows"] if r["model"] == "random_block"]
     if not rows:
         return None
     mlp = {(r["budget"], r["seed"]): r["test_acc"] for r in res["rows"] if r["model"] == "mlp"}
@@ -289,7 +289,7 @@ def block_placement(res: dict) -> dict | None:
 
 def results_section(res: dict, blk: dict | None = None) -> str:
     """The setting against the source's, the provenance, the tables (with the test set's standard error
-    next to the equivalence test) and the random-block per-seed table."""
+    next to the equivalence test) and the random_block per-seed table."""
     env, p = res["env"], res["env"]["protocol"]
     n_test, n_train = test_set_size(p["data"]), train_set_size(p["data"])
     budgets = env["budgets"]
@@ -344,7 +344,7 @@ def results_section(res: dict, blk: dict | None = None) -> str:
     if blk:
         lines += ["Random-block runs, per seed: does the output row read a hidden slot? (rebuilt from each run's config: "
                   "the placement is a function of the seed)", "",
-                  "| hidden h | trainable params | seed | output reads a hidden slot | random-block accuracy | MLP accuracy, same seed |",
+                  "| hidden h | trainable params | seed | output reads a hidden slot | random_block accuracy | MLP accuracy, same seed |",
                   "| --- | --- | --- | --- | --- | --- |"]
         for x in blk["per_run"]:
             lines.append(f"| {x['budget']} | {x['params']:,} | {x['seed']} | {'yes' if x['reads_hidden'] else 'no'} | "
@@ -356,12 +356,26 @@ def results_section(res: dict, blk: dict | None = None) -> str:
     return "\n".join(lines)
 
 
+def todays_names(res):
+    """``res`` (a results.json) with every model name (``model``, a difference's ``a`` and ``b``) in
+    today's spelling: results saved
+    before the rename say ``random-block`` (seq2d.renames.OLD_NAMES["mnist_model"])."""
+    from seq2d.renames import migrate_model_name
+
+    if isinstance(res, dict):
+        return {k: migrate_model_name(v, "mnist_model") if k in ("model", "a", "b") else todays_names(v)
+                for k, v in res.items()}
+    return [todays_names(v) for v in res] if isinstance(res, list) else res
+
+
 def write_page(res: dict, doc: Path) -> None:
     """The generated sections of the page (verdict, results), the rest of the page left as it is."""
     from seq2d.results_page import write_section
 
+    res = todays_names(res)
+
     title = "# Parameter budget: test accuracy vs trainable parameters, per placement"
-    blk = block_placement(res)  # rebuilds the random-block models once, for both sections
+    blk = block_placement(res)  # rebuilds the random_block models once, for both sections
     write_section(doc, "param-budget-verdict", verdict_section(res, blk), title=title)
     write_section(doc, "param-budget-results", results_section(res, blk), title=title)
     print(f"wrote the generated sections of {doc}")

@@ -165,7 +165,7 @@ def run_one(spec: dict, out: str, protocol: dict) -> dict:
     s0 = protocol["image_size"] ** 2
     model = build(spec, s0)
     st = structure(model, spec)
-    cfg = TrainConfig(model="mlp" if spec["placement"] == "mlp" else "random",
+    cfg = TrainConfig(model="mlp" if spec["placement"] == "mlp" else "random_model",
                       granularity="element" if spec["placement"] == "mlp" else spec["placement"],
                       sizes=list(model.sizes) if hasattr(model, "sizes") else mlp_sizes(spec["h_slots"], s0),
                       steps=None if spec["placement"] == "mlp" else spec["iterations"],

@@ -21,8 +21,8 @@ curve kept):
 Block placement is also counted over ``--draws`` seeds without training (:func:`connectivity`):
 how many draws have an empty output row and how many have no input -> output walk within the
 iterations. The linear baseline (the softmax classifier [784, 10]: the input -> output block alone, the
-shortcut) is not trained here: issue 32's 100-epoch ``linear-28`` runs
-(experiments/mnist_sparsity/results/full-ours/linear-28/) use this protocol (28x28, normalised,
+shortcut) is not trained here: issue 32's 100-epoch ``linear_28`` runs
+(experiments/mnist_sparsity/results/full-ours/linear_28/) use this protocol (28x28, normalised,
 Adam 1e-3, batch 64, the same seeds), and with a constant learning rate and a data order that
 depends only on (seed, epoch), their first 20 epochs are a 20-epoch run; the page reads their
 epoch-20 rows. The "fewer parameters" direction of the 1-epoch study is dropped: its bottleneck
@@ -105,7 +105,7 @@ def run_one(cell: dict, seed: int, out: str, protocol: dict) -> dict:
         return json.loads(done.read_text())
     model = build(cell, seed)
     st = structure(model, cell)
-    cfg = TrainConfig(model="mlp" if cell["placement"] == "mlp" else "random", sizes=list(cell["sizes"]),
+    cfg = TrainConfig(model="mlp" if cell["placement"] == "mlp" else "random_model", sizes=list(cell["sizes"]),
                       granularity="element" if cell["placement"] == "mlp" else cell["placement"],
                       region=cell.get("region", "default"), steps=None if cell["placement"] == "mlp" else ITERATIONS,
                       seed=seed, out_dir=str(folder), name=f"{cell['cell']}-s{seed}", **protocol)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ..errors import InvalidValue, did_you_mean
 from ..fileio import atomic_write
+from ..renames import now_called, old_model_name
 from ..train.config import TrainConfig, load_config
 
 __all__ = ["MODELS", "SCALES", "PROTOCOLS", "PLOTS", "SEED_SUMMARY", "Protocol", "protocol_config", "protocol_table",
@@ -33,17 +34,17 @@ __all__ = ["MODELS", "SCALES", "PROTOCOLS", "PLOTS", "SEED_SUMMARY", "Protocol",
 # none defines a model of its own (tests/test_run_identity.py checks both).
 MODELS: dict[str, dict] = {
     "mlp": {"model": "mlp"},
-    "random-element": {"model": "random", "granularity": "element"},
-    "random-tile": {"model": "random", "granularity": "tile"},
-    "random-block": {"model": "random", "granularity": "block"},
+    "random_element": {"model": "random_model", "granularity": "element"},
+    "random_tile": {"model": "random_model", "granularity": "tile"},
+    "random_block": {"model": "random_model", "granularity": "block"},
     # our reading of the MS-thesis randomized model (seq2d.models.random.random_blocks_density)
-    "random-density": {"model": "random_blocks_density"},
+    "random_density": {"model": "random_blocks_density"},
     # controls: the linear softmax classifier at 50x50 and at MNIST's own 28x28 (the level the
     # summary's 92.7% may be), and random element placement restricted to the strictly lower
     # block triangle (region "feedforward": acyclic, skip blocks allowed) at the MLP's count
     "linear": {"model": "mlp", "sizes": [2500, 10]},
-    "linear-28": {"model": "mlp", "sizes": [784, 10], "image_size": 28},
-    "random-element-feedforward": {"model": "random", "granularity": "element", "region": "feedforward"},
+    "linear_28": {"model": "mlp", "sizes": [784, 10], "image_size": 28},
+    "random_element_feedforward": {"model": "random_model", "granularity": "element", "region": "feedforward"},
 }
 
 # Scales: how much data and how many epochs (`seq2d mnist` default "quick"; --full: "full").
@@ -76,20 +77,20 @@ class Protocol:
 SEED_SUMMARY = "seeds/003_5467b9de8681185d.txt"
 
 PROTOCOLS: dict[str, Protocol] = {
-    "ours": Protocol({}, ("mlp", "random-element", "random-tile"),
+    "ours": Protocol({}, ("mlp", "random_element", "random_tile"),
                      "inputs 50x50 normalised (0.1307, 0.3081), Adam lr 1e-3, batch 64, no augmentation; randomized "
                      "models with exactly the MLP's trainable-parameter count, 4 iterations, ReLU on hidden slots only",
                      f"the recipe of the paper's summary ({SEED_SUMMARY}, Method Summary) without its optional "
                      "transformations (the default); the randomized models' details are our choices"),
-    "paper": Protocol({"erasing_p": 0.5, "perspective_p": 0.5}, ("mlp", "random-element", "random-tile"),
+    "paper": Protocol({"erasing_p": 0.5, "perspective_p": 0.5}, ("mlp", "random_element", "random_tile"),
                       "ours plus, on the training images only, random perspective (p 0.5, distortion 0.5) then random "
                       "erasing (p 0.5, scale (0.02, 0.33), ratio (0.3, 3.3), value 0 in normalised space, as after "
                       "Normalize): torchvision's defaults",
                       "our reading of the summary's optional random erasing and perspective transformations: which "
                       "parameters, in what order, on which images are not stated there; torchvision's defaults on the "
                       "training images are our choice"),
-    "ms-thesis": Protocol({"lr": 1e-4, "normalize": False}, ("mlp", "random-density"),
-                          "Resize(50) + ToTensor without normalisation, Adam lr 1e-4; randomized model random-density: "
+    "ms-thesis": Protocol({"lr": 1e-4, "normalize": False}, ("mlp", "random_density"),
+                          "Resize(50) + ToTensor without normalisation, Adam lr 1e-4; randomized model random_density: "
                           "every block of rows 1-4 masked at density 0.5108 with one bias per block, ReLU on every "
                           "slot incl. the output, between iterations and on the logits (the held input in [0, 1] is "
                           "left as is); 1,373,557 trainable parameters, not matched to the MLP's 1,371,810",
@@ -159,6 +160,7 @@ def configs_for(base: TrainConfig | Mapping | str | None, models: Sequence[str],
     base_cfg = base if isinstance(base, TrainConfig) else load_config(base)
     out = {}
     for name in models:
+        now_called("seq2d mnist: model", name, "mnist_model")  # an old spelling ("random-element")
         if name not in MODELS:
             raise InvalidValue(f"Unknown model {name!r}{did_you_mean(name, list(MODELS))}. Select from "
                                + ", ".join(repr(m) for m in MODELS))
@@ -197,7 +199,7 @@ def compare(configs: Mapping[str, TrainConfig], seeds: Sequence[int], out_dir: s
     ``vectorize_seeds``: first, each model's runs to train afresh (no checkpoint in their folder,
     or ``resume`` off) are trained as one batched computation in this process
     (:func:`_train_vectorized`, :mod:`seq2d.train.vectorized`: each seed's run and folder as a
-    single run's); a model that cannot be batched (random-tile) and the runs with a checkpoint to
+    single run's); a model that cannot be batched (random_tile) and the runs with a checkpoint to
     continue go the usual way.
 
     ``launcher`` (a :class:`seq2d.lab.launch.Launcher`; default: local processes, ``jobs`` of them):
@@ -212,8 +214,15 @@ def plan_runs(configs: Mapping[str, TrainConfig], seeds: Sequence[int], out_dir:
     (``<name>-s<seed>``) and folder (``out_dir/<name>/seed<seed>``) set, models then seeds."""
     out_dir = Path(out_dir)
     return [(name, seed, dataclasses.replace(base_cfg, seed=seed, name=f"{name}-s{seed}",
-                                             out_dir=str(out_dir / name / f"seed{seed}")))
+                                             out_dir=str(run_folder(out_dir, name, seed))))
             for name, base_cfg in configs.items() for seed in seeds]
+
+
+def run_folder(out_dir: Path, name: str, seed: int) -> Path:
+    """``out_dir/<name>/seed<seed>``, or the folder an earlier version wrote under the old spelling
+    of ``name`` (``random-element``, seq2d.renames.OLD_NAMES) when only it exists."""
+    new, old = (out_dir / n / f"seed{seed}" for n in (name, old_model_name(name, "mnist_model")))
+    return old if old.is_dir() and not new.exists() else new
 
 
 def run_plan(plan: Sequence[tuple], *, folder: str | Path, resume: bool = True, log=print, jobs: int | str = 1,
@@ -229,7 +238,7 @@ def run_plan(plan: Sequence[tuple], *, folder: str | Path, resume: bool = True, 
     if vectorize_seeds and launcher is not None and launcher.submitit:
         raise InvalidValue(f"--vectorize-seeds trains the batched seeds in this process, --launcher {launcher.kind} "
                            "each run as its own job: use one of them")
-    tags = list(tags) if tags is not None else [_tag(name, seed) for name, seed, _ in plan]
+    tags = list(tags) if tags is not None else [f"[{name} seed {seed}]" for name, seed, _ in plan]
     rows: list = [None] * len(plan)
     todo = []
     for k, (name, seed, cfg) in enumerate(plan):
@@ -292,10 +301,6 @@ def run_memory(cfg: TrainConfig) -> int:
     return 2 * 4 * _IMAGES.get(cfg.data, 70_000) * cfg.image_size ** 2 + (512 << 20)
 
 
-def _tag(name: str, seed: int) -> str:
-    return f"[{name} seed {seed}]"
-
-
 def _train_in_worker(name: str, seed: int, cfg: TrainConfig, resume: bool) -> dict:
     from .parallel import worker_log
 
@@ -314,7 +319,7 @@ def train_one(name: str, seed: int, cfg: TrainConfig, *, resume: bool = True, lo
     from ..train.trainer import run
 
     run_dir = Path(cfg.out_dir)
-    tag = _tag(name, seed)
+    tag = f"[{name} seed {seed}]"
     summary_path = run_dir / "summary.json"
     old = _read_json(summary_path) if resume else None
     model_diff = config_model_diff(cfg) if resume else []  # the model the folder's run trained vs cfg's
@@ -351,12 +356,12 @@ def _finish_row(name: str, seed: int, cfg: TrainConfig, s: Mapping, log=print, *
     from ..train.config import config_to_dict
     from ..train.identity import config_hash
 
-    run_dir, tag, digest = Path(cfg.out_dir), _tag(name, seed), config_hash(cfg)
+    run_dir, tag, digest = Path(cfg.out_dir), f"[{name} seed {seed}]", config_hash(cfg)
     summary_path = run_dir / "summary.json"
     row = {"model": name, "seed": seed, "epochs": cfg.epochs, "test_acc": s["final_test_acc"],
            "best_test_acc": s.get("best_test_acc"), "params": s.get("params"),
            "time_per_epoch_s": s.get("time_per_epoch_s"), "device": s.get("device"),
-           "model_steps": cfg.steps, "granularity": cfg.granularity if cfg.model == "random" else None,
+           "model_steps": cfg.steps, "granularity": cfg.granularity if cfg.model == "random_model" else None,
            "data": cfg.data, "run_dir": str(run_dir), "complete": s["complete"] and s["final_test_acc"] is not None,
            "status": s["status"], "steps": s["steps"], "config_hash": digest, "config": config_to_dict(cfg), **extra}
     if not row["complete"]:
@@ -583,7 +588,7 @@ def write_results(rows: Sequence[Mapping], out_dir: str | Path, *, config: Train
         "MNIST sparsity comparison" + (f" (protocol {name})" if name else "")
         + (" with the test set augmented too" if config.augment_test else "") + f": data={config.data}, "
         f"{config.epochs} epochs, seeds {list(seeds)}, MLP {config.sizes} vs randomized models with its exact "
-        "parameter count" + (" (random-density: its own count, in the table)" if "random-density" in models else ""),
+        "parameter count" + (" (random_density: its own count, in the table)" if "random_density" in models else ""),
         table,
         f"\nper-run metrics and checkpoints under {out_dir}/<model>/seed<k>/; table in {out_dir}/results.md"
         + (f"; plots {', '.join(p.name for p in pictures.values())} in {out_dir}/" if pictures else ""),

@@ -7,7 +7,7 @@ file                   what it builds
 ``feedforward.py``     ``mlp``, ``from_mask``, ``from_sequential`` (nn.Sequential -> model)
 ``recurrent.py``       ``rnn``, ``RNN``, ``TruncatedRNN``/``truncated_rnn``, ``from_rnn``
 ``transformer.py``     ``transformer_layer``/``transformer_encoder`` and their wrappers
-``random.py``          ``randomize`` and every random placement: ``random`` (the paper's
+``random.py``          ``randomize`` and every random placement: ``random_model`` (the paper's
                        randomized MLP), ``random_mask``, ``random_tiles``, ``random_tile_matrix``
 ``convert.py``         ``from_torch`` (dispatches to the files above)
 ``presets.py``         preset strings (``mlp:784,256,10``): a small parser over the registry

@@ -7,6 +7,7 @@
     build_preset("transformer_encoder:64,4,128,layers=2")      # ,final_norm=1
     build_preset("random_mask:784,256,10,density=0.1")  # random element mask (cyclic), ,seed=0
     build_preset("random_tiles:512,256,64,density=0.2,tile=32")   # random tiles
+    build_preset("random_model:784,256,10,granularity=tile")       # the paper's randomized model
     build_preset("model.toml")                          # a spec file (seq2d.spec.from_spec)
 
 A preset's name is the registered constructor it calls (seq2d.models.registry, the one table of
@@ -70,11 +71,11 @@ PRESETS: dict[str, Preset] = {
                           "random element mask over every non-input row x every column (cyclic)", (2, None),
                           {"density": float, "seed": int, "act": str, "steps": int},
                           {"density": 0.1, "seed": 0, "act": "relu", "steps": None}, rename={"act": "activation"}),
-    "random": Preset("random:SIZE,SIZE[,...][,granularity=element][,seed=0][,tile=64][,steps=n-1]",
-                     "the paper's randomized model: mlp(SIZES)'s exact parameter count at random over the "
-                     "full block matrix (seq2d.randomize)", (2, None),
-                     {"granularity": str, "seed": int, "tile": int, "steps": int},
-                     {"granularity": "element", "seed": 0, "tile": 64, "steps": None}),
+    "random_model": Preset("random_model:SIZE,SIZE[,...][,granularity=element][,seed=0][,tile=64][,steps=n-1]",
+                           "the paper's randomized model: mlp(SIZES)'s exact parameter count at random over the "
+                           "full block matrix (seq2d.randomize)", (2, None),
+                           {"granularity": str, "seed": int, "tile": int, "steps": int},
+                           {"granularity": "element", "seed": 0, "tile": 64, "steps": None}),
     "random_tiles": Preset("random_tiles:SIZE,SIZE[,...][,density=0.1][,tile=32][,seed=0][,act=relu][,steps=n-1]",
                            "random T x T tiles (tile density) in one block-sparse matrix", (2, None),
                            {"density": float, "tile": int, "seed": int, "act": str, "steps": int},
@@ -82,9 +83,6 @@ PRESETS: dict[str, Preset] = {
                            rename={"act": "activation"}),
 }
 
-# Spellings of earlier versions, for the error message alone (none of them builds anything).
-_FORMER = {"truncated-rnn": "'truncated_rnn'", "masked-random": "'random_mask'", "blocksparse-random": "'random_tiles'",
-           "transformer": "'transformer_layer', or 'transformer_encoder' with layers=N"}
 
 
 def _build(name: str, pos: list, kw: dict) -> nn.Module:
@@ -102,8 +100,10 @@ def _build(name: str, pos: list, kw: dict) -> nn.Module:
 def unknown_preset(name: str) -> str:
     """``" (did you mean 'x'?)"`` for an unknown preset name; a former spelling names its successor,
     a registered name without a preset says how to give it."""
-    if name in _FORMER:
-        return f" (renamed: did you mean {_FORMER[name]}?)"
+    from ..renames import FORMER_PRESETS
+
+    if name in FORMER_PRESETS:
+        return f" (renamed: did you mean {FORMER_PRESETS[name]}?)"
     if name in list_models():
         return f" ({name!r} has no preset string: give the bare name with key=value arguments)"
     return did_you_mean(name, list(PRESETS))

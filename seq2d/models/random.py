@@ -104,18 +104,18 @@ def _act_spec(core: Sequential2D) -> list:
     return out
 
 
-@register_model(name="random")
+@register_model
 @renamed_keyword("backend", "kernel", "kernel choice")
 def random_model(sizes: Sequence[int] = (64, 32, 16, 10), activation="relu", granularity: str = "element",
                  region=None, seed: int = 0, tile: int = 64, steps: int | None = None, kernel: str = "auto", *,
                  device=None, dtype=None) -> Sequential2D:
     """The randomized model of the paper: ``randomize(mlp(sizes, activation))``, i.e. the MLP's
     exact trainable-parameter count placed at random over ``region`` (see :func:`randomize`).
-    The registry entry that ``seq2d train``, ``seq2d mnist`` and the ``random:`` preset use."""
+    The registry entry that ``seq2d train``, ``seq2d mnist`` and the ``random_model:`` preset use."""
     from .feedforward import mlp
 
-    check_seed(seed, "random")
-    check_factory(device, dtype, "random")
+    check_seed(seed, "random_model")
+    check_factory(device, dtype, "random_model")
     return randomize(mlp(sizes, activation=activation), granularity=granularity, region=region, seed=seed,
                      tile=tile, steps=steps, kernel=kernel, device=device, dtype=dtype)
 

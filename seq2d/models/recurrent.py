@@ -223,11 +223,29 @@ class TruncatedRNN(CoreModel):
         return y.transpose(0, 1) if self.batch_first else y
 
 
-def truncated_rnn(rnn, k: int) -> TruncatedRNN:
+@register_model
+def truncated_rnn(rnn=None, k: int = 4, *, input_size: int | None = None, hidden_size: int | None = None,
+                  num_layers: int | None = None, nonlinearity: str | None = None, bias: bool | None = None,
+                  device=None, dtype=None) -> TruncatedRNN:
     """The k-truncated, feed-forward, weight-tied Sequential2D of ``rnn`` (``nn.RNN`` or
-    ``seq2d.RNN``), with weights copied. See :class:`TruncatedRNN`."""
+    ``seq2d.RNN``), with weights copied. See :class:`TruncatedRNN`.
+
+    Without ``rnn``: the k-truncation of a freshly initialised :func:`rnn` built from the size
+    keywords (defaults ``input_size=8``, ``hidden_size=16``, ``num_layers=1``,
+    ``nonlinearity="tanh"``, ``bias=True``); this is the registry entry ``truncated_rnn`` and
+    the ``truncated_rnn:`` preset. With ``rnn``, those keywords come from it and may not be given."""
     if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
         raise InvalidValue(f"truncated_rnn: k must be a positive int, got {k!r}")
+    sized = {"input_size": input_size, "hidden_size": hidden_size, "num_layers": num_layers,
+             "nonlinearity": nonlinearity, "bias": bias, "device": device, "dtype": dtype}
+    if rnn is None:
+        fresh = {"input_size": 8, "hidden_size": 16, "num_layers": 1, "nonlinearity": "tanh", "bias": True,
+                 **{key: v for key, v in sized.items() if v is not None}}
+        return truncated_rnn(_fresh_rnn(**fresh), k)
+    given = [key for key, v in sized.items() if v is not None]
+    if given:
+        raise InvalidValue(f"truncated_rnn: {', '.join(given)} given with an rnn; the truncation takes its sizes, "
+                           "device and dtype from the rnn (give either an rnn or the size keywords)")
     layers, input_size, H, nonlinearity, batch_first = _rnn_params(rnn)
     blocks_ih, blocks_hh, biases = [], [], []
     with torch.no_grad():
@@ -358,8 +376,6 @@ def from_rnn(m: nn.RNN) -> RNN:
     return out
 
 
-@register_model(name="truncated_rnn")
-def truncated_rnn_preset(input_size: int = 8, hidden_size: int = 16, num_layers: int = 1, k: int = 4,
-                         nonlinearity: str = "tanh", bias: bool = True, *, device=None, dtype=None):
-    """A freshly initialised RNN's k-truncation (registry entry; see :func:`seq2d.truncated_rnn`)."""
-    return truncated_rnn(rnn(input_size, hidden_size, num_layers, nonlinearity, bias=bias, device=device, dtype=dtype), k)
+def _fresh_rnn(**kwargs) -> RNN:
+    """:func:`rnn` by another name, for :func:`truncated_rnn`, whose ``rnn`` argument hides it."""
+    return rnn(**kwargs)

@@ -2,8 +2,9 @@
 (``blocks.i_j.weight``/``mask``/``frozen`` per block, ``biases.i`` per slot), a masked box saved
 densely, before the compact layout (:mod:`.compact`; a model's own ``load_state_dict`` converts
 it, :func:`compact_state_dict` and :func:`compact_optimizer_state` convert a checkpoint before it
-is checked against the model), and the old names of :data:`OLD_NAMES`, the one table of renamed
-store words in saved files (state-dict keys, the ``store`` value of a config or spec file)."""
+is checked against the model), and the renamed store words of :data:`seq2d.renames.OLD_NAMES`
+(the one table of old spellings) in saved files: state-dict keys, the ``store`` value of a config or
+spec file."""
 
 from __future__ import annotations
 
@@ -16,23 +17,10 @@ from ..errors import InvalidInput, InvalidValue
 from ..blocks import LinearBlock
 from .compact import compact_boxes, compact_index, old_boxes, take
 from .dense import DenseStore
+from ..renames import OLD_NAMES
 
-__all__ = ["OLD_NAMES", "migrate_state_dict", "compact_state_dict", "compact_optimizer_state", "migrate_store_value",
+__all__ = ["migrate_state_dict", "compact_state_dict", "compact_optimizer_state", "migrate_store_value",
            "old_store_value", "check_store_value"]
-
-#: Old spellings that saved files may hold -> today's. Readers: :func:`migrate_state_dict`
-#: (``state_dict``: key prefixes), :func:`migrate_store_value` (``store``: a config's or spec's
-#: ``store`` value -> the keys that replace it; seq2d.train.config, seq2d.spec.parse) and its
-#: inverse :func:`old_store_value` (seq2d.train.identity hashes a renamed value under its old
-#: spelling, so a committed run keeps its config hash). A Python call that passes an old value
-#: raises the "now called" error (:func:`check_store_value`); tests/test_store.py checks each entry.
-OLD_NAMES = {
-    # a tiled model's block-sparse matrix was ``model.engine``, saved under ``engine.*``
-    "state_dict": {"engine.": "store.matrix."},
-    # the per-block loop was a store, store="loop"; it is a mode of the dense store
-    "store": {"loop": {"store": "dense", "loop": True}},
-}
-
 
 def check_store_value(owner: str, store) -> None:
     """The "now called" error for a ``store`` value of :data:`OLD_NAMES` passed to ``owner``

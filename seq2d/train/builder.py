@@ -32,10 +32,10 @@ def build_model(cfg: TrainConfig, *, device=None) -> nn.Module:
     """The model ``cfg.model`` names (:func:`seq2d.models.resolve_model`), built from
     ``cfg.model_seed`` (None = ``cfg.seed``).
 
-    - a registered name (``seq2d.list_models()``, e.g. "mlp", "random"): the constructor is
+    - a registered name (``seq2d.list_models()``, e.g. "mlp", "random_model"): the constructor is
       called with the config fields its signature names (``sizes``, ``activation``,
       ``granularity``, ``tile``, ``region``, ``store`` and ``kernel`` unless "auto",
-      ``steps`` unless None, ``seed`` = the model seed); "random" is
+      ``steps`` unless None, ``seed`` = the model seed); "random_model" is
       :func:`seq2d.models.random.random_model`, ``randomize(mlp(sizes, activation))``;
     - a preset string (``"mlp:784,256,10"``, see :mod:`seq2d.models.presets`) or a spec file
       path (.toml/.json, :func:`seq2d.from_spec`): its structure comes from the string/file.

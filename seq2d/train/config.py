@@ -34,27 +34,9 @@ from ..errors import InvalidType, InvalidValue, did_you_mean
 from ..errors import show_value as _show
 from ..fileio import atomic_write
 
-__all__ = [
-    "TrainConfig",
-    "CHOICES",
-    "MODEL_FIELDS",
-    "RESUME_FREE_FIELDS",
-    "load_config",
-    "save_config",
-    "config_to_dict",
-    "config_from_dict",
-    "config_to_toml",
-    "apply_overrides",
-    "parse_value",
-    "add_config_args",
-    "config_from_args",
-    "config_fields",
-    "ALLOW_CHANGED_FIELDS",
-    "LEGACY_DEFAULTS",
-    "OUTPUT_FIELDS",
-    "RENAMED_FIELDS",
-    "renamed_fields",
-]
+__all__ = ["TrainConfig", "CHOICES", "MODEL_FIELDS", "RESUME_FREE_FIELDS", "load_config", "save_config", "config_to_dict",
+           "config_from_dict", "config_to_toml", "apply_overrides", "parse_value", "add_config_args", "config_from_args",
+           "config_fields", "ALLOW_CHANGED_FIELDS", "LEGACY_DEFAULTS", "OUTPUT_FIELDS", "RENAMED_FIELDS", "renamed_fields"]
 
 
 _NO_LEGACY = object()
@@ -93,7 +75,7 @@ class TrainConfig:
     """Every knob of a training run. ``None`` means "not set" (see each field's help)."""
 
     # ---- model
-    model: str = _f("mlp", 'a registered seq2d model name ("mlp", "random", ...; see seq2d.list_models()) or the path of a spec TOML/JSON',
+    model: str = _f("mlp", 'a registered seq2d model name ("mlp", "random_model", ...; see seq2d.list_models()) or the path of a spec TOML/JSON',
                     model=True)
     sizes: list[int] = _f([2500, 500, 200, 100, 10], "slot sizes, input first, classes last (2500 = 50 x 50 images)",
                           model=True)
@@ -218,12 +200,13 @@ OUTPUT_FIELDS = tuple(k for k, m in _META.items() if m["output"])
 
 
 def renamed_fields(d: Mapping) -> dict:
-    """``d`` (read from a file written before a rename) with ``backend`` read as ``kernel`` when its
-    value is a kernel name and no store name ('cpu', 'triton', ...), else as ``store`` ('auto',
-    the default of both, 'dense', 'loop'), and an old ``store`` value as the fields that now say it
-    (seq2d.stores.migrate.OLD_NAMES: ``store = "loop"`` is ``store = "dense"``, ``loop = true``);
-    giving an old key with a new one is an error; another renamed key is read as its one new field."""
-    from ..stores.migrate import OLD_NAMES, migrate_store_value
+    """``d`` (read from a file written before a rename) with its old spellings of
+    seq2d.renames.OLD_NAMES read as today's (``model = "random"`` is ``"random_model"``, ``store =
+    "loop"`` is ``store = "dense"``, ``loop = true``), ``backend`` read as ``kernel`` when its value
+    is a kernel name and no store name ('cpu', 'triton', ...), else as ``store``; giving an old key
+    with a new one is an error; another renamed key is read as its one new field."""
+    from ..renames import OLD_NAMES, migrate_model_name
+    from ..stores.migrate import migrate_store_value
 
     out = dict(d)
     for old, new in RENAMED_FIELDS.items():
@@ -242,6 +225,8 @@ def renamed_fields(d: Mapping) -> dict:
         value = out.pop("backend")
         store_like = value in STORES or value in OLD_NAMES["store"]
         out["kernel" if not store_like and value in available_kernels() else "store"] = value
+    if "model" in out:
+        out["model"] = migrate_model_name(out["model"])
     return migrate_store_value(out, "config")
 
 _HINTS: dict[str, Any] = typing.get_type_hints(TrainConfig)
@@ -323,9 +308,11 @@ def _check(name: str, hint, value, expected: str | None = None):
 
 
 def _check_values(cfg: TrainConfig) -> None:
+    from ..renames import now_called
     from ..stores.migrate import check_store_value
 
     check_store_value("TrainConfig", cfg.store)  # an old spelling: the "now called" error
+    now_called("config field 'model'", cfg.model)
     for name, choices in CHOICES.items():
         v = getattr(cfg, name)
         if v not in choices:

@@ -30,7 +30,7 @@ in float64 (tests/test_vectorized.py).
 
 Refused with :class:`NotVectorizable` (train those seeds one at a time):
 
-- copies that differ in structure: a ``random-tile`` model stores as many tiles as its seed
+- copies that differ in structure: a ``random_tile`` model stores as many tiles as its seed
   places, and its block-sparse product (:mod:`seq2d.sparse.autograd`) has no vmap rule;
 - configs that differ in more than ``seed``/``model_seed`` and the output fields; torchrun;
   configs that ask for TensorBoard logging (a Trainer callback).

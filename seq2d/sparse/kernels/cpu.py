@@ -93,7 +93,7 @@ def _threads_for_load():
 # (batch x stored tiles x T) per op. Measured with `python benchmarks/tile_paths.py --repeats 9
 # --rounds 3` (2026-11-25, AMD EPYC, 1 thread, float32, tile 64, load average 3.0 from other
 # jobs; benchmarks/results/tile_paths-cpu-2026-11-25.json, -avx2-: with torch's AVX2 kernels),
-# forward + backward, rows / runs time, AVX512 (AVX2): the random-tile MNIST model's two layouts
+# forward + backward, rows / runs time, AVX512 (AVX2): the random_tile MNIST model's two layouts
 # at batch 64, 1.9 tiles per run: 0.62 (0.65) for the held input's, 1.3M values, and 0.79 (0.80)
 # for the rest, 0.5M; N=4096, batch 256: 0.89 (0.87) at density 0.1 (1.15 tiles per run, 7.0M
 # values), 1.14 (1.15) at 0.25 (16.5M), 1.24 (1.32) at 0.5 (32.8M: the gathered copies and the

@@ -1,0 +1,66 @@
+"""Renamed words: the one table of old spellings (:data:`OLD_NAMES`) that saved files may still
+hold, and the "now called" error a Python call or command line that passes one gets.
+
+A saved file (a config TOML, a run's ``run.json``, a checkpoint, a spec file, a run folder's
+name) keeps loading: its readers map each old spelling to today's. A run's identity does not
+move: :func:`seq2d.train.identity.config_hash` hashes today's spelling under the old one, so a
+committed run keeps the hash it was recorded with. Code that passes an old spelling today is
+told what it is now called (:func:`now_called`). Renamed config *fields* (``backend``,
+``iterations``) are per-field metadata of :class:`seq2d.train.TrainConfig` (its ``was``
+entries), read by the same loaders.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .errors import InvalidValue
+
+__all__ = ["OLD_NAMES", "FORMER_PRESETS", "migrate_model_name", "old_model_name", "now_called"]
+
+#: Old spelling -> today's, by what it names. Readers:
+#: ``state_dict``: key prefixes (seq2d.stores.migrate.migrate_state_dict);
+#: ``store``: a config's or spec's ``store`` value -> the keys that replace it (seq2d.stores.migrate);
+#: ``model``: a registered model name in a config (``model = "random"``; registry names are the
+#: Python functions' names, so the paper's randomized model is ``random_model``);
+#: ``mnist_model``: a named configuration of ``seq2d mnist`` (one spelling with the registry's:
+#: underscores), in a run folder's name or a results row.
+#: tests/test_renames.py checks every entry both ways (loads, and the "now called" error).
+OLD_NAMES: dict[str, dict] = {
+    # a tiled model's block-sparse matrix was ``model.engine``, saved under ``engine.*``
+    "state_dict": {"engine.": "store.matrix."},
+    # the per-block loop was a store, store="loop"; it is a mode of the dense store
+    "store": {"loop": {"store": "dense", "loop": True}},
+    "model": {"random": "random_model"},
+    "mnist_model": {"random-element": "random_element", "random-tile": "random_tile", "random-block": "random_block",
+                    "random-density": "random_density", "linear-28": "linear_28",
+                    "random-element-feedforward": "random_element_feedforward"},
+}
+
+#: Preset names of earlier versions that build nothing any more: the error names the successor.
+FORMER_PRESETS = {"truncated-rnn": "'truncated_rnn'", "masked-random": "'random_mask'",
+                  "blocksparse-random": "'random_tiles'",
+                  "transformer": "'transformer_layer', or 'transformer_encoder' with layers=N",
+                  "random": "'random_model'"}
+
+
+def migrate_model_name(name, kind: str = "model"):
+    """Today's spelling of ``name`` (a value read from a saved file); other values unchanged."""
+    return OLD_NAMES[kind].get(name, name) if isinstance(name, str) else name
+
+
+def old_model_name(name, kind: str = "model"):
+    """:func:`migrate_model_name` undone: the spelling ``name`` had when runs were first saved
+    (what :func:`seq2d.train.identity.config_hash` hashes)."""
+    for old, new in OLD_NAMES[kind].items():
+        if new == name:
+            return old
+    return name
+
+
+def now_called(where: str, name, kind: str = "model") -> None:
+    """The "now called" error for an old spelling passed in code or on a command line
+    (``config field 'model': 'random' is now called 'random_model'``); other values pass."""
+    table: Mapping = OLD_NAMES[kind]
+    if isinstance(name, str) and name in table:
+        raise InvalidValue(f"{where}: {name!r} is now called {table[name]!r}")
