@@ -204,7 +204,7 @@ def threads_line(num_threads) -> str:
     ``torch threads: N (why)`` line), and a second line would only repeat it."""
     import torch
 
-    if num_threads is not None and num_threads != "auto":  # None: "auto" (seq2d.train.distributed.choose_threads)
+    if num_threads is not None and num_threads != "auto":  # None: "auto" (seq2d.train.loop.choose_threads)
         return f"torch threads: {num_threads}"
     from .threads import auto_threads, available_cores, cpu_limit
 

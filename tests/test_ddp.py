@@ -90,3 +90,29 @@ def test_unused_parameters_are_found():
     assert sorted(unused_parameters(model, x)) == ["blocks.2_1.bias", "blocks.2_1.weight"]
     assert all(p.grad is None for p in model.parameters())  # the probe leaves no gradients behind
     assert wrap_model(model, DistContext()) is model  # one process: no DDP at all
+
+
+def test_one_process_calls_nothing_in_distributed(tmp_path, monkeypatch):
+    """A run in one process (no WORLD_SIZE) trains in a OneProcess and never calls into
+    seq2d.train.distributed; each of its entry points is made to fail here."""
+    import seq2d.train.distributed as D
+    import seq2d.train.trainer as T
+
+    def refuse(*a, **k):
+        raise AssertionError("a one-process run called into seq2d.train.distributed")
+
+    for name in ("init_distributed", "cleanup", "wrap_model", "all_reduce_sum", "barrier", "unused_parameters"):
+        monkeypatch.setattr(D, name, refuse)
+        if hasattr(T, name):
+            monkeypatch.setattr(T, name, refuse)
+    for name in ("current", "barrier", "all_reduce_sum", "wrap", "close"):
+        monkeypatch.setattr(D.DistContext, name, refuse)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    cfg = TrainConfig(model="mlp", sizes=[16, 8, 4], data="synthetic", epochs=1, batch_size=32, device="cpu",
+                      num_threads=1, quiet=True, out_dir=str(tmp_path / "one"), tensorboard=None)
+    summary = run(cfg)
+    assert summary["world_size"] == 1 and summary["complete"]
+    from seq2d.train import Trainer, build_model, load_data
+
+    trainer = Trainer(cfg, build_model(cfg), load_data(cfg))  # no context given, no process group: OneProcess
+    assert isinstance(trainer.dist, T.OneProcess) and trainer.evaluate()["loss"] > 0

@@ -34,7 +34,7 @@ from seq2d.train import (
     save_config,
     synthetic_data,
 )
-from seq2d.train.distributed import resolve_device
+from seq2d.train.builder import resolve_device
 
 DATA = synthetic_data(16, 4, n_train=256, n_test=128)
 # the device TrainConfig's default device="auto" resolves to: cuda (this process's GPU) when available

@@ -10,12 +10,12 @@ experiments share it)::
 Submodules: :mod:`~seq2d.train.config` (TrainConfig, TOML, flags),
 :mod:`~seq2d.train.trainer` (the Trainer: its epochs, resume, run bookkeeping), :mod:`~seq2d.train.loop`
 (what every training loop shares: the optimizer, the loss, one training step, the step statistics,
-the loss-explosion rule, the progress bar), :mod:`~seq2d.train.datasets` (data sets, augmentation,
+the loss-explosion rule, the progress bar, the run's threads and determinism), :mod:`~seq2d.train.datasets` (data sets, augmentation,
 seeds, epoch order), :mod:`~seq2d.train.errors`, :mod:`~seq2d.train.checkpoint` (atomic save,
 checked load), :mod:`~seq2d.train.rundir` (the run folder's lock, ``run.json``, metrics.jsonl/.csv,
 test predictions), :mod:`~seq2d.train.identity` (the config hash, config differences),
 :mod:`~seq2d.train.fingerprint` (the model a run trained), :mod:`~seq2d.train.builder` (the model a
-config names), :mod:`~seq2d.train.distributed` (torchrun/DDP, the run's threads and determinism),
+config names, the device), :mod:`~seq2d.train.distributed` (torchrun/DDP),
 :mod:`~seq2d.train.vectorized` (several seeds as one batched computation),
 :mod:`~seq2d.train.tensorboard` (TensorBoard logging, the optional extra). The command line is ``python -m seq2d.train``
 (``torchrun --nproc_per_node=2 -m seq2d.train ...`` for data-parallel runs).
@@ -35,13 +35,13 @@ _EXPORTS = {
     "fingerprint": ("model_fingerprint",),
     "checkpoint": ("CheckpointError", "ModelChangedError", "save_checkpoint", "load_checkpoint", "check_resume_config",
                    "capture_rng_state", "restore_rng_state", "check_rng_state", "FORMAT", "FORMAT_VERSION"),
-    "trainer": ("Trainer", "train", "run"),
-    "builder": ("build_model",),
+    "trainer": ("Trainer", "train", "run", "OneProcess"),
+    "builder": ("build_model", "resolve_device"),
     "errors": ("NonFiniteLossError", "DivergenceError", "RunLockedError", "RunExistsError", "ConstantOutputError"),
     "rundir": ("RunDir", "read_record", "METRIC_COLUMNS", "write_metrics", "read_metrics"),
     "loop": ("DivergenceMonitor", "train_step", "make_optimizer"),
     "datasets": ("load_data", "make_augment", "synthetic_data", "derive_seed", "epoch_permutation", "seed_everything"),
-    "distributed": ("DistContext", "init_distributed", "cleanup", "wrap_model", "resolve_device"),
+    "distributed": ("DistContext", "init_distributed", "cleanup", "wrap_model"),
     "vectorized": ("train_seeds", "train_copies", "NotVectorizable"),
     "tensorboard": ("TensorBoardLogger", "TensorBoardMissing"),
 }

@@ -1,15 +1,19 @@
-"""Building the model a training config names (:func:`build_model`)."""
+"""Building the model a training config names (:func:`build_model`), and the device it runs on
+(:func:`resolve_device`)."""
 
 from __future__ import annotations
+
+import os
 
 import torch
 from torch import nn
 
+from ..blocks import no_cuda_error
 from ..errors import InvalidValue, did_you_mean
 from .config import TrainConfig
 from .errors import ConstantOutputError, spell
 
-__all__ = ["build_model"]
+__all__ = ["build_model", "check_output_sees_input", "resolve_device"]
 
 
 # ---------------------------------------------------------------------- model
@@ -132,3 +136,33 @@ def check_output_sees_input(model: nn.Module, cfg: TrainConfig) -> None:
     raise ConstantOutputError(
         f"refusing to train a model whose output cannot see its input ({unseen_output_text(model, steps, unseen)}"
         f"{runs}): the trained model would predict a constant. {fix}", slot=slot, distance=dist, steps=steps)
+
+
+# ---------------------------------------------------------------------- device
+def resolve_device(device: str | torch.device = "auto", local_rank: int | None = None) -> torch.device:
+    """``"auto"``: cuda (this process's GPU) when available, else cpu. ``"cuda"`` without a
+    GPU raises RuntimeError rather than silently running on the CPU. ``local_rank`` picks this
+    process's GPU; None: ``LOCAL_RANK`` while a process group runs, else 0."""
+    if isinstance(device, torch.device):
+        return device
+    if device not in ("auto", "cpu", "cuda") and not device.startswith("cuda:"):
+        raise InvalidValue(f"Unknown device {device!r}. Select from 'auto', 'cpu', 'cuda'")
+    if device == "cpu" or (device == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise no_cuda_error(spell("config field 'device'", "--device"), device,
+                            spell("device = 'cpu' or 'auto' (cuda when available)",
+                                  "--device cpu or --device auto (cuda when available)"))
+    if device.startswith("cuda:"):
+        return torch.device(device)
+    if local_rank is None:
+        local_rank = int(os.environ.get("LOCAL_RANK", 0)) if group_started() else 0
+    return torch.device("cuda", local_rank % torch.cuda.device_count())
+
+
+def group_started() -> bool:
+    """Whether a torch.distributed process group runs in this process (started by torchrun's
+    run or by the caller)."""
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()

@@ -62,6 +62,7 @@ __all__ = [
     "upgrade_checkpoint",
     "check_finite_state",
     "check_optimizer_state",
+    "load_states",
     "check_resume_extra",
     "capture_rng_state",
     "restore_rng_state",
@@ -465,6 +466,32 @@ def check_optimizer_state(state: Mapping, optimizer: torch.optim.Optimizer, wher
                 raise CheckpointError(
                     f"{where}: optimizer['state'][{pid!r}][{name!r}] has shape {tuple(t.shape)}, but its parameter has "
                     f"shape {tuple(params[pid].shape)}")
+
+
+def load_states(ckpt: Mapping, model: torch.nn.Module, optimizer: torch.optim.Optimizer, where: str, *,
+                new_optimizer: bool = False, lr: float | None = None, weight_decay: float | None = None) -> None:
+    """Load ``ckpt``'s model and optimizer states into ``model`` and ``optimizer``, after upgrading an
+    earlier store layout (:func:`upgrade_checkpoint`) and checking that both fit (CheckpointError,
+    ModelChangedError; nothing is loaded when one does not). ``new_optimizer``: the optimizer starts
+    without the saved state (a new kind). ``lr``, ``weight_decay``: set in every parameter group
+    after loading (the config's values)."""
+    upgrade_checkpoint(ckpt, model, optimizer)  # a masked box saved densely, by an earlier seq2d
+    check_model_state(ckpt["model"], model, where)
+    if not new_optimizer:
+        check_optimizer_state(ckpt["optimizer"], optimizer, where)
+    try:
+        model.load_state_dict(ckpt["model"])
+    except RuntimeError as e:
+        raise CheckpointError(f"the model in {where} does not fit this model: {e}") from e
+    if new_optimizer:
+        return
+    try:
+        optimizer.load_state_dict(ckpt["optimizer"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"the optimizer state in {where} does not fit this optimizer: {e}") from e
+    for g in optimizer.param_groups:
+        g["lr"] = g["lr"] if lr is None else lr
+        g["weight_decay"] = g["weight_decay"] if weight_decay is None else weight_decay
 
 
 def check_resume_extra(extra: Mapping, batches: int, where: str) -> None:

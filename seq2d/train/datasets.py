@@ -16,11 +16,11 @@ import torch
 from torch import Tensor
 
 from ..errors import InvalidType, InvalidValue
+from .builder import resolve_device
 from .config import TrainConfig
-from .distributed import DistContext, barrier
 
 __all__ = ["synthetic_data", "load_data", "make_augment", "split_data", "derive_seed", "epoch_permutation",
-           "seed_everything"]
+           "augment_generator", "seed_everything"]
 
 
 def synthetic_data(features: int = 16, classes: int = 4, *, n_train: int = 512, n_test: int = 256,
@@ -39,17 +39,18 @@ def synthetic_data(features: int = 16, classes: int = 4, *, n_train: int = 512, 
     return {"train": draw(n_train), "test": draw(n_test), "classes": classes, "source": "synthetic"}
 
 
-def load_data(cfg: TrainConfig, device=None, ctx: DistContext | None = None) -> dict:
+def load_data(cfg: TrainConfig, device=None) -> dict:
     """The data set ``cfg.data`` names, on ``device``: "synthetic" here, "subset"/"full" from
     :func:`seq2d.data.get_data`, "mnist1d" from :func:`seq2d.data.mnist1d.get_mnist1d` (flat
     ``(N, 40)`` signals; generated into ``$SEQ2D_CACHE`` on first use, where every rank of a
-    torchrun job writes the same bytes atomically). Under torchrun with ``download``, rank 0
-    fetches first.
+    torchrun job writes the same bytes atomically). Under torchrun with ``download``,
+    :func:`seq2d.train.run` lets rank 0 fetch first.
 
     ``device=None`` means the run's device, resolved as the :class:`~seq2d.train.Trainer`
-    resolves it: ``ctx.device``, else ``cfg.device`` (``"auto"``: cuda when available)."""
+    resolves it: ``cfg.device`` (``"auto"``: cuda when available; this process's GPU while a
+    process group runs)."""
     if device is None:
-        device = ctx.device if ctx is not None else DistContext.current(cfg.device).device
+        device = resolve_device(cfg.device)
     if cfg.data == "synthetic":
         return _augment_test(cfg, synthetic_data(cfg.sizes[0], cfg.sizes[-1], device=device))
     if cfg.data == "mnist1d":
@@ -60,16 +61,9 @@ def load_data(cfg: TrainConfig, device=None, ctx: DistContext | None = None) -> 
         from ..data import get_data
     except ImportError as e:
         raise ModuleNotFoundError(f"data={cfg.data!r} needs seq2d.data (MNIST loading), which failed to import: {e}") from e
-    ctx = ctx or DistContext()
     kw = dict(source=cfg.data, root=cfg.data_root, download=cfg.download, size=cfg.image_size, device=device,
               normalize=cfg.normalize)
-    if cfg.download and ctx.distributed and not ctx.is_main:
-        barrier(ctx)  # wait for rank 0's download
-        return _augment_test(cfg, _get(cfg, get_data, kw))
-    data = _get(cfg, get_data, kw)
-    if cfg.download and ctx.distributed:
-        barrier(ctx)
-    return _augment_test(cfg, data)
+    return _augment_test(cfg, _get(cfg, get_data, kw))
 
 
 def _augment_test(cfg: TrainConfig, data):
@@ -154,6 +148,12 @@ def epoch_permutation(n: int, seed: int, epoch: int) -> Tensor:
     ``(seed, epoch)`` only, identical on every rank and after any resume."""
     g = torch.Generator().manual_seed(derive_seed(seed, "shuffle", epoch))
     return torch.randperm(n, generator=g)
+
+
+def augment_generator(seed: int, epoch: int, rank: int = 0, device=None) -> torch.Generator:
+    """The generator that augments the training batches of epoch ``epoch`` on rank ``rank``: seeded
+    with ``(seed, "augment", epoch, rank)``, so it does not depend on what ran before."""
+    return torch.Generator(device=device).manual_seed(derive_seed(seed, "augment", epoch, rank))
 
 
 def seed_everything(seed: int) -> None:

@@ -19,16 +19,14 @@ How the trainer uses it (:mod:`seq2d.train.trainer`):
 - train loss/accuracy and the test-set evaluation (each rank a disjoint slice) are summed
   over ranks with all_reduce; only rank 0 writes config, metrics and checkpoints.
 
-Torch's process-wide settings for the length of a run live here too (:func:`run_settings`): the
-thread count (``num_threads``, "auto" from the cores idle when the run starts, see
-:mod:`seq2d.threads`; None, the config's default, means "auto" too, so ``Trainer(TrainConfig(...))``
-and ``seq2d train`` choose alike; under torchrun the idle cores are shared by the local processes)
-and deterministic algorithms (``deterministic``); both are restored after.
+A run in one process never enters this module: :func:`seq2d.train.run` checks ``WORLD_SIZE`` once
+and, below 2, trains in a :class:`~seq2d.train.trainer.OneProcess` (rank 0 of 1; the same methods as
+:class:`DistContext`, each doing nothing); so does a :class:`~seq2d.train.Trainer` given no context
+while no process group runs. The run's thread count and determinism are :func:`seq2d.train.loop.run_settings`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import os
 import warnings
@@ -37,13 +35,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..blocks import no_cuda_error
 from ..errors import InvalidValue
-from .config import TrainConfig
-from .errors import spell
+from .builder import resolve_device
 
 __all__ = ["DistContext", "init_distributed", "cleanup", "wrap_model", "all_reduce_sum", "barrier",
-           "resolve_device", "unused_parameters", "choose_threads", "run_settings"]
+           "unused_parameters"]
 
 
 @dataclass
@@ -75,23 +71,18 @@ class DistContext:
             return cls(dist.get_rank(), dist.get_world_size(), local, resolve_device(device, local), dist.get_backend())
         return cls(device=resolve_device(device, 0))
 
+    # the face the Trainer calls (trainer.OneProcess has the same, doing nothing)
+    def barrier(self) -> None:
+        barrier(self)
 
-def resolve_device(device: str | torch.device = "auto", local_rank: int = 0) -> torch.device:
-    """``"auto"``: cuda (this process's GPU) when available, else cpu. ``"cuda"`` without a
-    GPU raises RuntimeError rather than silently running on the CPU."""
-    if isinstance(device, torch.device):
-        return device
-    if device not in ("auto", "cpu", "cuda") and not device.startswith("cuda:"):
-        raise InvalidValue(f"Unknown device {device!r}. Select from 'auto', 'cpu', 'cuda'")
-    if device == "cpu" or (device == "auto" and not torch.cuda.is_available()):
-        return torch.device("cpu")
-    if not torch.cuda.is_available():
-        raise no_cuda_error(spell("config field 'device'", "--device"), device,
-                            spell("device = 'cpu' or 'auto' (cuda when available)",
-                                  "--device cpu or --device auto (cuda when available)"))
-    if device.startswith("cuda:"):
-        return torch.device(device)
-    return torch.device("cuda", local_rank % torch.cuda.device_count())
+    def all_reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
+        return all_reduce_sum(t, self)
+
+    def wrap(self, model: nn.Module, example: torch.Tensor | None = None) -> nn.Module:
+        return wrap_model(model, self, example)
+
+    def close(self, *, sync: bool = True) -> None:
+        cleanup(self, sync=sync)
 
 
 def init_distributed(backend: str = "auto", device: str = "auto") -> DistContext:
@@ -227,38 +218,3 @@ def _broadcast_buffers(model: nn.Module, src: int = 0) -> None:
             tmp = buf.data.contiguous()
             dist.broadcast(tmp, src=src)
             buf.data.copy_(tmp)
-
-
-# ---------------------------------------------------------------------- the run's torch settings
-def choose_threads(cfg: TrainConfig, dist: DistContext) -> tuple[int, str]:
-    """The torch thread count for the run and how it was chosen (``num_threads``: an int is used
-    as is; "auto", and None (the config's default: the API chooses as ``seq2d train``, whose
-    default is "auto"), sample the idle cores now, at most torch's current count, see
-    seq2d.threads; to keep torch's count whatever the load, give it as an int)."""
-    if cfg.num_threads is not None and cfg.num_threads != "auto":
-        return int(cfg.num_threads), "num_threads"
-    from ..threads import auto_threads, available_cores, cpu_limit
-
-    share = int(os.environ.get("LOCAL_WORLD_SIZE", dist.world_size)) if dist.distributed else 1
-    avail = available_cores()
-    n = auto_threads(limit=torch.get_num_threads(), share=max(share, 1), available=avail)
-    per = f" shared by {share} processes" if share > 1 else ""
-    return n, f"auto: {avail:.1f} of {cpu_limit()} cores idle{per}, torch default {torch.get_num_threads()}"
-
-
-@contextlib.contextmanager
-def run_settings(cfg: TrainConfig, dist: DistContext | None = None):
-    """Apply num_threads / deterministic for the run (yields the thread count used and how it
-    was chosen); restore torch's settings after."""
-    threads = torch.get_num_threads()
-    det, det_warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
-    try:
-        n, why = choose_threads(cfg, dist if dist is not None else DistContext.current(cfg.device))
-        if n != threads:
-            torch.set_num_threads(n)
-        if cfg.deterministic:
-            torch.use_deterministic_algorithms(True, warn_only=True)
-        yield n, why
-    finally:
-        torch.set_num_threads(threads)
-        torch.use_deterministic_algorithms(det, warn_only=det_warn)

@@ -3,7 +3,8 @@ seed-vectorised copies of :mod:`seq2d.train.vectorized`): the optimizer a config
 (:func:`make_optimizer`), the default loss (:func:`classification_loss`), **one training step**
 (:func:`train_step`), the per-step statistics and their checks (:class:`StepStats`, the
 loss-explosion rule :class:`DivergenceMonitor`) and what a run shows while it trains
-(:class:`EpochBar`, :func:`epoch_line`).
+(:class:`EpochBar`, :func:`epoch_line`), and torch's process-wide settings for the length of a run
+(:func:`run_settings`).
 
 **One step** (:func:`train_step`) is, for a batch ``xb, yb``::
 
@@ -43,11 +44,19 @@ uninterrupted one would.
 **Progress** (rank 0, unless ``quiet``): a per-epoch progress bar on a terminal
 (:class:`EpochBar`; elsewhere, e.g. in a log file, a plain progress line at most every
 ``HEARTBEAT_S`` seconds) and one line per finished epoch (:func:`epoch_line`).
+
+**The run's torch settings** (:func:`run_settings`): the thread count (``num_threads``, "auto" from
+the cores idle when the run starts, see :mod:`seq2d.threads`; None, the config's default, means
+"auto" too, so ``Trainer(TrainConfig(...))`` and ``seq2d train`` choose alike; under torchrun the
+idle cores are shared by the local processes) and deterministic algorithms (``deterministic``);
+both are restored after.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -60,7 +69,7 @@ from .config import TrainConfig
 from .errors import DivergenceError, NonFiniteLossError
 
 __all__ = ["make_optimizer", "classification_loss", "train_step", "StepStats", "sync_interval", "DivergenceMonitor",
-           "BETA", "EpochBar", "epoch_line", "HEARTBEAT_S"]
+           "BETA", "EpochBar", "epoch_line", "HEARTBEAT_S", "choose_threads", "run_settings"]
 
 
 # ---------------------------------------------------------------------- the optimizer and the loss
@@ -247,3 +256,39 @@ def epoch_line(row: dict, epochs: int, step: int) -> str:
         f"acc {row['train_acc']:.4f} | test loss {row['test_loss']:.4f} acc {row['test_acc']:.4f} "
         f"| {row['epoch_time_s']:.1f}s"
     )
+
+
+# ---------------------------------------------------------------------- the run's torch settings
+def choose_threads(cfg: TrainConfig, dist) -> tuple[int, str]:
+    """The torch thread count for the run and how it was chosen (``num_threads``: an int is used
+    as is; "auto", and None (the config's default: the API chooses as ``seq2d train``, whose
+    default is "auto"), sample the idle cores now, at most torch's current count, see
+    seq2d.threads; to keep torch's count whatever the load, give it as an int)."""
+    if cfg.num_threads is not None and cfg.num_threads != "auto":
+        return int(cfg.num_threads), "num_threads"
+    from ..threads import auto_threads, available_cores, cpu_limit
+
+    share = int(os.environ.get("LOCAL_WORLD_SIZE", dist.world_size)) if dist.distributed else 1
+    avail = available_cores()
+    n = auto_threads(limit=torch.get_num_threads(), share=max(share, 1), available=avail)
+    per = f" shared by {share} processes" if share > 1 else ""
+    return n, f"auto: {avail:.1f} of {cpu_limit()} cores idle{per}, torch default {torch.get_num_threads()}"
+
+
+@contextlib.contextmanager
+def run_settings(cfg: TrainConfig, dist):
+    """Apply num_threads / deterministic for the run in context ``dist`` (a
+    :class:`~seq2d.train.distributed.DistContext` or a :class:`~seq2d.train.trainer.OneProcess`);
+    yields the thread count used and how it was chosen; restores torch's settings after."""
+    threads = torch.get_num_threads()
+    det, det_warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    try:
+        n, why = choose_threads(cfg, dist)
+        if n != threads:
+            torch.set_num_threads(n)
+        if cfg.deterministic:
+            torch.use_deterministic_algorithms(True, warn_only=True)
+        yield n, why
+    finally:
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(det, warn_only=det_warn)

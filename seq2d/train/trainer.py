@@ -44,12 +44,10 @@ the step statistics are read in one transfer every :attr:`Trainer.host_sync_ever
 step, and no checkpoint follows an unchecked step. A non-finite test loss (weights gone bad within an epoch) raises
 the same way, before that epoch's checkpoint is written.
 
-**The run folder** is locked for the length of the run (:mod:`seq2d.train.rundir`: a second
-run there is refused, a stale lock taken over), temporary files of interrupted writes are
-removed at the start, and ``run.json`` records the config, its hash and the status. A resume
-that changes lr/optimizer/weight_decay needs ``allow_changed`` (``--allow-changed``); the
-change is printed, recorded in ``run.json`` and the checkpoint, and shown in the ``changes``
-column of the next metrics row.
+**The run folder** is locked for the length of the run, and ``run.json`` records the config, its
+hash and the status (:mod:`seq2d.train.rundir`). A resume that changes lr/optimizer/weight_decay
+needs ``allow_changed`` (``--allow-changed``); the change is printed, recorded in ``run.json`` and
+the checkpoint, and shown in the ``changes`` column of the next metrics row.
 """
 
 from __future__ import annotations
@@ -65,47 +63,50 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import InvalidType, InvalidValue
-from .builder import build_model, check_output_sees_input
-from .checkpoint import (
-    CheckpointError,
-    capture_rng_state,
-    check_model_state,
-    check_optimizer_state,
-    upgrade_checkpoint,
-    check_resume_config,
-    check_resume_extra,
-    load_checkpoint,
-    restore_rng_state,
-    save_checkpoint,
-)
+from .builder import build_model, check_output_sees_input, group_started, resolve_device
+from .checkpoint import (CheckpointError, capture_rng_state, check_resume_config, check_resume_extra, load_checkpoint,
+                         load_states, restore_rng_state, save_checkpoint)
 from .config import TrainConfig, config_to_dict, save_config
-from .datasets import derive_seed, epoch_permutation, load_data, make_augment, seed_everything, split_data, synthetic_data
-from .distributed import DistContext, all_reduce_sum, barrier, cleanup, init_distributed, run_settings, wrap_model
+from .datasets import augment_generator, derive_seed, epoch_permutation, load_data, make_augment, seed_everything, split_data, synthetic_data
+from .distributed import DistContext, init_distributed
 from .errors import DivergenceError, NonFiniteLossError, RunLockedError, spell
 from .fingerprint import FINGERPRINT_KEY as FP, adopt_fingerprint, check_same_model, model_fingerprint
 from .identity import config_hash, format_changes, parse_allow_changed
-from .loop import (DivergenceMonitor, EpochBar, StepStats, classification_loss, epoch_line, make_optimizer, sync_interval,
-                   train_step)
+from .loop import (DivergenceMonitor, EpochBar, StepStats, classification_loss, epoch_line, make_optimizer, run_settings,
+                   sync_interval, train_step)
 from .rundir import (METRIC_COLUMNS, RunDir, is_finished_run, predict, read_metrics, read_record, reuse_line,
                      run_exists_error, write_metrics, write_predictions)
 from .tensorboard import config_callbacks
 
-__all__ = [
-    "Trainer", "train", "run",
-    "NonFiniteLossError", "DivergenceError",
-    "METRIC_COLUMNS",
-    "build_model",
-    "load_data",
-    "make_augment",
-    "synthetic_data",
-    "derive_seed",
-    "epoch_permutation",
-    "write_metrics",
-    "read_metrics",
-]
+__all__ = ["Trainer", "train", "run", "OneProcess", "NonFiniteLossError", "DivergenceError", "METRIC_COLUMNS", "build_model",
+           "load_data", "make_augment", "synthetic_data", "derive_seed", "epoch_permutation", "write_metrics",
+           "read_metrics"]
 
 
 # ---------------------------------------------------------------------- the trainer
+class OneProcess:
+    """A run in one process, rank 0 of 1 on ``device``: what :func:`run` makes unless torchrun started
+    several (``WORLD_SIZE`` > 1), and the :class:`Trainer` unless given a context or a process group runs.
+    The face of :class:`~seq2d.train.distributed.DistContext`, its collectives doing nothing."""
+
+    rank, world_size, local_rank, backend, owns_group, is_main, distributed = 0, 1, 0, None, False, True, False
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def barrier(self) -> None:
+        pass
+
+    def all_reduce_sum(self, t: Tensor) -> Tensor:
+        return t
+
+    def wrap(self, model: nn.Module, example: Tensor | None = None) -> nn.Module:
+        return model
+
+    def close(self, *, sync: bool = True) -> None:
+        pass
+
+
 def _call(callbacks, hook: str, *args) -> list:
     out = []
     for cb in callbacks:
@@ -129,7 +130,7 @@ class Trainer:
             extra metrics for the row, which later callbacks see), ``on_train_end(trainer, summary)``;
             a TensorBoard logger follows them when ``config.tensorboard`` is set (:mod:`.tensorboard`).
         dist: the :class:`~seq2d.train.distributed.DistContext` (default: an already started
-            process group, else a single process).
+            process group's, else a :class:`OneProcess`).
         criterion: ``(output, y) -> (summed loss, number correct)``; default cross-entropy.
 
     Attributes used by callbacks: ``model``, ``optimizer``, ``config``, ``epoch``
@@ -142,7 +143,7 @@ class Trainer:
     host_sync_every: int | None = None
 
     def __init__(self, config: TrainConfig, model: nn.Module, data, *, augment: Callable | None = None,
-                 callbacks: Sequence = (), dist: DistContext | None = None,
+                 callbacks: Sequence = (), dist: DistContext | OneProcess | None = None,
                  criterion: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None = None) -> None:
         if not isinstance(config, TrainConfig):
             raise InvalidType(f"config must be a TrainConfig, got {type(config).__name__}")
@@ -152,7 +153,8 @@ class Trainer:
             raise InvalidType(f"augment must be callable (xb, generator) -> xb, got {type(augment).__name__}")
         self.config = cfg = config
         check_output_sees_input(model, cfg)  # a model that cannot see its input is refused before training
-        self.dist = dist if dist is not None else DistContext.current(cfg.device)
+        self.dist = dist if dist is not None else (
+            DistContext.current(cfg.device) if group_started() else OneProcess(resolve_device(cfg.device, 0)))
         self.device = self.dist.device
         if cfg.batch_size % self.dist.world_size:
             raise InvalidValue(
@@ -173,7 +175,7 @@ class Trainer:
         self.callbacks = tuple(callbacks) + config_callbacks(cfg)  # the config's (TensorBoard) last: it logs the extras
         self.criterion = criterion or classification_loss
         self.optimizer = make_optimizer(cfg, self.model)
-        self.train_model = wrap_model(self.model, self.dist, self.train_data[0][:2]) if self.dist.distributed else self.model
+        self.train_model = self.dist.wrap(self.model, self.train_data[0][:2])  # DDP under torchrun
         self._fingerprint = model_fingerprint(self.model)  # what the run trains, before any step (recorded, compared)
         self.out_dir = cfg.run_dir()
         self.checkpoint_path = self.out_dir / "checkpoint.pt"
@@ -196,11 +198,6 @@ class Trainer:
     def is_main(self) -> bool:
         return self.dist.is_main
 
-    def _aug_generator(self, epoch: int) -> torch.Generator:
-        g = torch.Generator(device=self.device)
-        g.manual_seed(derive_seed(self.config.seed, "augment", epoch, self.dist.rank))
-        return g
-
     def _batches(self) -> int:
         return -(-self.train_data[0].shape[0] // self.config.batch_size)
 
@@ -222,22 +219,9 @@ class Trainer:
                    for k in allow if getattr(old, k) != getattr(cfg, k)]
         check_resume_extra(ckpt["extra"], self._batches(), where)
         check_same_model(ckpt["extra"].get(FP), self._fingerprint, reuse=False, where=where)
-        upgrade_checkpoint(ckpt, self.model, self.optimizer)  # a masked box saved densely, by an earlier seq2d
-        check_model_state(ckpt["model"], self.model, where)
         new_optimizer = any(c["field"] == "optimizer" for c in changes)  # a new kind of optimizer starts from scratch
-        if not new_optimizer:
-            check_optimizer_state(ckpt["optimizer"], self.optimizer, where)
-        try:
-            self.model.load_state_dict(ckpt["model"])
-        except RuntimeError as e:
-            raise CheckpointError(f"the model in {where} does not fit this model: {e}") from e
-        if not new_optimizer:
-            try:
-                self.optimizer.load_state_dict(ckpt["optimizer"])
-            except (ValueError, KeyError, TypeError) as e:
-                raise CheckpointError(f"the optimizer state in {where} does not fit this optimizer: {e}") from e
-            for g in self.optimizer.param_groups:  # the config's values (equal unless allowed to change)
-                g["lr"], g["weight_decay"] = cfg.lr, cfg.weight_decay
+        load_states(ckpt, self.model, self.optimizer, where, new_optimizer=new_optimizer,
+                    lr=cfg.lr, weight_decay=cfg.weight_decay)  # the config's values (equal unless allowed to change)
         self.epoch, self.step = ckpt["epoch"], ckpt["step"]
         self.history = list(ckpt["metrics"].get("history", []))
         last = ckpt["metrics"].get("last")
@@ -302,7 +286,7 @@ class Trainer:
                 self.rundir, err = None, e
         if self.dist.distributed:
             flag = torch.tensor([0.0 if err is None else 1.0], device=self.device)
-            all_reduce_sum(flag, self.dist)
+            self.dist.all_reduce_sum(flag)
             if flag.item() and err is None:
                 raise RunLockedError(f"rank 0 could not lock the run folder {str(self.out_dir)!r} (see its message)")
         if err is not None:
@@ -316,7 +300,7 @@ class Trainer:
             if self.checkpoint_path.exists() and not overwrite:
                 record = read_record(self.out_dir)  # every rank reads it: all take the same branch
                 if is_finished_run(record, cfg):
-                    return self._reuse()
+                    return self._reuse(record)
                 raise run_exists_error(self.checkpoint_path, record, cfg)
             if self.is_main and overwrite:
                 self.checkpoint_path.unlink(missing_ok=True)
@@ -325,7 +309,7 @@ class Trainer:
             save_config(cfg, self.out_dir / "config.toml")
             write_metrics(self.out_dir, self.history)
             self._record("running")
-        barrier(self.dist)  # every rank sees the folder, and no rank runs ahead of a resume
+        self.dist.barrier()  # every rank sees the folder, and no rank runs ahead of a resume
         _call(self.callbacks, "on_train_start", self)
         try:
             for epoch in range(self.epoch, cfg.epochs):
@@ -347,9 +331,10 @@ class Trainer:
         _call(self.callbacks, "on_train_end", self, summary)
         return summary
 
-    def _reuse(self) -> dict:
-        """Load the complete run of this config and model in ``out_dir``; its summary, nothing trained or written."""
-        recorded = (read_record(self.out_dir) or {}).get(FP)
+    def _reuse(self, record: dict | None) -> dict:
+        """Load the complete run of this config and model in ``out_dir`` (``record``: its ``run.json``, as read);
+        its summary, nothing trained or written."""
+        recorded = (record or {}).get(FP)
         check_same_model(recorded, self._fingerprint, reuse=True, where=str(self.out_dir))  # ModelChangedError
         self.load()
         summary = {**self.summary(), "reused": True}
@@ -376,7 +361,7 @@ class Trainer:
         N, B = X.shape[0], cfg.batch_size
         nb = self._batches()
         perm = epoch_permutation(N, cfg.seed, epoch).to(self.device)
-        aug_gen = self._aug_generator(epoch) if self.augment is not None else None
+        aug_gen = augment_generator(cfg.seed, epoch, rank, self.device) if self.augment is not None else None
         gens = {"augment": aug_gen} if aug_gen is not None else None
         start = self._resume_batch
         if self._aug_state is not None and aug_gen is not None:
@@ -409,7 +394,7 @@ class Trainer:
 
             def queue(stats, step=self.step + 1, k=k, count=count, now=now):
                 if W > 1:
-                    all_reduce_sum(stats, self.dist)
+                    self.dist.all_reduce_sum(stats)
                 steps.add(stats, step, k, count, flush=now)
 
             # DDP averages gradients over W ranks: scaling by W / count makes that average the
@@ -488,7 +473,7 @@ class Trainer:
             write_metrics(self.out_dir, rows)
             self._record("running")  # run.json's progress = the checkpoint's (what a resume reports)
         self._last_good, self._last_good_at = self.checkpoint_path, (epoch, self.step, extra.get("batch", 0))
-        barrier(self.dist)
+        self.dist.barrier()
 
     def _diverged(self, cls, what: str, epoch: int, bar, nb: int, step: int | None = None) -> None:
         if bar is not None:
@@ -522,7 +507,7 @@ class Trainer:
             correct += c.double()
         self.model.train(was_training)
         t = torch.stack([loss, correct, torch.tensor(float((hi - lo) * self.targets_per_sample), dtype=torch.float64, device=self.device)])
-        all_reduce_sum(t, self.dist)
+        self.dist.all_reduce_sum(t)
         total, corr, count = t.tolist()
         return {"loss": total / count, "acc": corr / count}
 
@@ -569,7 +554,8 @@ class Trainer:
 
 
 def train(config: TrainConfig, model: nn.Module, data, *, augment: Callable | None = None, callbacks: Sequence = (),
-          resume: bool = False, overwrite: bool = False, dist: DistContext | None = None, allow_changed=()) -> dict:
+          resume: bool = False, overwrite: bool = False, dist: DistContext | OneProcess | None = None,
+          allow_changed=()) -> dict:
     """``Trainer(config, model, data, ...).fit(resume, overwrite, allow_changed)``: train and return the summary."""
     return Trainer(config, model, data, augment=augment, callbacks=callbacks, dist=dist).fit(
         resume=resume, overwrite=overwrite, allow_changed=allow_changed)
@@ -577,19 +563,28 @@ def train(config: TrainConfig, model: nn.Module, data, *, augment: Callable | No
 
 def run(config: TrainConfig, *, resume: bool = False, overwrite: bool = False, callbacks: Sequence = (),
         allow_changed=()) -> dict:
-    """The whole run from a config: start torch.distributed when under torchrun, build the
-    model (:func:`build_model`), load the data (:func:`load_data`), train, clean up."""
-    ctx = init_distributed(config.dist_backend, config.device)
+    """The whole run from a config: start torch.distributed when under torchrun (else a :class:`OneProcess`),
+    build the model (:func:`build_model`), load the data (:func:`load_data`; with ``download``, rank 0
+    first), train, clean up."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        ctx = init_distributed(config.dist_backend, config.device)
+    else:
+        ctx = OneProcess(resolve_device(config.device, 0))
     try:
         model = build_model(config)
-        data = load_data(config, ctx.device, ctx)
+        first = config.download and ctx.distributed  # rank 0 fetches, the others wait for it
+        if first and not ctx.is_main:
+            ctx.barrier()
+        data = load_data(config, ctx.device)
+        if first and ctx.is_main:
+            ctx.barrier()
         summary = train(config, model, data, augment=make_augment(config), callbacks=callbacks,
                         resume=resume, overwrite=overwrite, dist=ctx, allow_changed=allow_changed)
     except DivergenceError:
-        cleanup(ctx)  # every rank sees the same (all-reduced) loss, so all stop together
+        ctx.close()  # every rank sees the same (all-reduced) loss, so all stop together
         raise
     except BaseException:
-        cleanup(ctx, sync=False)
+        ctx.close(sync=False)
         raise
-    cleanup(ctx)
+    ctx.close()
     return summary

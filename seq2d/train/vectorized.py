@@ -57,11 +57,11 @@ from torch.func import functional_call, vmap
 from ..errors import InvalidType, InvalidValue
 from .builder import build_model
 from .config import OUTPUT_FIELDS, TrainConfig, save_config
-from .datasets import epoch_permutation, load_data, make_augment, seed_everything
-from .distributed import DistContext, run_settings
+from .datasets import augment_generator, epoch_permutation, load_data, make_augment, seed_everything
+from .distributed import DistContext
 from .errors import DivergenceError, NonFiniteLossError, RunExistsError, spell
 from .identity import config_diff, format_diff
-from .loop import EpochBar, StepStats, epoch_line, sync_interval, train_step
+from .loop import EpochBar, StepStats, epoch_line, run_settings, sync_interval, train_step
 from .rundir import describe_record, is_finished_run, read_record, write_metrics
 from .trainer import Trainer
 
@@ -164,8 +164,8 @@ def train_copies(configs: Sequence[TrainConfig], *, build: Callable[[TrainConfig
     models = [(build or build_model)(c) for c in configs]
     check_vectorizable(configs, models)
     if data is None:
-        shared = None if cfg.augment_test else load_data(cfg, dist.device, dist)
-        datas = [shared if shared is not None else load_data(c, dist.device, dist) for c in configs]
+        shared = None if cfg.augment_test else load_data(cfg, dist.device)
+        datas = [shared if shared is not None else load_data(c, dist.device) for c in configs]
     else:
         datas = [data] * len(configs)
     if augment is _FROM_CONFIG:
@@ -195,7 +195,7 @@ def _fit(trainers: list[Trainer], overwrite: bool) -> list[dict]:
         if t.checkpoint_path.exists() and not overwrite:
             record = read_record(t.out_dir)
             if is_finished_run(record, t.config):
-                summaries[c] = t._reuse()
+                summaries[c] = t._reuse(record)
                 continue
             raise RunExistsError(f"{str(t.checkpoint_path)!r} exists ({describe_record(record)}): "
                                  + spell("pass overwrite=True to start afresh, or continue it alone with "
@@ -301,7 +301,7 @@ class _Batch:
         N, B = X.shape[0], cfg.batch_size
         nb = t0._batches()
         perms = torch.stack([epoch_permutation(N, t.config.seed, epoch) for t in ts]).to(t0.device)  # (k, N)
-        gens = [t._aug_generator(epoch) if t.augment is not None else None for t in ts]
+        gens = [augment_generator(t.config.seed, epoch, t.dist.rank, t.device) if t.augment is not None else None for t in ts]
         sums = [{"loss": 0.0, "correct": 0, "count": 0, "time": 0.0} for _ in ts]
         steps = [StepStats(sums[c], t._monitor, self._fail(c, epoch, nb),
                            lambda step, kb, s=t.config.seed: f"of seed {s} at epoch {epoch + 1}, step {step} (batch "
