@@ -357,13 +357,14 @@ def results_section(res: dict, blk: dict | None = None) -> str:
 
 
 def todays_names(res):
-    """``res`` (a results.json) with every model name (``model``, a difference's ``a`` and ``b``) in
+    """``res`` (a results.json) with every model name (``model``, ``models``, a difference's ``a`` and ``b``) in
     today's spelling: results saved
     before the rename say ``random-block`` (seq2d.renames.OLD_NAMES["mnist_model"])."""
     from seq2d.renames import migrate_model_name
 
     if isinstance(res, dict):
-        return {k: migrate_model_name(v, "mnist_model") if k in ("model", "a", "b") else todays_names(v)
+        return {k: migrate_model_name(v, "mnist_model") if k in ("model", "a", "b")
+                else [migrate_model_name(m, "mnist_model") for m in v] if k == "models" else todays_names(v)
                 for k, v in res.items()}
     return [todays_names(v) for v in res] if isinstance(res, list) else res
 

@@ -50,7 +50,7 @@ MODELS: dict[str, dict] = {
 # Scales: how much data and how many epochs (`seq2d mnist` default "quick"; --full: "full").
 SCALES: dict[str, dict] = {
     # Adam, lr 1e-3, batch 64, 100 epochs, 50x50 inputs, MLP [2500, 500, 200, 100, 10];
-    # the randomized models run 4 iterations (the MLP's depth).
+    # the randomized models run 4 steps (the MLP's depth).
     "full": {"data": "full", "epochs": 100, "batch_size": 64, "lr": 1e-3, "optimizer": "adam",
              "sizes": [2500, 500, 200, 100, 10], "image_size": 50},
     # the bundled 2,500 + 1,000 digit subset, a few epochs: finishes in about a minute on 2 CPU cores
@@ -79,7 +79,7 @@ SEED_SUMMARY = "seeds/003_5467b9de8681185d.txt"
 PROTOCOLS: dict[str, Protocol] = {
     "ours": Protocol({}, ("mlp", "random_element", "random_tile"),
                      "inputs 50x50 normalised (0.1307, 0.3081), Adam lr 1e-3, batch 64, no augmentation; randomized "
-                     "models with exactly the MLP's trainable-parameter count, 4 iterations, ReLU on hidden slots only",
+                     "models with exactly the MLP's trainable-parameter count, 4 steps, ReLU on hidden slots only",
                      f"the recipe of the paper's summary ({SEED_SUMMARY}, Method Summary) without its optional "
                      "transformations (the default); the randomized models' details are our choices"),
     "paper": Protocol({"erasing_p": 0.5, "perspective_p": 0.5}, ("mlp", "random_element", "random_tile"),
@@ -92,7 +92,7 @@ PROTOCOLS: dict[str, Protocol] = {
     "ms-thesis": Protocol({"lr": 1e-4, "normalize": False}, ("mlp", "random_density"),
                           "Resize(50) + ToTensor without normalisation, Adam lr 1e-4; randomized model random_density: "
                           "every block of rows 1-4 masked at density 0.5108 with one bias per block, ReLU on every "
-                          "slot incl. the output, between iterations and on the logits (the held input in [0, 1] is "
+                          "slot incl. the output, between steps and on the logits (the held input in [0, 1] is "
                           "left as is); 1,373,557 trainable parameters, not matched to the MLP's 1,371,810",
                           "our reading of the MS-thesis scripts as described in our audit, not re-read"),
 }
@@ -143,7 +143,7 @@ def protocols_section() -> str:
         "`augment_test`) also applies the protocol's augmentation to the test set: one draw per run, seeded by the "
         "run's seed, the same images every epoch (torchvision would draw anew on each pass); with a protocol that has "
         "no augmentation it is refused. In every protocol the randomized models (exactly the MLP's trainable-parameter "
-        "count, element or 64 x 64 tile placement, 4 iterations, ReLU on hidden slots) and the 5 seeds of `--full` are "
+        "count, element or 64 x 64 tile placement, 4 steps, ReLU on hidden slots) and the 5 seeds of `--full` are "
         "our choices. The `ms-thesis` row is our audit's description of the MS-thesis scripts, not re-read: we have "
         "not read the MS-thesis scripts themselves."),
         "",
