@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from .errors import InvalidValue, MissingFile, Seq2DError, did_you_mean
+from .errors import InvalidValue, MissingFile, Seq2DError
 
 # Nothing above imports torch: each command imports what it needs (matplotlib, networkx, the
 # trainer, torchvision, scipy, torch itself) when it runs, so `seq2d --help` starts at once.
@@ -333,8 +333,7 @@ def _add_stability(sub, name: str, summary: str) -> None:
 
 def _cmd_mnist(args) -> int:
     from .lab.launch import launcher_from_args
-    from .lab.mnist_comparison import MODELS, PROTOCOLS, compare, configs_for, protocol_config, write_results
-    from .renames import now_called
+    from .lab.mnist_comparison import PROTOCOLS, compare, configs_for, protocol_config, write_results
     from .cli_text import threads_line
     from .train.config import load_config
 
@@ -357,12 +356,6 @@ def _cmd_mnist(args) -> int:
         require_tensorboard("--tensorboard")  # one clear error before any run starts
         proto["tensorboard"] = args.tensorboard
     models = [m.strip() for m in (args.models or ",".join(PROTOCOLS[args.protocol].models)).split(",") if m.strip()]
-    for m in models:
-        now_called("--models", m, "mnist_model")  # an old spelling: 'random-element' is now called 'random_element'
-    bad = [m for m in models if m not in MODELS]
-    if bad:
-        raise InvalidValue(f"unknown model(s) {bad}{did_you_mean(bad[0], list(MODELS))}. Select from "
-                           + ", ".join(repr(m) for m in MODELS))
     seeds = [0, 1, 2, 3, 4] if args.full else [0]
     if args.seeds:
         parts = [x.strip() for x in args.seeds.split(",")]
@@ -371,10 +364,11 @@ def _cmd_mnist(args) -> int:
             raise InvalidValue(f"--seeds: expected comma-separated ints >= 0 such as 0,1,2; {bad[0]!r} in {args.seeds!r} is not")
         seeds = [int(x) for x in parts]
     base = load_config(proto)
+    configs = configs_for(base, models)  # the model names checked here: unknown, or an old spelling ("now called")
     launcher = launcher_from_args(args)  # submitit is imported only for --launcher slurm / submitit-local
     if base.quiet:  # else each run prints its own thread line (the count it chose): one line, never two
         print(threads_line(base.num_threads))
-    rows = compare(configs_for(base, models), seeds, args.out, resume=not args.fresh, jobs=args.jobs,
+    rows = compare(configs, seeds, args.out, resume=not args.fresh, jobs=args.jobs,
                    vectorize_seeds=args.vectorize_seeds, launcher=launcher)
     written = write_results(rows, args.out, config=base, protocol=proto, models=models, seeds=seeds, name=args.protocol)
     print()

@@ -141,7 +141,7 @@ CASES = [
     ("train-wrong-type-in-file", ["train", "typecfg.toml"], ["config field 'epochs'", "'x'"]),
     ("train-wrong-type-flag", ["train", "--epochs", "x"], ["config field 'epochs'", "'x'"]),
     # mnist: flags
-    ("mnist-unknown-model", ["mnist", "--models", "nope"], ["unknown model(s) ['nope']"]),
+    ("mnist-unknown-model", ["mnist", "--models", "nope"], ["Unknown model 'nope'"]),
     ("mnist-model-misspelt", ["mnist", "--models", "random_elemnt"], ["did you mean 'random_element'?"]),
     ("mnist-model-old-spelling", ["mnist", "--models", "random-element"], ["'random-element' is now called 'random_element'"]),
     ("mnist-epochs-not-int", ["mnist", "--epochs", "x"], ["--epochs", "'x'"]),

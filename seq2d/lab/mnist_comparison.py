@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
