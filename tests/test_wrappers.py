@@ -83,3 +83,22 @@ def test_docs_quote_the_rnn_counts():
     ours, theirs = seq2d.from_torch(ref).num_parameters(), sum(p.numel() for p in ref.parameters())
     text = (Path(__file__).resolve().parents[1] / "docs" / "concepts.md").read_text()
     assert f"`nn.RNN(16, 32)`: {ours:,} against torch's {theirs:,}" in text
+
+
+def test_truncated_rnn_is_one_function_of_a_given_or_a_fresh_rnn():
+    """``seq2d.truncated_rnn`` (the registry entry and the preset too) truncates the RNN it is given,
+    or, given none, a fresh ``seq2d.rnn`` built from the size keywords: the same weights as that
+    rnn under the same seed, and the same outputs as truncating it by hand; an rnn together with
+    size keywords is refused (which sizes would be meant?)."""
+    torch.manual_seed(4)
+    fresh = seq2d.truncated_rnn(k=3, input_size=5, hidden_size=6, num_layers=2, dtype=DT)
+    torch.manual_seed(4)
+    by_hand = seq2d.truncated_rnn(seq2d.rnn(5, 6, 2, dtype=DT), 3)
+    x = torch.randn(7, 2, 5, dtype=DT)
+    assert isinstance(fresh, seq2d.TruncatedRNN) and (fresh.k, fresh.num_layers, fresh.hidden_size) == (3, 2, 6)
+    assert torch.equal(fresh(x), by_hand(x))  # one path against itself: the same computation, bitwise
+    assert type(seq2d.create_model("truncated_rnn", input_size=5, hidden_size=6, k=3)) is seq2d.TruncatedRNN
+    with pytest.raises(ValueError, match="hidden_size given with an rnn"):
+        seq2d.truncated_rnn(nn.RNN(5, 16), 3, hidden_size=8)
+    with pytest.raises(ValueError, match="k must be a positive int"):
+        seq2d.truncated_rnn(k=0)
