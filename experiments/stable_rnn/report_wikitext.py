@@ -297,10 +297,10 @@ def fig2_section(rec: dict | None, fig2_path: str, png_rel: str) -> str:
             lines.append(f"- {LABELS[cell]}: pending ({r['why']}).")
             continue
         v = r["vanish"]
-        txt = (f"- {LABELS[cell]}: F2-vanish {v['outcome']} (D = {', '.join('>K' if d is None else str(d) for d in v['D'])}"
+        txt = (f"- {LABELS[cell]}: F2-vanish {v['outcome']} (D = {distances(v['D'], v['K'])}"
                f" for seeds {', '.join(map(str, v['seeds']))}; BPTT {', '.join(map(str, v['moderate']))}, K = {v['K']})")
         for kind, ap in r["apart"].items():
-            dc = ", ".join(">K" if d is None else str(d) for d in ap["D_control"])
+            dc = distances(ap["D_control"], v["K"])
             txt += f"; F2-apart against the {kind} controls (D = {dc}): {ap['outcome']}"
             txt += (f" (|mean difference| {ap['gap']:.2f} against a spread of {ap['spread']:.0f})" if "gap" in ap
                     else f" ({ap['why']})")
@@ -349,6 +349,12 @@ def plot_fig2(rec: dict, path: Path) -> None:
 
 
 # ---------------------------------------------------------------------- the verdict lines
+
+def distances(ds, K) -> str:
+    """The 1% distances of several seeds: a curve that never fell below the threshold up to
+    distance ``K`` (``None``) is written ``> K``."""
+    return ", ".join(f"> {K}" if d is None else str(d) for d in ds)
+
 def verdict_lines(results: dict, rec: dict | None) -> tuple[list[str], list[str]]:
     """(holds, fails) for the page's verdict: the table's differences and Fig. 2's outcomes, or "pending"."""
     holds, fails = [], []
@@ -370,8 +376,8 @@ def verdict_lines(results: dict, rec: dict | None) -> tuple[list[str], list[str]
         if r["verdict"] == "pending":
             fails.append(line + f" ({r['why']}).")
             continue
-        line += (f"; D = {', '.join('>K' if d is None else str(d) for d in r['vanish']['D'])} for the trained model"
-                 + "".join(f", {', '.join('>K' if d is None else str(d) for d in ap['D_control'])} for the {k} controls"
+        line += (f"; D = {distances(r['vanish']['D'], r['vanish']['K'])} for the trained model"
+                 + "".join(f", {distances(ap['D_control'], r['vanish']['K'])} for the {k} controls"
                            for k, ap in r["apart"].items()) + ".")
         (holds if r["verdict"] == "supported" else fails).append(line)
     return holds, fails
