@@ -261,7 +261,8 @@ def fig2_section(rec: dict | None, fig2_path: str, png_rel: str) -> str:
     s = rec["settings"]
     a = f2.analyse(rec)
     lines += [f"Record: `{fig2_path}`, mode `{rec['mode']}`, {rec['date']}, {rec['env']['hardware']} (torch "
-              f"{rec['env']['torch']}, CPU capability {rec['env']['cpu_capability']}), {rec['seconds']:.0f} s. "
+              f"{rec['env']['torch']}, CPU capability {rec['env']['cpu_capability']}), {sum(e.get('time_s') or 0 for e in rec['entries']):.0f} s over the models (the last call "
+              f"{rec['seconds']:.0f} s: each call measures only the models not measured before). "
               f"Command: `{rec['command']}`.", "",
               "Sampling: " + _sampling(rec), "",
               f"Models per (condition, seed): **trained** (the run's final weights, the best-validation ones; their test "
