@@ -323,7 +323,7 @@ def test_divergence_factor_sets_the_rule(tmp_path):
     for name, factor in (("off", None), ("default", 1000.0)):
         _, s = _fit(_cfg(tmp_path, name, lr=10.0, optimizer="sgd", epochs=1, divergence_factor=factor))
         assert s["complete"]
-    with pytest.raises(DivergenceError, match=r"\(100 x 1\.3\d*; first value 1\.3\d*\) at epoch 1, step \d"):
+    with pytest.raises(DivergenceError, match=r"\(100 x 1\.3\d*; first value 1\.3\d*\) at epoch 1, update \d"):
         _fit(_cfg(tmp_path, "on", lr=10.0, optimizer="sgd", epochs=1, divergence_factor=100.0))
 
 

@@ -168,7 +168,7 @@ def test_a_diverging_copy_stops_the_batch(tmp_path):
 
     cfg = base(tmp_path, optimizer="sgd", lr=1e4, epochs=3)
     configs = seed_configs(cfg, SEEDS)
-    with pytest.raises(DivergenceError, match=r"of seed 0 at epoch \d+, step \d+") as info:
+    with pytest.raises(DivergenceError, match=r"of seed 0 at epoch \d+, update \d+") as info:
         train_copies(configs, build=build64, data=DATA)
     assert info.value.update >= 1
     status = [json.loads((c.run_dir() / "run.json").read_text())["status"] for c in configs]
