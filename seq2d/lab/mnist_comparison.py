@@ -403,8 +403,7 @@ def _train_vectorized(plan: Sequence, todo: list[int], rows: list, *, resume: bo
 
 
 def _read_json(path: Path) -> dict | None:
-    """A run's ``summary.json`` (None when absent or unreadable), its ``steps`` (written before
-    issue 36) read as ``updates`` (:func:`seq2d.renames.migrate_record`)."""
+    """A run's ``summary.json`` (None: absent or unreadable), old keys read as today's (``steps``: ``updates``)."""
     try:
         d = json.loads(path.read_text())
     except (OSError, ValueError):
