@@ -75,7 +75,7 @@ def _load() -> float:
 
 def measure(models, variants, *, data: str, steps: int, rounds: int, image_size: int, sizes, log=print) -> dict:
     base = dataclasses.replace(TrainConfig(**protocol_config("ours", "full")), data=data, image_size=image_size,
-                               sizes=list(sizes), num_threads=1, quiet=True, device="cpu", max_steps=steps,
+                               sizes=list(sizes), num_threads=1, quiet=True, device="cpu", max_updates=steps,
                                epochs=1)
     cfgs = configs_for(base, models)
     loaded = load_data(next(iter(cfgs.values())), device="cpu")

@@ -54,8 +54,23 @@ class _Parser(argparse.ArgumentParser):
         if extra:  # reported by the subcommand that was given them (argparse: by the top level)
             subs = [a for a in self._actions if isinstance(a, argparse._SubParsersAction)]
             parser = subs[0].choices.get(getattr(ns, "cmd", None), self) if subs else self
-            parser.error("unrecognized arguments: " + " ".join(extra))
+            parser.error("unrecognized arguments: " + " ".join(extra) + _renamed_flags(parser, extra))
         return ns
+
+
+def _renamed_flags(parser: argparse.ArgumentParser, extra: list[str]) -> str:
+    """``; '--max-steps' is now called '--max-updates'`` for each old flag of a renamed config field
+    (seq2d.train.config.RENAMED_FIELDS) among ``extra`` whose new flag ``parser`` has."""
+    from .train.config import RENAMED_FIELDS
+
+    flag = lambda k: "--" + k.replace("_", "-")  # noqa: E731
+    given = {a.split("=", 1)[0] for a in extra}
+    out = ""
+    for old, new in RENAMED_FIELDS.items():
+        known = [flag(n) for n in new if flag(n) in parser._option_string_actions]
+        if flag(old) in given and known:
+            out += f"; {flag(old)!r} is now called {' or '.join(map(repr, known))}"
+    return out
 
 
 def _wrap(text: str) -> str:
@@ -182,7 +197,7 @@ def _stability_model(text: str, kwargs: list[str]):
             model.load_state_dict(ckpt["model"])
         except (Seq2DError, RuntimeError) as e:  # RuntimeError: load_state_dict's shape mismatch
             raise InvalidValue(f"cannot load the model of checkpoint {str(p)!r}: {e}") from e
-        return model, f"checkpoint {p} (model {cfg.model!r}, epoch {ckpt['epoch']}, step {ckpt['step']})"
+        return model, f"checkpoint {p} (model {cfg.model!r}, epoch {ckpt['epoch']}, update {ckpt['update']})"
     return _resolve(text, kwargs), text
 
 
@@ -342,7 +357,7 @@ def _cmd_mnist(args) -> int:
         proto["data"] = args.data
     if args.epochs is not None:
         proto["epochs"] = args.epochs
-    for key in ("steps", "device", "num_threads", "max_steps"):
+    for key in ("steps", "device", "num_threads", "max_updates"):
         value = getattr(args, key)
         if value is not None:
             proto[key] = value
@@ -429,7 +444,8 @@ def _add_mnist(sub, name: str, summary: str) -> None:
     p.add_argument("--num-threads", dest="num_threads", type=threads_arg, default=1, metavar="INT|auto",
                    help="torch threads per run (default 1: small GEMMs at batch 64 gain little from more); auto: the "
                         "cores idle at the start of each run, at most its process's share (seq2d.threads)")
-    p.add_argument("--max-steps", dest="max_steps", type=int, default=None, help="stop each run after this many steps")
+    p.add_argument("--max-updates", dest="max_updates", type=int, default=None,
+                   help="stop each run after this many optimizer updates (a partial run; the next call continues it)")
     p.add_argument("--out", default="runs/mnist", help="output folder (default runs/mnist)")
     p.add_argument("--fresh", action="store_true", help="retrain runs that already finished in --out")
     p.add_argument("--tensorboard", default=None, metavar="DIR",

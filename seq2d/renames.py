@@ -6,8 +6,9 @@ name) keeps loading: its readers map each old spelling to today's. A run's ident
 move: :func:`seq2d.train.identity.config_hash` hashes today's spelling under the old one, so a
 committed run keeps the hash it was recorded with. Code that passes an old spelling today is
 told what it is now called (:func:`now_called`). Renamed config *fields* (``backend``,
-``iterations``) are per-field metadata of :class:`seq2d.train.TrainConfig` (its ``was``
-entries), read by the same loaders.
+``iterations``, ``max_steps``) are per-field metadata of :class:`seq2d.train.TrainConfig` (its
+``was`` entries), read by the same loaders; renamed *record keys* (a run's ``step``, now
+``update``) are read as today's by :func:`migrate_record`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from collections.abc import Mapping
 
 from .errors import InvalidValue
 
-__all__ = ["OLD_NAMES", "FORMER_PRESETS", "migrate_model_name", "old_model_name", "now_called"]
+__all__ = ["OLD_NAMES", "FORMER_PRESETS", "migrate_model_name", "old_model_name", "now_called", "migrate_record",
+           "refuse_old_keywords"]
 
 #: Old spelling -> today's, by what it names. Readers:
 #: ``state_dict``: key prefixes (seq2d.stores.migrate.migrate_state_dict);
@@ -24,7 +26,9 @@ __all__ = ["OLD_NAMES", "FORMER_PRESETS", "migrate_model_name", "old_model_name"
 #: ``model``: a registered model name in a config (``model = "random"``; registry names are the
 #: Python functions' names, so the paper's randomized model is ``random_model``);
 #: ``mnist_model``: a named configuration of ``seq2d mnist`` (one spelling with the registry's:
-#: underscores), in a run folder's name or a results row.
+#: underscores), in a run folder's name or a results row;
+#: ``record``: a key of a saved run record (optimizer updates were "steps" until issue 36: run.json,
+#: a checkpoint and a metrics row held ``step``, a run's summary row ``steps``; :func:`migrate_record`).
 #: tests/test_renames.py checks every entry both ways (loads, and the "now called" error).
 OLD_NAMES: dict[str, dict] = {
     # a tiled model's block-sparse matrix was ``model.engine``, saved under ``engine.*``
@@ -35,6 +39,7 @@ OLD_NAMES: dict[str, dict] = {
     "mnist_model": {"random-element": "random_element", "random-tile": "random_tile", "random-block": "random_block",
                     "random-density": "random_density", "linear-28": "linear_28",
                     "random-element-feedforward": "random_element_feedforward"},
+    "record": {"step": "update", "steps": "updates"},
 }
 
 #: Preset names of earlier versions that build nothing any more: the error names the successor.
@@ -64,3 +69,36 @@ def now_called(where: str, name, kind: str = "model") -> None:
     table: Mapping = OLD_NAMES[kind]
     if isinstance(name, str) and name in table:
         raise InvalidValue(f"{where}: {name!r} is now called {table[name]!r}")
+
+
+def migrate_record(record):
+    """``record`` (one dict read from a saved run file: ``run.json``, a checkpoint, a metrics row,
+    a change made on resume, a summary row) with its old keys (``OLD_NAMES["record"]``) read as
+    today's; a key whose new spelling is there too is kept as it is; anything else unchanged.
+    Only the top level: a record's ``config`` is read by the config loaders (its ``steps`` is the
+    model's)."""
+    if not isinstance(record, Mapping):
+        return record
+    table = OLD_NAMES["record"]
+    return {(table[k] if k in table and table[k] not in record else k): v for k, v in record.items()}
+
+
+def refuse_old_keywords(cls, renamed: Mapping[str, tuple[str, ...]]) -> None:
+    """Make ``cls(old=value)`` for an old keyword of ``renamed`` (old -> the names that replace it;
+    :data:`seq2d.train.config.RENAMED_FIELDS`) raise the typed "now called" error
+    (``TrainConfig got max_steps=3; it is now called max_updates=3``) instead of Python's
+    "unexpected keyword argument". Not a shim: the old keyword's value is never used."""
+    import functools
+
+    from .errors import InvalidType
+
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def call(self, *args, **kwargs):
+        for old in [k for k in kwargs if k in renamed]:
+            new = " or ".join(f"{n}={kwargs[old]!r}" for n in renamed[old])
+            raise InvalidType(f"{cls.__name__} got {old}={kwargs[old]!r}; it is now called {new}")
+        init(self, *args, **kwargs)
+
+    cls.__init__ = call

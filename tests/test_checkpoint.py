@@ -29,7 +29,7 @@ def write(path, **kw):
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     model(torch.randn(4, 6)).sum().backward()
     opt.step()  # non-empty optimizer state
-    args = dict(model=model, optimizer=opt, epoch=3, step=42, config=TrainConfig(sizes=[6, 5, 3]),
+    args = dict(model=model, optimizer=opt, epoch=3, update=42, config=TrainConfig(sizes=[6, 5, 3]),
                 metrics={"history": [{"epoch": 1, "test_acc": 0.5}]}, extra={"batch": 0})
     args.update(kw)
     return save_checkpoint(path, **args), model, opt
@@ -45,7 +45,7 @@ def test_round_trip_with_the_safe_loader(good):
     path, model, opt = good
     ck = load_checkpoint(path)
     assert ck["format"] == FORMAT and ck["version"] == FORMAT_VERSION
-    assert ck["epoch"] == 3 and ck["step"] == 42 and ck["extra"] == {"batch": 0}
+    assert ck["epoch"] == 3 and ck["update"] == 42 and ck["extra"] == {"batch": 0}
     assert ck["config"] == config_to_dict(TrainConfig(sizes=[6, 5, 3]))
     assert all(torch.equal(ck["model"][k], v) for k, v in model.state_dict().items())  # saved and loaded: bitwise
     opt2 = torch.optim.Adam(seq2d.mlp([6, 5, 3]).parameters())

@@ -360,8 +360,8 @@ def test_draw_for_a_paper_with_slot_labels(tmp_path, capsys):
 
 @pytest.mark.parametrize("stop_at", [12, 3], ids=["after-a-checkpoint", "before-any-checkpoint"])
 def test_ctrl_c_in_seq2d_train_names_the_command_that_continues(stop_at, tmp_path, capsys, monkeypatch):
-    """Issue 31: Ctrl-C said only `seq2d: interrupted`. A callback raises KeyboardInterrupt at step
-    12 (epoch 2 of 8 steps each: epoch 1's checkpoint is on disk) or step 3 (no checkpoint yet); the
+    """Issue 31: Ctrl-C said only `seq2d: interrupted`. A callback raises KeyboardInterrupt at update
+    12 (epoch 2 of 8 updates each: epoch 1's checkpoint is on disk) or update 3 (no checkpoint yet); the
     line names the exact command, and that command, run as printed, finishes the run."""
     import json
     import shlex

@@ -150,7 +150,9 @@ CASES = [
     ("mnist-device", ["mnist", "--device", "nope"], ["config field 'device'", "'nope'"]),
     ("mnist-epochs-negative", ["mnist", "--epochs", "-1"], ["config field 'epochs'", "-1"]),
     ("mnist-steps-negative", ["mnist", "--steps", "-1"], ["config field 'steps'", "-1"]),
-    ("mnist-max-steps-0", ["mnist", "--max-steps", "0"], ["config field 'max_steps'", "got 0"]),
+    ("mnist-max-updates-0", ["mnist", "--max-updates", "0"], ["config field 'max_updates'", "got 0"]),
+    ("mnist-max-steps-old-flag", ["mnist", "--max-steps", "2"], ["'--max-steps' is now called '--max-updates'"]),
+    ("train-max-steps-old-flag", ["train", "--max-steps", "2"], ["'--max-steps' is now called '--max-updates'"]),
     ("mnist-unknown-flag", ["mnist", "--model", "mlp"], ["--model"]),
     ("mnist-seeds-not-ints", ["mnist", "--seeds", "a,b"], ["--seeds", "'a'"]),
     # the top level

@@ -185,7 +185,7 @@ def test_a_checkpoint_saved_with_the_dense_box_resumes_as_it_would_have(tmp_path
                       batch_size=32, lr=1e-2, out_dir=str(tmp_path / "run"), num_threads=1, quiet=True)
     trainer = Trainer(cfg, build_model(cfg), synthetic_data(16, 4, n_train=128, n_test=64))
     trainer.fit(resume=True)
-    assert trainer.step == 8
+    assert trainer.updates == 8
     want = torch.load(FIX / "after_two_epochs.pt", weights_only=True)
     core = core_of(trainer.model, "test")
     torch.testing.assert_close(core.store.dense_weight(), want["dense_weight"], rtol=1e-5, atol=1e-6)

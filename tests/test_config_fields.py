@@ -12,7 +12,7 @@ from seq2d.train import config as C
 
 # What the properties held when they were 7 hand-written tuples (commit 5df5692).
 # (issue 36: + "loop" in RESUME_FREE_FIELDS, the dense store's loop mode, once store = "loop";
-# "iterations" is now "steps", hashed under its old name)
+# "iterations" is now "steps", hashed under its old name; "max_steps" is now "max_updates", likewise)
 EXPECTED = {
     "CHOICES": {"granularity": ("element", "tile", "block"), "data": ("subset", "full", "mnist1d", "synthetic"),
                 "optimizer": ("adam", "sgd"), "optimizer_impl": ("fused", "foreach", "loop"),
@@ -20,11 +20,11 @@ EXPECTED = {
     "MODEL_FIELDS": {"model", "sizes", "activation", "steps", "granularity", "tile", "region", "model_seed",
                      "image_size"},
     "RESUME_FREE_FIELDS": {"epochs", "device", "dist_backend", "num_threads", "name", "out_dir", "log_every",
-                           "eval_batch_size", "max_steps", "quiet", "data_root", "download", "deterministic", "store", "loop",
+                           "eval_batch_size", "max_updates", "quiet", "data_root", "download", "deterministic", "store", "loop",
                            "kernel", "checkpoint_every", "divergence_factor", "tensorboard", "allow_constant_output"},
     "ALLOW_CHANGED_FIELDS": {"lr", "optimizer", "weight_decay", "optimizer_impl"},
     "LEGACY_DEFAULTS": {"optimizer_impl": "loop"},
-    "RENAMED_FIELDS": {"backend": ("store", "kernel"), "iterations": ("steps",)},
+    "RENAMED_FIELDS": {"backend": ("store", "kernel"), "iterations": ("steps",), "max_steps": ("max_updates",)},
     "OUTPUT_FIELDS": {"name", "out_dir", "quiet", "log_every", "checkpoint_every", "data_root", "download",
                       "tensorboard"},
 }

@@ -346,7 +346,7 @@ def test_one_epoch_on_cuda_matches_cpu(tmp_path, precision):
     assert gpu["device"].startswith("cuda") and cpu["device"] == "cpu"
     rows = read_metrics(tmp_path / "cuda")
     assert len(rows) == 1 and str(rows[0]["device"]).startswith("cuda")
-    assert gpu["steps"] == cpu["steps"]
+    assert gpu["updates"] == cpu["updates"]
     # same seed, same batches: only float rounding differs (cuBLAS vs MKL sums, ~1e-7 per step)
     a = load_checkpoint(tmp_path / "cuda" / "checkpoint.pt")["model"]
     b = load_checkpoint(tmp_path / "cpu" / "checkpoint.pt")["model"]
@@ -464,7 +464,7 @@ def test_ddp_torchrun_on_cuda_matches_one_process(tmp_path, backend, nproc, prec
     assert proc.returncode == 0, f"torchrun failed (rc {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     single = run(_train_cfg(tmp_path, "single", "cuda"))
     rows = read_metrics(tmp_path / "ddp")
-    assert len(rows) == 1 and rows[0]["world_size"] == nproc and rows[0]["step"] == single["steps"]
+    assert len(rows) == 1 and rows[0]["world_size"] == nproc and rows[0]["update"] == single["updates"]
     ck = load_checkpoint(tmp_path / "ddp" / "checkpoint.pt")["model"]
     ref = load_checkpoint(tmp_path / "single" / "checkpoint.pt")["model"]
     worst = max((ck[k].cpu() - ref[k].cpu()).abs().max().item() for k in ref)

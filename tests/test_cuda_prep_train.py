@@ -118,7 +118,7 @@ def test_mid_epoch_resume_from_a_gpu_loaded_checkpoint_is_exact(tmp_path, monkey
     """The augmentation generator's state comes back from torch.load on the run's device; the
     trainer must hand Generator.set_state a CPU ByteTensor."""
     straight, _ = fit(cfg_for(tmp_path, "straight"), augment=noise_augment)
-    fit(cfg_for(tmp_path, "split", max_steps=11), augment=noise_augment)  # stops in epoch 2, batch 3
+    fit(cfg_for(tmp_path, "split", max_updates=11), augment=noise_augment)  # stops in epoch 2, batch 3
 
     real_load = trainer_mod.load_checkpoint
 
@@ -265,8 +265,8 @@ def test_deferred_host_reads_keep_checkpoints_and_resume_exact(tmp_path):
     assert same_state(ref.model.state_dict(), lazy.model.state_dict())
     assert strip_time(read_metrics(tmp_path / "ref")) == strip_time(read_metrics(tmp_path / "lazy"))
     # a mid-epoch stop stores the partial sums and the divergence monitor read up to its step
-    fit(cfg_for(tmp_path, "a", max_steps=11), augment=noise_augment)
-    fit(cfg_for(tmp_path, "b", max_steps=11), augment=noise_augment, sync_every=100)
+    fit(cfg_for(tmp_path, "a", max_updates=11), augment=noise_augment)
+    fit(cfg_for(tmp_path, "b", max_updates=11), augment=noise_augment, sync_every=100)
     ca, cb = load_checkpoint(tmp_path / "a" / "checkpoint.pt"), load_checkpoint(tmp_path / "b" / "checkpoint.pt")
     pa, pb = dict(ca["extra"]["partial"]), dict(cb["extra"]["partial"])
     pa.pop("time"), pb.pop("time")
@@ -315,10 +315,10 @@ def test_deferred_nan_check_names_the_first_bad_step_and_keeps_the_checkpoint(tm
     with pytest.raises(NonFiniteLossError) as info:
         fit(cfg, callbacks=[PoisonAt()], sync_every=100)
     err = info.value
-    assert "training loss is nan at epoch 2, step 12 (batch 4 of 8)" in str(err)
-    assert err.epoch == 2 and err.step == 12 and err.checkpoint == cfg.run_dir() / "checkpoint.pt"
+    assert "training loss is nan at epoch 2, update 12 (batch 4 of 8)" in str(err)
+    assert err.epoch == 2 and err.update == 12 and err.checkpoint == cfg.run_dir() / "checkpoint.pt"
     ck = load_checkpoint(err.checkpoint)
-    assert ck["epoch"] == 1 and ck["step"] == 8 and all(torch.isfinite(v).all() for v in ck["model"].values())
+    assert ck["epoch"] == 1 and ck["update"] == 8 and all(torch.isfinite(v).all() for v in ck["model"].values())
 
 
 def test_host_sync_every_is_checked(tmp_path):
@@ -385,7 +385,7 @@ def test_deferred_reads_happen_at_multiples_of_host_sync_every(tmp_path):
     cfg = cfg_for(tmp_path, epochs=3)
     with pytest.raises(NonFiniteLossError) as info:
         fit(cfg, callbacks=[PoisonAt()], sync_every=5)
-    assert info.value.step == 12 and seen[-1] == 14
+    assert info.value.update == 12 and seen[-1] == 14
 
 
 def test_resume_reads_the_checkpoint_onto_the_cpu(tmp_path, monkeypatch):

@@ -55,7 +55,7 @@ def test_two_process_torchrun_matches_one_process(tmp_path):
                                                      "run.json", "test_predictions.npz"]  # and rank 0's lock is gone
     rows = read_metrics(out)
     assert len(rows) == 1 and rows[0]["world_size"] == 2 and rows[0]["epoch"] == 1
-    assert rows[0]["step"] == single["steps"]  # the global batch is the same, so is the step count
+    assert rows[0]["update"] == single["updates"]  # the global batch is the same, so is the update count
     ck = load_checkpoint(out / "checkpoint.pt")
     assert ck["epoch"] == 1
 

@@ -42,7 +42,7 @@ def test_readme_trainer_snippet_runs_as_written(tmp_path):
         def on_step_end(self, trainer, step):
             seen.append(step)
 
-    cfg = TrainConfig(data="subset", sizes=[2500, 10], epochs=1, max_steps=2, quiet=True, out_dir=str(tmp_path / "run"))
+    cfg = TrainConfig(data="subset", sizes=[2500, 10], epochs=1, max_updates=2, quiet=True, out_dir=str(tmp_path / "run"))
     code = re.sub(r"\s+", " ", snippet).replace("[...]", "[Count()]")
     exec(code, {"Trainer": Trainer, "build_model": build_model, "load_data": load_data, "cfg": cfg, "Count": Count})
     assert seen == [1, 2]

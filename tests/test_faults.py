@@ -205,7 +205,7 @@ def test_killed_run_resumes_bitwise_exact(phase, n, delay, reference, tmp_path, 
         # killed mid-step: run.json's progress is the last checkpoint's, what a resume reports
         record = json.loads((out / "run.json").read_text())
         saved = load_checkpoint(out / "checkpoint.pt")
-        assert (record["status"], record["step"]) == ("running", saved["step"]), (record, saved["step"])
+        assert (record["status"], record["update"]) == ("running", saved["update"]), (record, saved["update"])
     capsys.readouterr()
 
     if (out / "checkpoint.pt").exists():
@@ -222,7 +222,7 @@ def test_killed_run_resumes_bitwise_exact(phase, n, delay, reference, tmp_path, 
 
     ref_ckpt, ref_rows = reference
     ckpt = load_checkpoint(out / "checkpoint.pt")
-    assert (ckpt["epoch"], ckpt["step"]) == (ref_ckpt["epoch"], ref_ckpt["step"]) == (3, STEPS)
+    assert (ckpt["epoch"], ckpt["update"]) == (ref_ckpt["epoch"], ref_ckpt["update"]) == (3, STEPS)
     assert ckpt["model"].keys() == ref_ckpt["model"].keys()
     assert all(torch.equal(ckpt["model"][k], ref_ckpt["model"][k]) for k in ckpt["model"])  # bitwise
     a, b = ckpt["optimizer"]["state"], ref_ckpt["optimizer"]["state"]
@@ -301,8 +301,8 @@ def test_huge_lr_is_a_divergence_naming_step_and_last_good_checkpoint(tmp_path):
     with pytest.raises(DivergenceError) as info:
         _fit(_cfg(tmp_path, lr=1e4, optimizer="sgd"))
     e = info.value
-    assert not isinstance(e, NonFiniteLossError) and e.epoch == 1 and e.step == 2 and e.checkpoint is None
-    assert "at epoch 1, step 2 (batch 2 of 8)" in str(e) and "No checkpoint was written yet" in str(e)
+    assert not isinstance(e, NonFiniteLossError) and e.epoch == 1 and e.update == 2 and e.checkpoint is None
+    assert "at epoch 1, update 2 (batch 2 of 8)" in str(e) and "No checkpoint was written yet" in str(e)
     # a good epoch, then a resume with a huge lr (allowed): the epoch-1 checkpoint is the last good one
     _fit(_cfg(tmp_path, "b", epochs=1))
     path = tmp_path / "b" / "checkpoint.pt"
@@ -310,8 +310,8 @@ def test_huge_lr_is_a_divergence_naming_step_and_last_good_checkpoint(tmp_path):
     with pytest.raises(DivergenceError) as info:
         _fit(_cfg(tmp_path, "b", lr=1e4), resume=True, allow_changed="lr")
     e = info.value
-    assert e.epoch == 2 and e.checkpoint == path and e.step in (9, 10)
-    assert f"The last good checkpoint, {str(path)!r} (after 1 epochs, step 8), is kept unchanged" in str(e)
+    assert e.epoch == 2 and e.checkpoint == path and e.update in (9, 10)
+    assert f"The last good checkpoint, {str(path)!r} (after 1 epochs, update 8), is kept unchanged" in str(e)
     assert "exceeds divergence_factor x its lowest value (1000 x" in str(e) and "lr (now 10000.0)" in str(e)
     assert path.read_bytes() == before
     assert json.loads((tmp_path / "b" / "run.json").read_text())["status"] == "diverged"
@@ -323,7 +323,7 @@ def test_divergence_factor_sets_the_rule(tmp_path):
     for name, factor in (("off", None), ("default", 1000.0)):
         _, s = _fit(_cfg(tmp_path, name, lr=10.0, optimizer="sgd", epochs=1, divergence_factor=factor))
         assert s["complete"]
-    with pytest.raises(DivergenceError, match=r"\(100 x 1\.3\d*; first value 1\.3\d*\) at epoch 1, step \d"):
+    with pytest.raises(DivergenceError, match=r"\(100 x 1\.3\d*; first value 1\.3\d*\) at epoch 1, update \d"):
         _fit(_cfg(tmp_path, "on", lr=10.0, optimizer="sgd", epochs=1, divergence_factor=100.0))
 
 
@@ -388,15 +388,15 @@ def test_changed_lr_is_refused_without_the_flag_and_logged_with_it(tmp_path, cap
     with pytest.raises(CheckpointError, match=r"lr: checkpoint 0\.01, now 0\.05.*pass allow_changed=\('lr',\)\. "):
         _fit(_cfg(tmp_path, lr=0.05), resume=True)
     t, s = _fit(_cfg(tmp_path, lr=0.05, quiet=False), resume=True, allow_changed=("lr",))
-    assert "changed settings (allowed): lr: 0.01 -> 0.05 at step 8" in capsys.readouterr().out
+    assert "changed settings (allowed): lr: 0.01 -> 0.05 at update 8" in capsys.readouterr().out
     assert t.optimizer.param_groups[0]["lr"] == 0.05 and s["complete"]
     rows = read_metrics(tmp_path / "run")
-    assert "changes" not in rows[0] and rows[1]["changes"] == "lr: 0.01 -> 0.05 at step 8"
+    assert "changes" not in rows[0] and rows[1]["changes"] == "lr: 0.01 -> 0.05 at update 8"
     assert rows[1]["lr"] == 0.05
     with open(tmp_path / "run" / "metrics.csv") as f:
         assert f.readline().rstrip().endswith(",changes")
     record = json.loads((tmp_path / "run" / "run.json").read_text())
-    assert record["changes"] == [{"field": "lr", "old": 0.01, "new": 0.05, "step": 8}]
+    assert record["changes"] == [{"field": "lr", "old": 0.01, "new": 0.05, "update": 8}]
     ck = load_checkpoint(tmp_path / "run" / "checkpoint.pt")
     assert ck["config"]["lr"] == 0.05 and ck["extra"]["changes"] == record["changes"]
 
@@ -416,6 +416,6 @@ def test_changed_optimizer_on_resume_through_the_cli(tmp_path, capsys):
     assert "only applies when resuming" in capsys.readouterr().err
     assert main(more + ["--allow-changed", "lr,optimizer"]) == 0
     out_text = capsys.readouterr().out
-    assert "optimizer: 'adam' -> 'sgd' at step 8" in out_text and "the new optimizer starts without state" in out_text
+    assert "optimizer: 'adam' -> 'sgd' at update 8" in out_text and "the new optimizer starts without state" in out_text
     rows = read_metrics(out)
-    assert rows[1]["changes"] == "lr: 0.001 -> 0.1 at step 8; optimizer: 'adam' -> 'sgd' at step 8"
+    assert rows[1]["changes"] == "lr: 0.001 -> 0.1 at update 8; optimizer: 'adam' -> 'sgd' at update 8"

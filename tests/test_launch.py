@@ -177,7 +177,7 @@ def test_the_cli_imports_submitit_only_for_its_launchers():
 def test_seq2d_mnist_through_submitit_local_writes_the_table_of_jobs_1(tmp_path, capsys):
     """``seq2d mnist --launcher submitit-local``: 2 tiny runs (bundled subset, 2 steps each), each
     a submitit job, merged into results.json / results.md as with ``--jobs 1``."""
-    common = ["mnist", "--models", "mlp,random_element", "--epochs", "1", "--max-steps", "2", "--quiet"]
+    common = ["mnist", "--models", "mlp,random_element", "--epochs", "1", "--max-updates", "2", "--quiet"]
     assert main([*common, "--jobs", "1", "--out", str(tmp_path / "ref")]) == 0
     assert main([*common, "--launcher", "submitit-local", "--jobs", "2", "--out", str(tmp_path / "sub")]) == 0
     out = capsys.readouterr().out

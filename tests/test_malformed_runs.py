@@ -51,7 +51,8 @@ CONFIG_CASES = [
     ("erasing-over-1", {"erasing_p": 1.5}, "'erasing_p'"),
     ("threads-word", {"num_threads": "many"}, "'num_threads'"),
     ("threads-zero", {"num_threads": 0}, "'num_threads'"),
-    ("max-steps-zero", {"max_steps": 0}, "'max_steps'"),
+    ("max-updates-zero", {"max_updates": 0}, "'max_updates'"),
+    ("max-steps-zero", {"max_steps": 0}, "'max_updates'"),  # the old key (seq2d/renames.py), read as today's
     ("checkpoint-every-zero", {"checkpoint_every": 0}, "'checkpoint_every'"),
     ("checkpoint-every-str", {"checkpoint_every": "5"}, "'checkpoint_every'"),
     ("divergence-below-1", {"divergence_factor": 0.5}, "'divergence_factor'"),
@@ -130,9 +131,9 @@ def _cfg(tmp_path, **kw):
 
 @pytest.fixture(scope="module")
 def good(tmp_path_factory):
-    """The payload of a real mid-epoch checkpoint (max_steps stop: extra holds batch and partial)."""
+    """The payload of a real mid-epoch checkpoint (max_updates stop: extra holds batch and partial)."""
     tmp = tmp_path_factory.mktemp("good")
-    cfg = _cfg(tmp, max_steps=3)
+    cfg = _cfg(tmp, max_updates=3)
     Trainer(cfg, build_model(cfg), DATA).fit()
     path = tmp / "run" / "checkpoint.pt"
     return torch.load(path, weights_only=True), path.read_bytes()
@@ -181,7 +182,7 @@ PAYLOAD_CASES = [
     ("missing-model", _set("model", delete=True), "'model' is missing"),
     ("missing-optimizer", _set("optimizer", delete=True), "'optimizer' is missing"),
     ("missing-epoch", _set("epoch", delete=True), "'epoch' is missing"),
-    ("missing-step", _set("step", delete=True), "'step' is missing"),
+    ("missing-update", _set("update", delete=True), "'update' is missing"),
     ("missing-config", _set("config", delete=True), "'config' is missing"),
     ("missing-rng", _set("rng", delete=True), "'rng' is missing"),
     ("missing-metrics", _set("metrics", delete=True), "'metrics' is missing"),
@@ -190,7 +191,7 @@ PAYLOAD_CASES = [
     ("version-99", _set("version", value=99), "format version 99"),
     ("epoch-str", _set("epoch", value="1"), "entry 'epoch' should be a int"),
     ("epoch-bool", _set("epoch", value=True), "entry 'epoch' should be a int"),
-    ("step-negative", _set("step", value=-4), "entry 'step' should be an int >= 0"),
+    ("update-negative", _set("update", value=-4), "entry 'update' should be an int >= 0"),
     ("rng-not-dict", _set("rng", value=[1, 2]), "entry 'rng' should be a dict"),
     ("rng-no-torch", _set("rng", "torch", delete=True), "rng['torch'] is missing"),
     ("rng-torch-dtype", _set("rng", "torch", value=lambda t: t.float()), "rng['torch'] should be the uint8 tensor"),

@@ -255,11 +255,11 @@ def test_seq2d_train_data_mnist1d(tmp_path, monkeypatch, cache, capsys):
 
     monkeypatch.setenv("SEQ2D_CACHE", str(cache))
     out = tmp_path / "run"
-    args = ["train", "--data", "mnist1d", "--sizes", "40,16,10", "--epochs", "1", "--max-steps", "5",
+    args = ["train", "--data", "mnist1d", "--sizes", "40,16,10", "--epochs", "1", "--max-updates", "5",
             "--batch-size", "100", "--num-threads", "1", "--out-dir", str(out)]
     assert main(args) == 0
     text = capsys.readouterr().out
-    assert "final test accuracy" in text and "(stopped by max_steps)" in text
+    assert "final test accuracy" in text and "(stopped by max_updates)" in text
     rec = read_record(out)
     assert rec["config"]["data"] == "mnist1d" and rec["status"] == "partial"
     assert main(["train", "--data", "mnist1d", "--sizes", "2500,10", "--epochs", "1", "--out-dir", str(tmp_path / "b")]) == 2

@@ -152,7 +152,7 @@ def test_seq2d_mnist_cli_quick(tmp_path, capsys):
     assert rc == 0
     out = capsys.readouterr().out
     assert "| mlp | 1 |" in out and "| random_tile | 1 |" in out and "1,371,810" in out
-    assert out.count("epoch 1/1  step 40  train loss") == 2  # progress by default: a line per epoch and run
+    assert out.count("epoch 1/1  update 40  train loss") == 2  # progress by default: a line per epoch and run
     res = json.loads((tmp_path / "results.json").read_text())
     assert {r["model"] for r in res["rows"]} == {"mlp", "random_tile"}
     assert all(r["params"] == 1_371_810 and r["complete"] for r in res["rows"])
@@ -161,11 +161,11 @@ def test_seq2d_mnist_cli_quick(tmp_path, capsys):
     out = capsys.readouterr().out
     assert rc == 0 and "reusing finished run" in out and "epoch 1/1" not in out
     # another thread setting is another effective config: not reused, and the log says why
-    # (max_steps 1 keeps the retraining short)
+    # (max_updates 1 keeps the retraining short)
     rc = main(["mnist", "--models", "mlp", "--epochs", "1", "--out", str(tmp_path), "--num-threads", "2", "--quiet",
-               "--max-steps", "1"])
+               "--max-updates", "1"])
     out = capsys.readouterr().out
-    assert rc == 0 and "not reusing the result" in out and "its config differs: num_threads 1 -> 2, max_steps None -> 1" in out
+    assert rc == 0 and "not reusing the result" in out and "its config differs: num_threads 1 -> 2, max_updates None -> 1" in out
     assert "training afresh" in out
 
 
@@ -173,7 +173,7 @@ def test_seq2d_mnist_prints_one_thread_line(tmp_path, capsys):
     """Issue 31: the command's own line and the run's repeated each other ("torch threads: 1", then
     "torch threads: 1 (num_threads)"). Without --quiet the run's line is the one; with --quiet
     (the runs print nothing) the command's."""
-    args = ["mnist", "--models", "mlp", "--epochs", "1", "--max-steps", "2", "--num-threads", "1", "--jobs", "1"]
+    args = ["mnist", "--models", "mlp", "--epochs", "1", "--max-updates", "2", "--num-threads", "1", "--jobs", "1"]
     assert main(args + ["--out", str(tmp_path / "a")]) == 0
     out = capsys.readouterr().out
     lines = [line for line in out.splitlines() if "torch threads" in line]
@@ -183,24 +183,24 @@ def test_seq2d_mnist_prints_one_thread_line(tmp_path, capsys):
     assert [line for line in out.splitlines() if "torch threads" in line] == ["torch threads: 1"], out
 
 
-def test_seq2d_mnist_max_steps_is_partial_and_never_reused_as_finished(tmp_path, capsys):
+def test_seq2d_mnist_max_updates_is_partial_and_never_reused_as_finished(tmp_path, capsys):
     args = ["mnist", "--models", "mlp", "--epochs", "1", "--out", str(tmp_path), "--num-threads", "1", "--quiet"]
-    assert main(args + ["--max-steps", "2"]) == 0
+    assert main(args + ["--max-updates", "2"]) == 0
     out = capsys.readouterr().out
-    assert "| mlp (partial: 1 of 1) | 1 |" in out and "stopped by max_steps at step 2" in out
+    assert "| mlp (partial: 1 of 1) | 1 |" in out and "stopped by max_updates after 2 updates" in out
     summary = json.loads((tmp_path / "mlp" / "seed0" / "summary.json").read_text())
     assert summary["complete"] is False and summary["status"] == "partial" and 0 <= summary["test_acc"] <= 1
-    assert summary["time_per_epoch_s"] > 0 and summary["steps"] == 2
+    assert summary["time_per_epoch_s"] > 0 and summary["updates"] == 2
     record = json.loads((tmp_path / "mlp" / "seed0" / "run.json").read_text())
-    assert record["status"] == "partial" and record["step"] == 2
-    assert main(args + ["--max-steps", "2"]) == 0  # the same call again: continued (nothing to do), not reused
+    assert record["status"] == "partial" and record["update"] == 2
+    assert main(args + ["--max-updates", "2"]) == 0  # the same call again: continued (nothing to do), not reused
     out = capsys.readouterr().out
     assert "not reusing the result" in out and "it is partial" in out and "reusing finished run" not in out
-    assert main(args) == 0  # without max_steps: the checkpoint is continued to the end
+    assert main(args) == 0  # without max_updates: the checkpoint is continued to the end
     out = capsys.readouterr().out
     assert "continuing the checkpoint" in out and "| mlp | 1 |" in out and "partial" not in out.split("continuing")[1]
     rows = [json.loads(line) for line in (tmp_path / "mlp" / "seed0" / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows] == [40]
+    assert [r["update"] for r in rows] == [40]
     assert main(args) == 0 and "reusing finished run" in capsys.readouterr().out
 
 
@@ -225,7 +225,7 @@ def test_compare_reuses_continues_or_restarts_by_config(tmp_path):
     lines.clear()  # more epochs of the same run: its checkpoint is continued
     row = compare(configs_for({**base, "epochs": 2}, ["mlp"]), [0], tmp_path, log=lines.append)[0]
     assert "its config differs: epochs 1 -> 2" in lines[0] and "continuing the checkpoint" in lines[1]
-    assert row["complete"] and row["steps"] == 16  # the optimizer's steps
+    assert row["complete"] and row["updates"] == 16  # the optimizer's updates
     assert row["model_steps"] == configs_for(base, ["mlp"])["mlp"].steps  # the Sequential2D's steps, its own key
     lines.clear()  # another lr: another run, trained afresh
     row = compare(configs_for({**base, "epochs": 2, "lr": 0.02}, ["mlp"]), [0], tmp_path, log=lines.append)[0]
@@ -270,14 +270,14 @@ def test_the_readme_train_command_works(tmp_path, capsys, monkeypatch):
     config = str(ROOT / "experiments" / "mnist_sparsity" / "configs" / "mlp.toml")
     readme = (ROOT / "README.md").read_text()
     assert "seq2d train experiments/mnist_sparsity/configs/mlp.toml --data subset --epochs 4" in readme
-    args = ["train", config, "--data", "subset", "--epochs", "1", "--max-steps", "5", "--num-threads", "1",
+    args = ["train", config, "--data", "subset", "--epochs", "1", "--max-updates", "5", "--num-threads", "1",
             "--out-dir", str(tmp_path / "run")]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "step 5" in out and "final test accuracy" in out and "partial run: stopped by max_steps at step 5" in out
+    assert "update 5" in out and "final test accuracy" in out and "partial run: stopped by max_updates after 5 updates" in out
     # the config as it stands wants full MNIST: without it, the hint names the real flags
     monkeypatch.setenv("SEQ2D_DATA", str(tmp_path / "no-mnist-here"))
-    assert main(["train", config, "--epochs", "1", "--max-steps", "5", "--out-dir", str(tmp_path / "full")]) == 2
+    assert main(["train", config, "--epochs", "1", "--max-updates", "5", "--out-dir", str(tmp_path / "full")]) == 2
     err = capsys.readouterr().err
     assert "--data-root ROOT (config field 'data_root')" in err and "--data ROOT" not in err
     assert "--data subset trains on the bundled MNIST subset" in err
@@ -376,12 +376,12 @@ def test_run_py_configs_are_the_seq2d_mnist_full_configs():
 
 
 def test_the_steps_plot_reads_the_models_steps_not_the_optimizers(tmp_path):
-    """A run row carries both counts: ``steps`` (optimizer) and ``model_steps`` (Sequential2D; ``iterations``
-    in older rows); the sweep's x axis is the model's."""
+    """A run row carries both counts: ``updates`` (optimizer; ``steps`` in older rows) and ``model_steps``
+    (Sequential2D; ``iterations`` in older rows); the sweep's x axis is the model's."""
     from seq2d.lab.mnist_plots import plot_accuracy_vs_steps
 
-    rows = [{"model": "r", "seed": 0, "test_acc": 0.9, "steps": 100, "model_steps": 1},
-            {"model": "r", "seed": 0, "test_acc": 0.95, "steps": 100, "model_steps": 4},
+    rows = [{"model": "r", "seed": 0, "test_acc": 0.9, "updates": 100, "model_steps": 1},
+            {"model": "r", "seed": 0, "test_acc": 0.95, "updates": 100, "model_steps": 4},
             {"model": "r", "seed": 1, "test_acc": 0.93, "steps": 100, "iterations": 2}]
     fig = plot_accuracy_vs_steps(rows, tmp_path / "s.png")
     xs = sorted({float(x) for line in fig.axes[0].get_lines() for x in line.get_xdata()})

@@ -27,7 +27,7 @@ def _same_run(a: dict, b: dict) -> None:
 
 def test_two_jobs_give_the_rows_of_one_job_and_resume_like_it(tmp_path):
     """The reference: every run one after the other in this process. Then, in another folder, one
-    run finished and one interrupted (max_steps) in this process, and the rest with --jobs 2:
+    run finished and one interrupted (max_updates) in this process, and the rest with --jobs 2:
     the finished run is reused, the interrupted one continued from its checkpoint, and every
     number equals the reference to the last bit. Equality, not a tolerance: each run goes through
     the same code (seq2d.lab.mnist_comparison.train_one) with the same seed, data order and thread
@@ -35,8 +35,8 @@ def test_two_jobs_give_the_rows_of_one_job_and_resume_like_it(tmp_path):
     ref = compare(configs_for(BASE, MODELS), [0, 1], tmp_path / "ref", log=lambda line: None, jobs=1)
     out = tmp_path / "par"
     compare(configs_for(BASE, ["mlp"]), [0], out, log=lambda line: None, jobs=1)
-    part = compare(configs_for({**BASE, "max_steps": 3}, ["random_element"]), [0], out, log=lambda line: None, jobs=1)
-    assert part[0]["complete"] is False and part[0]["steps"] == 3
+    part = compare(configs_for({**BASE, "max_updates": 3}, ["random_element"]), [0], out, log=lambda line: None, jobs=1)
+    assert part[0]["complete"] is False and part[0]["updates"] == 3
     lines = []
     rows = compare(configs_for(BASE, MODELS), [0, 1], out, log=lines.append, jobs=2)
     assert [(r["model"], r["seed"]) for r in rows] == [("mlp", 0), ("mlp", 1), ("random_element", 0), ("random_element", 1)]
@@ -123,14 +123,14 @@ def test_seq2d_mnist_jobs_2_writes_the_table_and_the_plots(tmp_path, capsys):
 
     from seq2d.lab.mnist_comparison import PLOTS
 
-    args = ["mnist", "--models", "random_tile,mlp", "--epochs", "1", "--max-steps", "2", "--jobs", "2", "--quiet",
+    args = ["mnist", "--models", "random_tile,mlp", "--epochs", "1", "--max-updates", "2", "--jobs", "2", "--quiet",
             "--out", str(tmp_path)]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "2 run(s) to train in 2 parallel worker processes" in out
     assert "[random_tile seed 0] training" in out and "[mlp seed 0] training" in out
     rec = json.loads((tmp_path / "results.json").read_text())
-    assert [r["model"] for r in rec["rows"]] == ["random_tile", "mlp"] and all(r["steps"] == 2 for r in rec["rows"])
+    assert [r["model"] for r in rec["rows"]] == ["random_tile", "mlp"] and all(r["updates"] == 2 for r in rec["rows"])
     for name in PLOTS.values():
         path = tmp_path / name
         assert path.stat().st_size > 1024 and matplotlib.image.imread(path).ndim == 3

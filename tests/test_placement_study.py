@@ -38,7 +38,7 @@ def test_connectivity_counts_match_the_built_models():
 def test_a_run_finishes_writes_its_row_and_collect_keeps_small_files(tmp_path):
     cell = next(c for c in study.cells() if c["cell"] == "element-d0.1-no-shortcut")
     protocol = {"data": "synthetic", "epochs": 1, "batch_size": 64, "lr": 1e-3, "optimizer": "adam",
-                "image_size": 28, "num_threads": 1, "quiet": True, "max_steps": None}
+                "image_size": 28, "num_threads": 1, "quiet": True, "max_updates": None}
     row = study.run_one(cell, 0, str(tmp_path / "runs"), protocol)
     folder = tmp_path / "runs" / cell["cell"] / "seed0"
     assert row["params"] == 25_818 and (folder / "row.json").is_file() and not (folder / "checkpoint.pt").exists()

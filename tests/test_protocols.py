@@ -113,7 +113,7 @@ def test_cli_bogus_protocol_is_one_error_line(capsys, tmp_path):
 def test_quick_run_of_each_protocol(protocol, extra, capsys, tmp_path):
     models = "mlp,random_density" if protocol == "ms-thesis" else "mlp"
     rc, out, _ = _cli(["mnist", "--protocol", protocol, *extra, "--models", models, "--epochs", "1",
-                       "--max-steps", "2", "--num-threads", "1", "--quiet", "--out", str(tmp_path)], capsys)
+                       "--max-updates", "2", "--num-threads", "1", "--quiet", "--out", str(tmp_path)], capsys)
     assert rc == 0
     assert f"(protocol {protocol})" in out and ("test set augmented too" in out) == bool(extra)
     rec = json.loads((tmp_path / "results.json").read_text())

@@ -1,6 +1,8 @@
 """seq2d/renames.py OLD_NAMES, the one table of renamed words: every model-name entry loads from a
 saved file under today's spelling (keeping the config hash it was recorded with), and code or a
-command line that passes the old spelling gets the "now called" error. The store words are
+command line that passes the old spelling gets the "now called" error; likewise the record keys
+(optimizer updates were "steps": run.json, metrics, checkpoints, summaries) and the config field
+max_steps (now max_updates). The store words are
 checked in tests/test_store.py (test_old_names_in_saved_files_load)."""
 
 import importlib.util
@@ -12,7 +14,7 @@ import pytest
 import seq2d
 from seq2d.lab.mnist_comparison import MODELS, configs_for, plan_runs, run_folder
 from seq2d.renames import FORMER_PRESETS, OLD_NAMES, migrate_model_name, old_model_name
-from seq2d.train.config import TrainConfig, config_from_dict, load_config
+from seq2d.train.config import TrainConfig, config_from_dict, config_to_dict, load_config
 from seq2d.train.identity import config_hash
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,3 +110,99 @@ def test_collect_copies_an_old_folder_under_todays_name(tmp_path):
     copied = collect.collect(tmp_path / "runs", tmp_path / "dest", log=lambda s: None)
     assert copied == [tmp_path / "dest" / "random_tile" / "seed3"]
     assert (tmp_path / "dest" / "random_tile" / "seed3" / "metrics.csv").is_file()
+
+
+# ---------------------------------------------------------------------- record keys (optimizer updates)
+COMMITTED_RUN = ROOT / "experiments/mnist_sparsity/results/full-ours/mlp/seed0"  # written with "step" / "steps"
+
+
+def test_the_record_table_is_what_the_readers_use():
+    from seq2d.renames import migrate_record
+
+    assert OLD_NAMES["record"] == {"step": "update", "steps": "updates"}
+    assert migrate_record({"epoch": 1, "step": 8, "steps": 8}) == {"epoch": 1, "update": 8, "updates": 8}
+    # a record that has both keeps today's key as it is (and the old one untouched); a config is never passed
+    assert migrate_record({"step": 1, "update": 2}) == {"step": 1, "update": 2}
+    assert migrate_record(None) is None and migrate_record([1]) == [1]
+
+
+def test_a_committed_run_folder_reads_step_as_update():
+    """run.json, metrics.jsonl and summary.json of a committed run (left as written: "step", "steps",
+    "max_steps") read under today's keys; metrics.csv keeps its "step" column, with the same values."""
+    import csv
+
+    from seq2d.lab.mnist_comparison import _read_json
+    from seq2d.train.rundir import describe_record, read_metrics, read_record
+
+    raw = json.loads((COMMITTED_RUN / "run.json").read_text())
+    assert "step" in raw and "update" not in raw and "max_steps" in raw["config"]
+    rec = read_record(COMMITTED_RUN)
+    assert rec["update"] == raw["step"] == 93800 and "step" not in rec
+    assert describe_record(rec) == "complete at update 93800"
+    assert config_from_dict(rec["config"]).max_updates is None and config_hash(rec["config"]) == rec["config_hash"]
+    rows = read_metrics(COMMITTED_RUN)
+    assert [r["update"] for r in rows][:2] == [938, 1876] and not any("step" in r for r in rows)
+    with open(COMMITTED_RUN / "metrics.csv", newline="") as f:
+        table = list(csv.DictReader(f))
+    assert [int(r["step"]) for r in table] == [r["update"] for r in rows]  # the file as written
+    summary = _read_json(COMMITTED_RUN / "summary.json")
+    assert summary["updates"] == 93800 and "steps" not in summary
+    assert "steps" in json.loads((COMMITTED_RUN / "summary.json").read_text())
+
+
+def test_an_old_checkpoint_loads_and_a_new_one_says_update(tmp_path):
+    """The fixture checkpoint (written with "step"; its resume is tests/test_compact_store.py's
+    test_a_checkpoint_saved_with_the_dense_box_resumes_as_it_would_have) loads with "update";
+    a checkpoint written now holds "update" only, and save_checkpoint's old keyword is refused."""
+    import torch
+
+    from seq2d.train.checkpoint import load_checkpoint, save_checkpoint
+
+    path = ROOT / "tests/fixtures/dense_box/run/checkpoint.pt"
+    assert torch.load(path, weights_only=True)["step"] == 4
+    ck = load_checkpoint(path)
+    assert ck["update"] == 4 and "step" not in ck
+    model = seq2d.mlp([3, 2])
+    save_checkpoint(tmp_path / "c.pt", model=model, optimizer=None, epoch=1, update=5, config=TrainConfig(sizes=[3, 2]))
+    saved = torch.load(tmp_path / "c.pt", weights_only=True)
+    assert saved["update"] == 5 and "step" not in saved
+    with pytest.raises(TypeError, match="step"):
+        save_checkpoint(tmp_path / "d.pt", model=model, optimizer=None, epoch=1, step=5, config=TrainConfig(sizes=[3, 2]))
+
+
+def test_max_steps_loads_as_max_updates_and_keeps_its_hash(tmp_path):
+    """The config field: a saved config with max_steps loads (dict, config.toml), hashes as recorded;
+    the old keyword, key and flag get the "now called" error."""
+    from seq2d.cli import main
+    from seq2d.train.config import save_config
+
+    new = TrainConfig(sizes=[16, 8, 4], epochs=2, max_updates=7)
+    old = {("max_steps" if k == "max_updates" else k): v for k, v in config_to_dict(new).items()}
+    assert config_from_dict(old) == new and config_hash(old) == config_hash(new)
+    path = tmp_path / "config.toml"
+    save_config(new, path)
+    path.write_text(path.read_text().replace("max_updates = 7", "max_steps = 7"))
+    assert "max_steps = 7" in path.read_text() and load_config(path).max_updates == 7
+    with pytest.raises(TypeError, match=r"^TrainConfig got max_steps=7; it is now called max_updates=7$"):
+        TrainConfig(max_steps=7)
+    with pytest.raises(ValueError, match=r"'max_steps' is the old name of 'max_updates'; give 'max_updates' only"):
+        config_from_dict({"max_steps": 3, "max_updates": 3})
+    with pytest.raises(ValueError, match=r"override: key 'max_steps' is now 'max_updates'"):
+        load_config(None, ["max_steps=3"])
+    for command in ("train", "mnist"):
+        with pytest.raises(SystemExit):
+            main([command, "--max-steps", "2"])
+
+
+def test_a_run_written_now_says_update_everywhere(tmp_path):
+    """The other way round: what a run writes today uses the new words only."""
+    from seq2d.train.trainer import Trainer, build_model, synthetic_data
+
+    cfg = TrainConfig(sizes=[16, 8, 4], data="synthetic", epochs=1, batch_size=32, max_updates=3, num_threads=1,
+                      quiet=True, out_dir=str(tmp_path / "run"))
+    s = Trainer(cfg, build_model(cfg), synthetic_data(16, 4, n_train=128, n_test=64)).fit()
+    assert s["updates"] == 3 and s["stopped_by"] == "max_updates" and "steps" not in s
+    rec = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert rec["update"] == 3 and "step" not in rec and "max_updates" in rec["config"]
+    assert (tmp_path / "run" / "metrics.csv").read_text().startswith("epoch,update,")
+    assert '"update": 3' in (tmp_path / "run" / "metrics.jsonl").read_text()

@@ -48,7 +48,7 @@ def metrics_rows(out_dir):
 
 def check_against_metrics(got: dict, rows: list[dict]) -> None:
     for column, tag in SCALAR_TAGS.items():
-        want = [(r["step"], r[column]) for r in rows]
+        want = [(r["update"], r[column]) for r in rows]
         assert [s for s, _ in got[tag]] == [s for s, _ in want], tag
         for (_, v), (_, w) in zip(got[tag], want):
             assert v == pytest.approx(w, rel=1e-6), (tag, v, w)  # events hold float32
@@ -71,9 +71,9 @@ def test_events_match_metrics_and_hold_config_and_pictures(tmp_path):
     rows = metrics_rows(tmp_path / "run")
     assert len(rows) == 2
     check_against_metrics(got, rows)
-    assert got["my_metric"] == [(rows[0]["step"], 0.5), (rows[1]["step"], 1.0)]
+    assert got["my_metric"] == [(rows[0]["update"], 0.5), (rows[1]["update"], 1.0)]
     for tag in ("grad_norm/mean", "grad_norm/max"):
-        assert [s for s, _ in got[tag]] == [r["step"] for r in rows]
+        assert [s for s, _ in got[tag]] == [r["update"] for r in rows]
         assert all(math.isfinite(v) and v > 0 for _, v in got[tag])
     assert all(m <= x * (1 + 1e-6) for (_, m), (_, x) in zip(got["grad_norm/mean"], got["grad_norm/max"]))
     # once per run: the pictures, the config as text and as hparams
@@ -91,15 +91,15 @@ def test_events_match_metrics_and_hold_config_and_pictures(tmp_path):
 
 
 @needs_tb
-def test_max_steps_stop_then_resume_logs_each_row_once(tmp_path):
-    cfg = cfg_for(tmp_path, max_steps=3)
+def test_max_updates_stop_then_resume_logs_each_row_once(tmp_path):
+    cfg = cfg_for(tmp_path, max_updates=3)
     Trainer(cfg, build_model(cfg), DATA).fit()  # 4 steps per epoch: stops inside epoch 1
-    cfg2 = dataclasses.replace(cfg, max_steps=None)
+    cfg2 = dataclasses.replace(cfg, max_updates=None)
     Trainer(cfg2, build_model(cfg2), DATA).fit(resume=True)
     got = scalars(read_events(tmp_path / "tb" / "tiny"))
     rows = metrics_rows(tmp_path / "run")
-    assert [r["step"] for r in rows] == [4, 8]
-    assert got["epoch"][0] == (3, pytest.approx(0.75))  # the partial row where max_steps stopped
+    assert [r["update"] for r in rows] == [4, 8]
+    assert got["epoch"][0] == (3, pytest.approx(0.75))  # the partial row where max_updates stopped
     check_against_metrics({t: v[1:] for t, v in got.items()}, rows)  # then each full row once
 
 
@@ -109,12 +109,12 @@ def test_cli_train_flag_end_to_end(tmp_path, capsys):
 
     out, tb = tmp_path / "out", tmp_path / "tb"
     code = main(["train", "--data", "synthetic", "--sizes", "16", "8", "4", "--epochs", "2", "--batch-size", "64",
-                 "--max-steps", "3", "--num-threads", "1", "--quiet", "--name", "cli-run", "--out-dir", str(out),
+                 "--max-updates", "3", "--num-threads", "1", "--quiet", "--name", "cli-run", "--out-dir", str(out),
                  "--tensorboard", str(tb)])
     assert code == 0
     assert "partial run" in capsys.readouterr().out
     got = scalars(read_events(tb / "cli-run"))
-    (row,) = metrics_rows(out)  # the partial row of the max_steps stop
+    (row,) = metrics_rows(out)  # the partial row of the max_updates stop
     assert got["accuracy/test"] == [(3, pytest.approx(row["test_acc"]))]
     assert set(SCALAR_TAGS.values()) | {"grad_norm/mean", "grad_norm/max"} <= set(got)
     assert "tensorboard = " in (out / "config.toml").read_text()
@@ -219,7 +219,7 @@ def test_cli_mnist_flag_writes_one_folder_per_run(tmp_path):
     from seq2d.cli import main
 
     tb = tmp_path / "tb"
-    assert main(["mnist", "--models", "mlp", "--seeds", "0,1", "--epochs", "1", "--max-steps", "2", "--jobs", "1",
+    assert main(["mnist", "--models", "mlp", "--seeds", "0,1", "--epochs", "1", "--max-updates", "2", "--jobs", "1",
                  "--vectorize-seeds", "--quiet", "--out", str(tmp_path / "out"), "--tensorboard", str(tb)]) == 0
     assert sorted(p.name for p in tb.iterdir()) == ["mlp-s0", "mlp-s1"]  # trained one seed at a time
     for seed in (0, 1):

@@ -77,11 +77,11 @@ def test_run_trains_and_writes_config_metrics_checkpoint(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "config.toml", "metrics.csv", "metrics.jsonl",
                                                      "run.json", "test_predictions.npz"]  # the lock is gone once the run ends
     record = json.loads((out / "run.json").read_text())
-    assert record["status"] == "complete" and record["step"] == 16 and record["config_hash"] == config_hash(cfg)
+    assert record["status"] == "complete" and record["update"] == 16 and record["config_hash"] == config_hash(cfg)
     assert s["status"] == "complete" and s["complete"] is True and s["stopped_by"] is None
     rows = read_metrics(out)
     assert [r["epoch"] for r in rows] == [1, 2]
-    assert [r["step"] for r in rows] == [8, 16]  # 256 samples / 32 per step
+    assert [r["update"] for r in rows] == [8, 16]  # 256 samples / 32 per update
     assert all(tuple(r) == METRIC_COLUMNS for r in rows)
     with open(out / "metrics.csv") as f:
         table = list(csv.DictReader(f))
@@ -92,7 +92,7 @@ def test_run_trains_and_writes_config_metrics_checkpoint(tmp_path):
     assert rows[1]["test_acc"] > 0.5 and rows[1]["train_loss"] < rows[0]["train_loss"]
     assert load_config(out / "config.toml") == cfg
     ck = load_checkpoint(out / "checkpoint.pt")
-    assert ck["epoch"] == 2 and ck["step"] == 16 and config_from_dict(ck["config"]) == cfg
+    assert ck["epoch"] == 2 and ck["update"] == 16 and config_from_dict(ck["config"]) == cfg
     assert same_state(ck["model"], trainer.model.state_dict())
     assert s["final_test_acc"] == rows[1]["test_acc"] and s["params"] == seq2d.mlp([16, 8, 4]).num_parameters()
     assert s["best_test_acc"] == max(r["test_acc"] for r in rows) and s["epochs"] == 2 and s["device"] == AUTO_DEVICE
@@ -114,8 +114,8 @@ def test_the_last_epoch_writes_per_example_test_predictions(tmp_path):
         out = trainer.model(X)
     assert (d["pred"] == out.argmax(-1).numpy()).all()
     torch.testing.assert_close(torch.from_numpy(d["nll"]), F.cross_entropy(out, y, reduction="none"), atol=1e-5, rtol=1e-5)
-    # a stop by max_steps is not the last epoch: nothing written
-    cfg2 = cfg_for(tmp_path, "partial", max_steps=3)
+    # a stop by max_updates is not the last epoch: nothing written
+    cfg2 = cfg_for(tmp_path, "partial", max_updates=3)
     fit(cfg2)
     assert not (cfg2.run_dir() / "test_predictions.npz").exists()
 
@@ -178,15 +178,15 @@ def test_resume_after_an_epoch_is_bitwise_exact(tmp_path):
     a, b = straight.optimizer.state_dict(), resumed.optimizer.state_dict()
     assert all(same_state(a["state"][k], b["state"][k]) for k in a["state"])
     assert strip_time(read_metrics(tmp_path / "straight")) == strip_time(read_metrics(tmp_path / "split"))
-    assert resumed.step == straight.step == 16
+    assert resumed.updates == straight.updates == 16
 
 
 def test_resume_in_the_middle_of_an_epoch_with_augmentation_is_exact(tmp_path):
     straight, _ = fit(cfg_for(tmp_path, "straight"), augment=noise_augment)
-    part, _ = fit(cfg_for(tmp_path, "split", max_steps=11), augment=noise_augment)  # epoch 2, batch 3 of 8
-    assert part.step == 11 and part.epoch == 1
+    part, _ = fit(cfg_for(tmp_path, "split", max_updates=11), augment=noise_augment)  # epoch 2, batch 3 of 8
+    assert part.updates == 11 and part.epoch == 1
     ck = load_checkpoint(tmp_path / "split" / "checkpoint.pt")
-    assert ck["epoch"] == 1 and ck["step"] == 11 and ck["extra"]["batch"] == 3
+    assert ck["epoch"] == 1 and ck["update"] == 11 and ck["extra"]["batch"] == 3
     rows = read_metrics(tmp_path / "split")
     assert [r["epoch"] for r in rows] == [1, 1.375]  # the partial epoch is shown, not kept in the history
     resumed, _ = fit(cfg_for(tmp_path, "split"), resume=True, augment=noise_augment)
@@ -241,11 +241,11 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
         fit(cfg, callbacks=[Snapshot(), PoisonAt(11)])  # epoch 2 has steps 9..16
     err = info.value
     msg = str(err)
-    assert "training loss is nan at epoch 2, step 12" in msg
+    assert "training loss is nan at epoch 2, update 12" in msg
     assert str(cfg.run_dir() / "checkpoint.pt") in msg and "after 1 epochs" in msg
-    assert err.epoch == 2 and err.step == 12 and err.checkpoint == cfg.run_dir() / "checkpoint.pt"
+    assert err.epoch == 2 and err.update == 12 and err.checkpoint == cfg.run_dir() / "checkpoint.pt"
     ck = load_checkpoint(err.checkpoint)
-    assert ck["epoch"] == 1 and ck["step"] == 8
+    assert ck["epoch"] == 1 and ck["update"] == 8
     assert all(torch.isfinite(v).all() for v in ck["model"].values())
     assert same_state(ck["model"], before)
     assert [r["epoch"] for r in read_metrics(cfg.run_dir())] == [1]
@@ -267,9 +267,9 @@ def test_diverging_lr_is_caught(tmp_path):
     # by default the explosion is caught earlier, while the loss is still finite
     cfg = cfg_for(tmp_path, "default", lr=1e12, optimizer="sgd", epochs=1)
     with pytest.raises(DivergenceError, match=r"smoothed training loss .* exceeds divergence_factor x its lowest value "
-                                              r"\(1000 x .*at epoch 1, step 2 \(batch 2 of 8\)") as info:
+                                              r"\(1000 x .*at epoch 1, update 2 \(batch 2 of 8\)") as info:
         fit(cfg, data=data)
-    assert not isinstance(info.value, NonFiniteLossError) and info.value.step == 2
+    assert not isinstance(info.value, NonFiniteLossError) and info.value.update == 2
     assert json.loads((tmp_path / "default" / "run.json").read_text())["status"] == "diverged"
 
 
@@ -416,27 +416,27 @@ def test_model_and_data_sizes_must_agree(tmp_path):
 
 
 # ---------------------------------------------------------------------- partial runs, run folders (issue 11)
-def test_a_max_steps_stop_is_evaluated_and_recorded_as_partial(tmp_path):
-    trainer, s = fit(cfg_for(tmp_path, max_steps=3))
-    assert s["status"] == "partial" and s["complete"] is False and s["stopped_by"] == "max_steps"
+def test_a_max_updates_stop_is_evaluated_and_recorded_as_partial(tmp_path):
+    trainer, s = fit(cfg_for(tmp_path, max_updates=3))
+    assert s["status"] == "partial" and s["complete"] is False and s["stopped_by"] == "max_updates"
     assert s["final_test_acc"] == read_metrics(tmp_path / "run")[-1]["test_acc"] and s["best_epoch"] == 0.375
-    assert s["time_per_epoch_s"] > 0 and s["epochs"] == 0 and s["steps"] == 3
+    assert s["time_per_epoch_s"] > 0 and s["epochs"] == 0 and s["updates"] == 3
     assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "partial"
-    # resumed with the same max_steps: nothing to do, still partial, same numbers
-    _, again = fit(cfg_for(tmp_path, max_steps=3), resume=True)
-    assert again["status"] == "partial" and again["final_test_acc"] == s["final_test_acc"] and again["steps"] == 3
+    # resumed with the same max_updates: nothing to do, still partial, same numbers
+    _, again = fit(cfg_for(tmp_path, max_updates=3), resume=True)
+    assert again["status"] == "partial" and again["final_test_acc"] == s["final_test_acc"] and again["updates"] == 3
     _, done = fit(cfg_for(tmp_path), resume=True)
-    assert done["status"] == "complete" and done["steps"] == 16
+    assert done["status"] == "complete" and done["updates"] == 16
 
 
-def test_seq2d_train_with_max_steps_and_with_no_epochs(tmp_path, capsys):
+def test_seq2d_train_with_max_updates_and_with_no_epochs(tmp_path, capsys):
     from seq2d.cli import main
 
     args = ["train", "--data", "synthetic", "--sizes", "16,8,4", "--epochs", "2", "--num-threads", "1"]
-    assert main(args + ["--max-steps", "3", "--out-dir", str(tmp_path / "a")]) == 0
+    assert main(args + ["--max-updates", "3", "--out-dir", str(tmp_path / "a")]) == 0
     out = capsys.readouterr().out
-    assert "epoch 0.375/2  step 3" in out and "(stopped by max_steps)" in out
-    assert "final test accuracy" in out and "partial run: stopped by max_steps at step 3 (0 of 2 epochs finished)" in out
+    assert "epoch 0.375/2  update 3" in out and "(stopped by max_updates)" in out
+    assert "final test accuracy" in out and "partial run: stopped by max_updates after 3 updates (0 of 2 epochs finished)" in out
     assert main(["train", "--data", "synthetic", "--sizes", "16,8,4", "--epochs", "0", "--out-dir", str(tmp_path / "b")]) == 0
     assert "no epoch was trained or evaluated (epochs = 0" in capsys.readouterr().out
 
@@ -450,12 +450,12 @@ def test_checkpoint_every_writes_mid_epoch_and_resumes_exactly(tmp_path):
     class KillAt:
         def on_step_end(self, trainer, step):
             if step == 11:
-                raise Stop  # after step 11; the checkpoint of step 10 is the last one
+                raise Stop  # after update 11; the checkpoint of update 10 is the last one
 
     with pytest.raises(Stop):
         fit(cfg_for(tmp_path, "split", checkpoint_every=5), augment=noise_augment, callbacks=[KillAt()])
     ck = load_checkpoint(tmp_path / "split" / "checkpoint.pt")
-    assert (ck["epoch"], ck["step"], ck["extra"]["batch"]) == (1, 10, 2)
+    assert (ck["epoch"], ck["update"], ck["extra"]["batch"]) == (1, 10, 2)
     assert json.loads((tmp_path / "split" / "run.json").read_text())["status"] == "failed"
     resumed, _ = fit(cfg_for(tmp_path, "split", checkpoint_every=5), resume=True, augment=noise_augment)
     assert same_state(straight.model.state_dict(), resumed.model.state_dict())
@@ -477,13 +477,13 @@ def test_an_existing_run_names_what_differs(tmp_path):
     from seq2d.train import RunExistsError
 
     fit(cfg_for(tmp_path, epochs=1))
-    with pytest.raises(RunExistsError, match=r"complete at step 8; its config differs: epochs 1 -> 2, lr 0\.01 -> 0\.5\)"):
+    with pytest.raises(RunExistsError, match=r"complete at update 8; its config differs: epochs 1 -> 2, lr 0\.01 -> 0\.5\)"):
         fit(cfg_for(tmp_path, epochs=2, lr=0.5))
-    fit(cfg_for(tmp_path, "p", epochs=1, max_steps=3))  # a partial run: continued, never reused
-    with pytest.raises(FileExistsError, match=r"partial \(stopped by max_steps at step 3\); same config\): pass "
+    fit(cfg_for(tmp_path, "p", epochs=1, max_updates=3))  # a partial run: continued, never reused
+    with pytest.raises(FileExistsError, match=r"partial \(stopped by max_updates at update 3\); same config\): pass "
                                               r"resume=True to continue that run, overwrite=True to start afresh, or "
                                               r"choose another out_dir/name$"):
-        fit(cfg_for(tmp_path, "p", epochs=1, max_steps=3))
+        fit(cfg_for(tmp_path, "p", epochs=1, max_updates=3))
 
 
 def test_a_complete_run_of_the_same_config_is_reused(tmp_path, capsys):
@@ -501,8 +501,8 @@ def test_a_complete_run_of_the_same_config_is_reused(tmp_path, capsys):
     capsys.readouterr()
     again, s2 = fit(cfg_for(tmp_path, epochs=1, quiet=False, log_every=7), callbacks=[Count()])  # output fields may differ
     assert steps == [] and s2["reused"] and "reused" not in s1
-    assert {k: s2[k] for k in ("final_test_acc", "steps", "epochs", "config_hash", "history")} == \
-        {k: s1[k] for k in ("final_test_acc", "steps", "epochs", "config_hash", "history")}
+    assert {k: s2[k] for k in ("final_test_acc", "updates", "epochs", "config_hash", "history")} == \
+        {k: s1[k] for k in ("final_test_acc", "updates", "epochs", "config_hash", "history")}
     assert same_state(again.model.state_dict(), first.model.state_dict())  # the trained weights, loaded
     out = capsys.readouterr().out
     assert f"reusing the complete run in {cfg.run_dir()} (same config, hash {s1['config_hash']}): nothing to train; " \
@@ -516,7 +516,7 @@ def test_progress_lines_when_not_on_a_terminal(capsys):
     bar = EpochBar(True, tty=False, total=10, initial=0, desc="epoch 1/2", log_every=5, heartbeat_s=0.0)
     bar.update(3, 3, {"loss": 6.0, "correct": 2, "count": 4})
     bar.close()
-    assert capsys.readouterr().out.startswith("  epoch 1/2: batch 3/10, step 3, loss 1.5000 acc 0.5000, ")
+    assert capsys.readouterr().out.startswith("  epoch 1/2: batch 3/10, update 3, loss 1.5000 acc 0.5000, ")
     EpochBar(False, tty=False, total=10, initial=0, desc="x", log_every=5, heartbeat_s=0.0).update(1, 1, {})
     assert capsys.readouterr().out == ""
 

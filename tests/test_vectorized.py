@@ -49,7 +49,7 @@ def close_states(a: dict, b: dict, tol=1e-12):
 
 def assert_same_run(vec_dir, one_dir, vs, ss):
     assert set(vs) == set(ss)  # the format of Trainer.fit()'s summary
-    assert (vs["status"], vs["epochs"], vs["steps"], vs["config_hash"]) == (ss["status"], ss["epochs"], ss["steps"],
+    assert (vs["status"], vs["epochs"], vs["updates"], vs["config_hash"]) == (ss["status"], ss["epochs"], ss["updates"],
                                                                              ss["config_hash"])
     assert len(vs["history"]) == len(ss["history"])
     for a, b in zip(vs["history"], ss["history"]):
@@ -60,7 +60,7 @@ def assert_same_run(vec_dir, one_dir, vs, ss):
     close_states(A["model"], B["model"])
     for i in B["optimizer"]["state"]:
         close_states(A["optimizer"]["state"][i], B["optimizer"]["state"][i])
-    assert (A["epoch"], A["step"]) == (B["epoch"], B["step"])
+    assert (A["epoch"], A["update"]) == (B["epoch"], B["update"])
     assert torch.equal(A["rng"]["torch"], B["rng"]["torch"])
 
 
@@ -77,20 +77,20 @@ def test_copies_equal_single_seed_runs(tmp_path, case):
         assert 0 in batch.buffer_dims.values()
 
 
-def test_max_steps_stop_and_trainer_resume(tmp_path):
-    """A copy stopped by max_steps mid-epoch is partial like a single run, and the Trainer
+def test_max_updates_stop_and_trainer_resume(tmp_path):
+    """A copy stopped by max_updates mid-epoch is partial like a single run, and the Trainer
     continues its checkpoint to the end exactly as it continues the single run's."""
-    cfg = base(tmp_path, max_steps=6, erasing_p=0.5)
+    cfg = base(tmp_path, max_updates=6, erasing_p=0.5)
     configs = seed_configs(cfg, SEEDS)
     summaries = train_seeds(cfg, SEEDS, build=build64, data=DATA)
     for c, vs in zip(configs, summaries):
         one, ss = single(c, tmp_path)
         assert vs["status"] == ss["status"] == "partial"
         assert_same_run(c.run_dir(), one.run_dir(), vs, ss)
-    c = dataclasses.replace(configs[1], max_steps=None)
+    c = dataclasses.replace(configs[1], max_updates=None)
     vs = Trainer(c, build64(c), DATA, augment=make_augment(c)).fit(resume=True)
     _, ss = single(dataclasses.replace(c, out_dir=None), tmp_path, resume=True)
-    assert vs["status"] == "complete" and vs["steps"] == ss["steps"] == 8
+    assert vs["status"] == "complete" and vs["updates"] == ss["updates"] == 8
     for a, b in zip(vs["history"], ss["history"]):
         for k in METRICS:
             assert a[k] == pytest.approx(b[k], rel=1e-10, abs=1e-12), k
@@ -155,7 +155,7 @@ def test_compare_vectorize_seeds_batches_what_it_can(tmp_path):
 def test_seq2d_mnist_vectorize_seeds(tmp_path, capsys):
     from seq2d.cli import main
 
-    rc = main(["mnist", "--models", "mlp", "--seeds", "0,1", "--epochs", "1", "--max-steps", "2", "--num-threads", "1",
+    rc = main(["mnist", "--models", "mlp", "--seeds", "0,1", "--epochs", "1", "--max-updates", "2", "--num-threads", "1",
                "--vectorize-seeds", "--quiet", "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert rc == 0 and "training seeds 0, 1 as one batch" in out and "| mlp (partial: 2 of 2) | 2 |" in out
@@ -168,8 +168,8 @@ def test_a_diverging_copy_stops_the_batch(tmp_path):
 
     cfg = base(tmp_path, optimizer="sgd", lr=1e4, epochs=3)
     configs = seed_configs(cfg, SEEDS)
-    with pytest.raises(DivergenceError, match=r"of seed 0 at epoch \d+, step \d+") as info:
+    with pytest.raises(DivergenceError, match=r"of seed 0 at epoch \d+, update \d+") as info:
         train_copies(configs, build=build64, data=DATA)
-    assert info.value.step >= 1
+    assert info.value.update >= 1
     status = [json.loads((c.run_dir() / "run.json").read_text())["status"] for c in configs]
     assert status == ["diverged", "interrupted", "interrupted"]

@@ -10,7 +10,7 @@ finished is copied as soon as it has, so nothing already computed is lost. For e
 status), ``metrics.csv``, ``metrics.jsonl`` and ``test_predictions.npz`` (per-example test results,
 when the run wrote them), and writes ``machine.json`` (this machine's CPU, capability and torch: run
 folders are collected on the machine that trained them), to ``DEST/<model>/seed<k>/``. Runs still going,
-partial runs (``--max-steps``) and checkpoints are left where they are. A run folder named with
+partial runs (``--max-updates``) and checkpoints are left where they are. A run folder named with
 an old spelling (``random-element``, seq2d.renames.OLD_NAMES) is copied under today's name. A copy already in DEST
 is replaced only by a run with the same config hash (``--force`` replaces any). Prints one line
 per run: copied, unchanged, skipped and why.

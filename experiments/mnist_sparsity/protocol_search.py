@@ -127,7 +127,7 @@ def main(argv=None) -> int:
     ap.add_argument("--section", default="protocol-search",
                     help="the page section --doc writes (protocol-search-full for the 100-epoch run)")
     ap.add_argument("--from-json", help="no training: the tables of this results record")
-    ap.add_argument("--quick", action="store_true", help="CI smoke run: subset, 2 candidates, 1 epoch, 8 steps")
+    ap.add_argument("--quick", action="store_true", help="CI smoke run: subset, 2 candidates, 1 epoch, 8 optimizer updates")
     args = ap.parse_args(argv)
     if args.from_json:
         from_json(args.from_json, report, args.doc, args.section)
@@ -145,7 +145,7 @@ def main(argv=None) -> int:
     data, epochs = args.data, args.epochs
     if args.quick:
         cands, seeds, data, epochs = ["ours", "both+test"], [0], "subset", 1
-        extra.update(max_steps=8, sizes=[64, 32, 10], image_size=8)
+        extra.update(max_updates=8, sizes=[64, 32, 10], image_size=8)
     cfgs = configs(models, cands, data=data, epochs=epochs, extra=extra)
     jobs = args.jobs if args.jobs == "auto" else int(args.jobs)
     rows = compare(cfgs, seeds, args.out, jobs=jobs)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..errors import InvalidValue, did_you_mean
 from ..fileio import atomic_write
-from ..renames import now_called, old_model_name
+from ..renames import migrate_record, now_called, old_model_name
 from ..train.config import TrainConfig, load_config
 
 __all__ = ["MODELS", "SCALES", "PROTOCOLS", "PLOTS", "SEED_SUMMARY", "Protocol", "protocol_config", "protocol_table",
@@ -178,13 +178,13 @@ def compare(configs: Mapping[str, TrainConfig], seeds: Sequence[int], out_dir: s
     - its ``summary.json`` is reused when it records a **complete** run of the same effective
       config (equal :func:`~seq2d.train.config.config_hash`) and, where its ``run.json`` records
       a fingerprint, of the model the config builds now (:mod:`seq2d.train.fingerprint`); a
-      partial run (stopped by ``max_steps``), a different config or model is never reused as
+      partial run (stopped by ``max_updates``), a different config or model is never reused as
       finished, and an unreadable ``summary.json`` is named on one line;
     - else its checkpoint is continued when the config differs at most in ``epochs`` /
-      ``max_steps`` (a longer or shorter run of the same thing);
+      ``max_updates`` (a longer or shorter run of the same thing);
     - else the folder is trained afresh, and the log line names the fields that differ.
 
-    A run stopped by ``max_steps`` gives a row with ``complete`` False and the accuracy
+    A run stopped by ``max_updates`` gives a row with ``complete`` False and the accuracy
     where it stopped (``format_table`` marks it).
 
     ``jobs`` (an int, or ``"auto"``: as many as idle cores, :func:`seq2d.lab.parallel.resolve_jobs`):
@@ -325,7 +325,7 @@ def train_one(name: str, seed: int, cfg: TrainConfig, *, resume: bool = True, lo
     torn = unreadable(run_dir / "run.json")
     if old is not None:
         diff = config_diff(old["config"], cfg) if isinstance(old.get("config"), dict) else None
-        why = ("it is partial (stopped by max_steps at step " + str(old.get("steps", "?")) + ")"
+        why = ("it is partial (stopped by max_updates after " + str(old.get("updates", "?")) + " updates)"
                if old.get("complete") is False and not diff else
                f"its config differs: {format_diff(diff)}" if diff else
                f"its model differs: {format_model_diff(model_diff)}" if model_diff else
@@ -335,10 +335,10 @@ def train_one(name: str, seed: int, cfg: TrainConfig, *, resume: bool = True, lo
     if resume and (run_dir / "checkpoint.pt").is_file():
         record = read_record(run_dir) or {}
         saved = record.get("config")
-        diff = config_diff(saved, cfg, ignore=OUTPUT_FIELDS + ("epochs", "max_steps")) if isinstance(saved, dict) else None
+        diff = config_diff(saved, cfg, ignore=OUTPUT_FIELDS + ("epochs", "max_updates")) if isinstance(saved, dict) else None
         can_resume = diff == {} and not model_diff
         if can_resume:
-            log(f"{tag} continuing the checkpoint in {run_dir} (step {record.get('step', '?')})")
+            log(f"{tag} continuing the checkpoint in {run_dir} (update {record.get('update', '?')})")
         else:
             log(f"{tag} training afresh in {run_dir}: its checkpoint " + (
                 f"has another config ({format_diff(diff)})" if diff else
@@ -346,7 +346,7 @@ def train_one(name: str, seed: int, cfg: TrainConfig, *, resume: bool = True, lo
                 f"has an unreadable run record (run.json: {torn})" if torn else "has no run record (run.json)"))
     summary_path.unlink(missing_ok=True)  # never left claiming a result while the run is redone
     log(f"{tag} training ({cfg.epochs} epochs, data={cfg.data}"
-        + (f", max_steps={cfg.max_steps}" if cfg.max_steps is not None else "") + f") -> {run_dir}")
+        + (f", max_updates={cfg.max_updates}" if cfg.max_updates is not None else "") + f") -> {run_dir}")
     return _finish_row(name, seed, cfg, run(cfg, resume=can_resume, overwrite=not can_resume), log)
 
 
@@ -362,10 +362,10 @@ def _finish_row(name: str, seed: int, cfg: TrainConfig, s: Mapping, log=print, *
            "time_per_epoch_s": s.get("time_per_epoch_s"), "device": s.get("device"),
            "model_steps": cfg.steps, "granularity": cfg.granularity if cfg.model == "random_model" else None,
            "data": cfg.data, "run_dir": str(run_dir), "complete": s["complete"] and s["final_test_acc"] is not None,
-           "status": s["status"], "steps": s["steps"], "config_hash": digest, "config": config_to_dict(cfg), **extra}
+           "status": s["status"], "updates": s["updates"], "config_hash": digest, "config": config_to_dict(cfg), **extra}
     if not row["complete"]:
-        log(f"{tag} partial result: stopped by max_steps at step {s['steps']} (not reused as finished; "
-            "run again without --max-steps to finish it)")
+        log(f"{tag} partial result: stopped by max_updates after {s['updates']} updates (not reused as finished; "
+            "run again without --max-updates to finish it)")
     atomic_write(summary_path, json.dumps(row, indent=1))
     return row
 
@@ -389,7 +389,7 @@ def _train_vectorized(plan: Sequence, todo: list[int], rows: list, *, resume: bo
         for cfg in cfgs:
             (Path(cfg.out_dir) / "summary.json").unlink(missing_ok=True)
         log(f"[{name}] training seeds {', '.join(map(str, seeds))} as one batch ({cfgs[0].epochs} epochs, "
-            f"data={cfgs[0].data}" + (f", max_steps={cfgs[0].max_steps}" if cfgs[0].max_steps is not None else "")
+            f"data={cfgs[0].data}" + (f", max_updates={cfgs[0].max_updates}" if cfgs[0].max_updates is not None else "")
             + f") -> {Path(cfgs[0].out_dir).parent}")
         try:
             summaries = train_copies(cfgs, overwrite=True)
@@ -403,16 +403,17 @@ def _train_vectorized(plan: Sequence, todo: list[int], rows: list, *, resume: bo
 
 
 def _read_json(path: Path) -> dict | None:
+    """A run's ``summary.json`` (None: absent or unreadable), old keys read as today's (``steps``: ``updates``)."""
     try:
         d = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return d if isinstance(d, dict) else None
+    return migrate_record(d) if isinstance(d, dict) else None
 
 
 def summarize(rows: Sequence[Mapping]) -> list[dict]:
     """Per model: n, mean and std of the final test accuracy, params, mean time per epoch,
-    device, and ``partial``: how many of its runs stopped before their last epoch (max_steps;
+    device, and ``partial``: how many of its runs stopped before their last epoch (max_updates;
     their accuracy is the one where they stopped). Runs without an evaluation are left out."""
     out = []
     for name in dict.fromkeys(r["model"] for r in rows):
@@ -468,7 +469,7 @@ def format_table(rows: Sequence[Mapping], reference: str = "mlp") -> str:
                      f"{s['time_per_epoch_s']:.2f} s | {s['device']} |")
     if any(s["partial"] for s in summ):
         lines.append("")
-        lines.append("partial: runs stopped by max_steps before their last epoch; their accuracy is the one where they "
+        lines.append("partial: runs stopped by max_updates before their last epoch; their accuracy is the one where they "
                      "stopped and their time per epoch is extrapolated")
     names = [s["model"] for s in summ]
     if reference in names and len(names) > 1:
@@ -540,7 +541,7 @@ def plot_note(rows: Sequence[Mapping]) -> str:
              + "/".join(map(str, sorted(per))) + " per model)")
     partial = sum(1 for r in rows if r.get("complete") is False)
     if partial:
-        text += f" | {partial} run{'s' if partial != 1 else ''} stopped early by max_steps (partial)"
+        text += f" | {partial} run{'s' if partial != 1 else ''} stopped early by max_updates (partial)"
     return text
 
 
@@ -594,6 +595,6 @@ def write_results(rows: Sequence[Mapping], out_dir: str | Path, *, config: Train
     ])
     partial = [r for r in rows if r.get("complete") is False]
     if partial:
-        text += (f"\nnote: {len(partial)} run(s) stopped by max_steps before their last epoch (partial, marked in the "
+        text += (f"\nnote: {len(partial)} run(s) stopped by max_updates before their last epoch (partial, marked in the "
                  "table); they are continued, never reused as finished, by the next call")
     return {"json": json_path, "md": md_path, "plots": pictures, "table": table, "text": text}

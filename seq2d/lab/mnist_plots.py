@@ -120,7 +120,7 @@ def plot_final_accuracy(rows: Sequence[Mapping], path=None, *, note: str | None 
 
 def _steps(row: Mapping):
     """A run row's Sequential2D steps (``model_steps``; ``iterations`` in rows written before the
-    rename); the row's ``steps`` is the optimizer's step count."""
+    rename); the row's ``updates`` (``steps`` in rows written before issue 36) is the optimizer's count."""
     return row.get("model_steps", row.get("iterations"))
 
 

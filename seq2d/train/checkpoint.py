@@ -8,7 +8,8 @@ safe ``weights_only`` loader reads it)::
     model      the model's state_dict      (the unwrapped module under DDP)
     optimizer  the optimizer's state_dict
     epoch      completed epochs (int)
-    step       optimizer steps taken so far (int)
+    update     optimizer updates taken so far (int; ``step`` in files written before issue 36,
+               read as ``update``: seq2d.renames.migrate_record)
     config     the TrainConfig as a dict of primitives
     rng        capture_rng_state(): torch CPU, CUDA (when initialised), python random,
                numpy, and named torch.Generators, all as tensors/lists
@@ -70,7 +71,7 @@ __all__ = [
 
 FORMAT = "seq2d-checkpoint"
 FORMAT_VERSION = 1
-_REQUIRED = {"model": dict, "optimizer": dict, "epoch": int, "step": int, "config": dict, "rng": dict, "metrics": dict}
+_REQUIRED = {"model": dict, "optimizer": dict, "epoch": int, "update": int, "config": dict, "rng": dict, "metrics": dict}
 
 
 class CheckpointError(Seq2DError, RuntimeError):
@@ -205,7 +206,7 @@ def save_checkpoint(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer | None,
     epoch: int,
-    step: int,
+    update: int,
     config,
     rng: Mapping | None = None,
     metrics: Mapping | None = None,
@@ -215,7 +216,7 @@ def save_checkpoint(
 
     ``rng`` defaults to :func:`capture_rng_state` (no named generators). Returns the path."""
     path = Path(path)
-    for name, v in (("epoch", epoch), ("step", step)):
+    for name, v in (("epoch", epoch), ("update", update)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise InvalidType(f"save_checkpoint: {name} must be an int >= 0, got {v!r}")
     payload = {
@@ -224,7 +225,7 @@ def save_checkpoint(
         "model": _unwrap(model).state_dict(),
         "optimizer": optimizer.state_dict() if optimizer is not None else {},
         "epoch": epoch,
-        "step": step,
+        "update": update,
         "config": _primitive_config(config),
         "rng": dict(rng) if rng is not None else capture_rng_state(),
         "metrics": dict(metrics) if metrics is not None else {},
@@ -314,12 +315,15 @@ def _validate(ckpt, path: Path) -> dict:
         raise CheckpointError(
             f"{where} has checkpoint format version {version!r}; this seq2d reads version {FORMAT_VERSION} only"
         )
+    from ..renames import migrate_record
+
+    ckpt = migrate_record(ckpt)  # a checkpoint written before a rename: its old keys read as today's
     for key, typ in _REQUIRED.items():
         if key not in ckpt:
             raise CheckpointError(f"{where} is incomplete: the required entry {key!r} is missing")
         if not isinstance(ckpt[key], typ) or (typ is int and isinstance(ckpt[key], bool)):
             raise CheckpointError(f"{where}: entry {key!r} should be a {typ.__name__}, got {type(ckpt[key]).__name__}")
-    for key in ("epoch", "step"):
+    for key in ("epoch", "update"):
         if ckpt[key] < 0:
             raise CheckpointError(f"{where}: entry {key!r} should be an int >= 0, got {ckpt[key]}")
     ckpt.setdefault("extra", {})

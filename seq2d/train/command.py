@@ -63,7 +63,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument("--overwrite", action="store_true", help="start afresh even if out_dir holds a checkpoint")
     parser.add_argument("--allow-changed", dest="allow_changed", metavar="FIELDS", default=None,
                         help="with --resume: let these comma-separated fields (lr, optimizer, weight_decay) differ "
-                             "from the checkpoint's config; the change (old -> new, step) is recorded in the metrics "
+                             "from the checkpoint's config; the change (old -> new, update) is recorded in the metrics "
                              "and run.json")
     parser.set_defaults(fn=train_command)
     return parser
@@ -94,7 +94,7 @@ def train_command(args: argparse.Namespace) -> int:
             summary = run(cfg, resume=args.resume, overwrite=args.overwrite, allow_changed=allow)
             if summary.get("reused") and cfg.quiet and first:  # else the trainer said it
                 print(reuse_line(summary))
-    except DivergenceError:  # every rank stops at the same step: one message is enough
+    except DivergenceError:  # every rank stops at the same update: one message is enough
         if first:
             raise
         return 2
@@ -107,14 +107,14 @@ def train_command(args: argparse.Namespace) -> int:
     if not first:
         return 0
     if summary["final_test_acc"] is None:
-        print(f"no epoch was trained or evaluated (epochs = {cfg.epochs}, {summary['steps']} steps); outputs in "
+        print(f"no epoch was trained or evaluated (epochs = {cfg.epochs}, {summary['updates']} updates); outputs in "
               f"{summary['out_dir']}")
         return 0
     print(train_result_line(summary))
     if not summary["complete"]:
-        print(f"partial run: stopped by max_steps at step {summary['steps']} ({summary['epochs']} of {cfg.epochs} "
-              "epochs finished); the accuracy is the one where it stopped, and run.json says status 'partial'. "
-              "Continue it with --resume (and a larger --max-steps, or none)")
+        print(f"partial run: stopped by max_updates after {summary['updates']} updates ({summary['epochs']} of "
+              f"{cfg.epochs} epochs finished); the accuracy is the one where it stopped, and run.json says status "
+              "'partial'. Continue it with --resume (and a larger --max-updates, or none)")
     return 0
 
 

@@ -33,6 +33,7 @@ from ..tablefile import read_table
 from ..errors import InvalidType, InvalidValue, did_you_mean
 from ..errors import show_value as _show
 from ..fileio import atomic_write
+from ..renames import refuse_old_keywords
 
 __all__ = ["TrainConfig", "CHOICES", "MODEL_FIELDS", "RESUME_FREE_FIELDS", "load_config", "save_config", "config_to_dict",
            "config_from_dict", "config_to_toml", "apply_overrides", "parse_value", "add_config_args", "config_from_args",
@@ -52,7 +53,7 @@ def _f(default, help: str, *, model: bool = False, resume: str = "same", output:
     - ``resume``: ``"same"`` (a resumed run must keep the checkpoint's value, else CheckpointError),
       ``"free"`` (may change without breaking exact continuation) or ``"ask"`` (may change only when
       asked: ``allow_changed`` / ``--allow-changed``; the continuation is then a different run from
-      that step on, and the change is recorded);
+      that update on, and the change is recorded);
     - ``output``: it only says where outputs go or how much is printed: left out of the config
       hash (:func:`seq2d.train.identity.config_hash`), and free on resume;
     - ``choices``: the values it may take (anything else is refused);
@@ -110,7 +111,7 @@ class TrainConfig:
                                "generator standardises it)")
     # ---- optimisation
     epochs: int = _f(10, "passes over the training set", resume="free")
-    batch_size: int = _f(64, "samples per optimizer step, summed over all processes (each of W processes takes 1/W)")
+    batch_size: int = _f(64, "samples per optimizer update, summed over all processes (each of W processes takes 1/W)")
     lr: float = _f(1e-3, "learning rate", resume="ask")
     optimizer: str = _f("adam", '"adam" or "sgd" (momentum 0.9)', resume="ask", choices=("adam", "sgd"))
     optimizer_impl: str = _f("fused", 'torch\'s implementation of the optimizer step: "fused" (one kernel per step where '
@@ -141,15 +142,15 @@ class TrainConfig:
     tensorboard: str | None = _f(None, "also write TensorBoard events to <tensorboard>/<name> (None = off; needs the "
                                        "optional extra: pip install -e \".[tensorboard]\"; seq2d.train.tensorboard)",
                                  output=True)
-    log_every: int = _f(50, "steps between progress-bar updates of loss/accuracy", output=True)
+    log_every: int = _f(50, "optimizer updates between progress-bar refreshes of loss/accuracy", output=True)
     eval_batch_size: int = _f(1000, "batch size of the per-epoch test-set evaluation", resume="free")
-    max_steps: int | None = _f(None, "stop after this many optimizer steps in total (smoke runs; None = no limit); the run "
-                                     "is then recorded as partial, evaluated where it stopped, and --resume continues it",
-                               resume="free")
-    checkpoint_every: int | None = _f(None, "also write checkpoint.pt every this many optimizer steps (None = at the end "
-                                            "of each epoch and at a max_steps stop only)", output=True)
+    max_updates: int | None = _f(None, "stop after this many optimizer updates in total (smoke runs; None = no limit); the "
+                                       "run is then recorded as partial, evaluated where it stopped, and --resume continues it",
+                                 resume="free", was="max_steps")
+    checkpoint_every: int | None = _f(None, "also write checkpoint.pt every this many optimizer updates (None = at the end "
+                                            "of each epoch and at a max_updates stop only)", output=True)
     divergence_factor: float | None = _f(1000.0, "stop with DivergenceError when the smoothed training loss (EMA, weight "
-                                                 "0.1 per step) exceeds this factor x its lowest value so far and its "
+                                                 "0.1 per update) exceeds this factor x its lowest value so far and its "
                                                  "first value (None = only NaN/inf stop the run)", resume="free")
     quiet: bool = _f(False, "no progress bar and no per-epoch line on stdout", output=True)
 
@@ -180,7 +181,7 @@ MODEL_FIELDS = tuple(k for k, m in _META.items() if m["model"])
 RESUME_FREE_FIELDS = tuple(k for k, m in _META.items() if m["resume"] == "free")
 
 # Fields a resume may change only when asked explicitly (``allow_changed`` / ``--allow-changed``):
-# the continuation is then a different run from that step on, and the change is recorded.
+# the continuation is then a different run from that update on, and the change is recorded.
 ALLOW_CHANGED_FIELDS = tuple(k for k, m in _META.items() if m["resume"] == "ask")
 
 # Fields added with a default that changes what a config computes, and the value a config
@@ -189,11 +190,13 @@ LEGACY_DEFAULTS: dict[str, Any] = {k: m["legacy"] for k, m in _META.items() if m
 
 # Fields renamed since configs were first saved (config.toml, run.json, checkpoints): old key -> the
 # fields that replace it (``backend``: a store or a kernel name; ``iterations``: ``steps``, the model's
-# keyword); seq2d.train.identity hashes the new fields under the old name.
+# keyword; ``max_steps``: ``max_updates``); seq2d.train.identity hashes the new fields under the old
+# name, and ``TrainConfig(max_steps=...)`` is the typed "now called" error.
 RENAMED_FIELDS: dict[str, tuple[str, ...]] = {}
 for _k, _m in _META.items():
     if _m["was"] is not None:
         RENAMED_FIELDS[_m["was"]] = RENAMED_FIELDS.get(_m["was"], ()) + (_k,)
+refuse_old_keywords(TrainConfig, RENAMED_FIELDS)
 
 # Fields that only say where outputs go and how much is printed: left out of config_hash.
 OUTPUT_FIELDS = tuple(k for k, m in _META.items() if m["output"])
@@ -326,7 +329,7 @@ def _check_values(cfg: TrainConfig) -> None:
     positive = ["tile", "image_size", "batch_size", "log_every", "eval_batch_size"]
     if isinstance(cfg.num_threads, str) and cfg.num_threads != "auto":
         raise InvalidValue(f"config field 'num_threads': expected {_EXPECTED['num_threads']}, got the string {cfg.num_threads!r}")
-    for name in positive + ["steps", "num_threads", "max_steps", "checkpoint_every"]:
+    for name in positive + ["steps", "num_threads", "max_updates", "checkpoint_every"]:
         v = getattr(cfg, name)
         if isinstance(v, str):  # num_threads = "auto"
             continue

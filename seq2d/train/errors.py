@@ -3,7 +3,7 @@
 - :class:`DivergenceError`: the run stopped because it diverged: the smoothed training loss
   rose above ``divergence_factor`` x its best value so far (see :mod:`seq2d.train.loop`);
   :class:`NonFiniteLossError`, its refinement, when the loss became NaN or infinite. Both
-  name the epoch, the step and the last good checkpoint (left as it was).
+  name the epoch, the optimizer update and the last good checkpoint (left as it was).
 - :class:`RunLockedError`: another live run holds the output folder's lock.
 - :class:`RunExistsError`: the output folder holds a run and neither resume nor overwrite was asked.
 - :class:`ConstantOutputError`: the model's output cannot depend on its input within its
@@ -50,10 +50,10 @@ def spell(api: str, cli: str) -> str:
 class DivergenceError(Seq2DError, RuntimeError):
     """The training loss exploded; the checkpoint on disk is the last good one."""
 
-    def __init__(self, message: str, *, epoch: int, step: int, checkpoint: Path | None):
+    def __init__(self, message: str, *, epoch: int, update: int, checkpoint: Path | None):
         super().__init__(message)
         self.epoch = epoch
-        self.step = step
+        self.update = update  # the optimizer update it stopped at
         self.checkpoint = checkpoint
 
 

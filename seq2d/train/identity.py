@@ -86,9 +86,10 @@ def format_diff(diff: Mapping) -> str:
 
 
 def format_changes(changes) -> str:
-    """``"lr: 0.01 -> 0.5 at step 40; ..."`` from the settings a resume changed (``allow_changed``;
-    the records kept in ``run.json``, the checkpoint and the metrics rows)."""
-    return "; ".join(f"{c.get('field')}: {c.get('old')!r} -> {c.get('new')!r} at step {c.get('step')}" for c in changes)
+    """``"lr: 0.01 -> 0.5 at update 40; ..."`` from the settings a resume changed (``allow_changed``;
+    the records kept in ``run.json``, the checkpoint and the metrics rows, as their readers give them:
+    an ``update`` each)."""
+    return "; ".join(f"{c.get('field')}: {c.get('old')!r} -> {c.get('new')!r} at update {c.get('update')}" for c in changes)
 
 
 def parse_allow_changed(value: str | Sequence[str] | None, *, where: str = "--allow-changed") -> tuple[str, ...]:

@@ -36,7 +36,7 @@ mean training loss of the step's global batch updates an exponential moving aver
 that is, when the smoothed loss has grown by the factor (1000 by default) over its best
 value and is worse than where training started (the second condition keeps a run whose loss
 went to nearly zero from stopping on noise). The trainer then raises
-:class:`~seq2d.train.errors.DivergenceError` naming the epoch, the step and the last good
+:class:`~seq2d.train.errors.DivergenceError` naming the epoch, the update and the last good
 checkpoint. ``divergence_factor = None`` turns the rule off (NaN/inf still stop the run).
 The average is stored in every checkpoint, so a resumed run judges exactly as the
 uninterrupted one would.
@@ -221,9 +221,9 @@ class EpochBar:
 
             self.bar = tqdm(total=total, initial=initial, desc=desc, leave=False, dynamic_ncols=True)
 
-    def update(self, step: int, done: int, sums: dict | Callable[[], dict]) -> None:
-        """One batch done (``done`` of ``total``, optimizer step ``step``); the postfix shows
-        ``sums``' mean loss and accuracy every ``log_every`` steps and at the last batch.
+    def update(self, updates: int, done: int, sums: dict | Callable[[], dict]) -> None:
+        """One batch done (``done`` of ``total``, ``updates`` optimizer updates taken); the postfix
+        shows ``sums``' mean loss and accuracy every ``log_every`` updates and at the last batch.
 
         ``sums`` may be a function returning the dict: it is called only when the values are
         shown (so a trainer can keep them on the GPU until then)."""
@@ -232,14 +232,14 @@ class EpochBar:
             if now - self.last >= self.heartbeat_s and done < self.total:
                 self.last = now
                 sums = sums() if callable(sums) else sums
-                print(f"  {self.desc}: batch {done}/{self.total}, step {step}, loss "
+                print(f"  {self.desc}: batch {done}/{self.total}, update {updates}, loss "
                       f"{sums['loss'] / max(sums['count'], 1):.4f} acc {sums['correct'] / max(sums['count'], 1):.4f}, "
                       f"{now - self.t0:.0f}s", file=sys.stdout, flush=True)
             return
         if self.bar is None:
             return
         self.bar.update(1)
-        if step % self.log_every == 0 or done == self.total:
+        if updates % self.log_every == 0 or done == self.total:
             sums = sums() if callable(sums) else sums
             self.bar.set_postfix(loss=f"{sums['loss'] / sums['count']:.4f}", acc=f"{sums['correct'] / sums['count']:.4f}")
 
@@ -249,10 +249,10 @@ class EpochBar:
             self.bar = None
 
 
-def epoch_line(row: dict, epochs: int, step: int) -> str:
-    """The line printed after an epoch: optimizer step, train and test loss/accuracy, time."""
+def epoch_line(row: dict, epochs: int, updates: int) -> str:
+    """The line printed after an epoch: optimizer updates taken, train and test loss/accuracy, time."""
     return (
-        f"epoch {row['epoch']}/{epochs}  step {step}  train loss {row['train_loss']:.4f} "
+        f"epoch {row['epoch']}/{epochs}  update {updates}  train loss {row['train_loss']:.4f} "
         f"acc {row['train_acc']:.4f} | test loss {row['test_loss']:.4f} acc {row['test_acc']:.4f} "
         f"| {row['epoch_time_s']:.1f}s"
     )

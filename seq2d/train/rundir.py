@@ -12,9 +12,9 @@ reused) is *stale*: the next run takes it over and says so on one warning line.
 **Record.** ``run.json`` holds the effective config, its hash
 (:func:`~seq2d.train.config.config_hash`), the fingerprint of the model it trains
 (``model_fingerprint``, :mod:`seq2d.train.fingerprint`), the status (``running``, ``complete``,
-``partial`` (stopped by max_steps), ``diverged``, ``failed``, ``interrupted``), the epoch and
-step reached, and any settings changed on resume. A run killed outright stays ``running``
-with a dead pid in the lock.
+``partial`` (stopped by max_updates), ``diverged``, ``failed``, ``interrupted``), the epoch and
+the optimizer update reached (``update``), and any settings changed on resume. A run killed
+outright stays ``running`` with a dead pid in the lock.
 
 **Temporary files.** Every file of a run folder is written to ``.<name>.tmp-<pid>`` and
 renamed over its name; a process killed in between leaves the temporary file. Once a run
@@ -22,6 +22,8 @@ holds the lock no other process writes there, so :meth:`RunDir.acquire` deletes 
 
 **Metrics.** ``metrics.jsonl`` (one JSON object per epoch) and ``metrics.csv`` (the same rows as a
 table), both rewritten atomically after each epoch (:func:`write_metrics`, :func:`read_metrics`);
+files written before issue 36 say ``step`` for ``update``: their readers here read it as
+``update`` (:func:`seq2d.renames.migrate_record`);
 and ``test_predictions.npz``, the per-example test results of the last epoch (:func:`predict`,
 :func:`write_predictions`), the input of paired comparisons between runs on the same test
 examples (McNemar, a bootstrap over examples: :mod:`seq2d.stats`).
@@ -41,6 +43,7 @@ from pathlib import Path
 
 from ..errors import InvalidValue
 from ..fileio import atomic_write
+from ..renames import migrate_record
 from .config import TrainConfig, config_to_dict
 from .identity import config_diff, config_hash, format_diff
 from .errors import RunExistsError, RunLockedError, spell
@@ -88,12 +91,18 @@ def _live_suffix(name: str) -> bool:
 
 
 def read_record(run_dir: str | os.PathLike) -> dict | None:
-    """``run.json`` of a run folder as a dict (None when absent or unreadable)."""
+    """``run.json`` of a run folder as a dict (None when absent or unreadable), old keys read as
+    today's (``step`` as ``update``, also in its ``changes``)."""
     try:
         d = json.loads((Path(run_dir) / RECORD_NAME).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return d if isinstance(d, dict) else None
+    if not isinstance(d, dict):
+        return None
+    d = migrate_record(d)
+    if isinstance(d.get("changes"), list):
+        d["changes"] = [migrate_record(c) for c in d["changes"]]
+    return d
 
 
 def unreadable(path: str | os.PathLike) -> str | None:
@@ -236,11 +245,11 @@ class RunDir:
         self.release()
 
     # ------------------------------------------------------------------ the record
-    def write_record(self, cfg: TrainConfig, status: str, *, epoch: int, step: int, changes=(), **extra) -> None:
+    def write_record(self, cfg: TrainConfig, status: str, *, epoch: int, update: int, changes=(), **extra) -> None:
         """Write ``run.json`` (atomically): config, hash, status, progress, changes."""
         if status not in ("running", "complete", "partial", "diverged", "failed", "interrupted"):
             raise InvalidValue(f"run status {status!r} is not one of running, complete, partial, diverged, failed, interrupted")
-        record = {"status": status, "config_hash": config_hash(cfg), "epoch": epoch, "step": step,
+        record = {"status": status, "config_hash": config_hash(cfg), "epoch": epoch, "update": update,
                   "pid": os.getpid(), "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                   "changes": list(changes), **extra, "config": config_to_dict(cfg)}
         atomic_write(self.record_path, json.dumps(record, indent=1, default=repr) + "\n")
@@ -276,20 +285,21 @@ def reuse_line(summary: Mapping) -> str:
 
 
 def describe_record(record: Mapping | None) -> str:
-    """A short phrase for a run record: ``"complete at step 16"``, ``"partial (stopped at step 3)"``."""
+    """A short phrase for a run record (as :func:`read_record` reads it): ``"complete at update 16"``,
+    ``"partial (stopped by max_updates at update 3)"``."""
     if not record:
         return "no run record (run.json)"
     status = record.get("status", "?")
-    step = record.get("step", "?")
+    update = record.get("update", "?")
     if status == "running":  # read by the lock's holder: that run ended without recording it
-        return f"killed or crashed near step {step} (it never recorded its end)"
-    return f"{status} at step {step}" if status != "partial" else f"partial (stopped by max_steps at step {step})"
+        return f"killed or crashed near update {update} (it never recorded its end)"
+    return f"{status} at update {update}" if status != "partial" else f"partial (stopped by max_updates at update {update})"
 
 
 # ---------------------------------------------------------------------- metrics files
 PREDICTIONS_FILE = "test_predictions.npz"
 
-METRIC_COLUMNS = ("epoch", "step", "train_loss", "train_acc", "test_loss", "test_acc", "epoch_time_s", "lr", "device", "world_size",
+METRIC_COLUMNS = ("epoch", "update", "train_loss", "train_acc", "test_loss", "test_acc", "epoch_time_s", "lr", "device", "world_size",
                   "num_threads")
 
 
@@ -310,9 +320,9 @@ def write_metrics(out_dir: str | os.PathLike, rows: Sequence[Mapping]) -> None:
 
 
 def read_metrics(out_dir: str | os.PathLike) -> list[dict]:
-    """The rows of ``metrics.jsonl``."""
+    """The rows of ``metrics.jsonl`` (a row written before issue 36: its ``step`` read as ``update``)."""
     with open(Path(out_dir) / "metrics.jsonl", encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+        return [migrate_record(json.loads(line)) for line in f if line.strip()]
 
 
 def predict(model, X, y, batch_size: int = 1000) -> dict | None:

@@ -8,16 +8,16 @@ config's ``name``: ``seq2d mnist`` names its runs ``<model>-s<seed>``), so that
 
     Trainer(cfg, model, data, callbacks=[TensorBoardLogger("tb/my-run")]).fit()
 
-What is written (``global_step`` = optimizer steps, the ``step`` column of ``metrics.jsonl``):
+What is written (``global_step`` = optimizer updates, the ``update`` column of ``metrics.jsonl``):
 
-- per evaluated row of ``metrics.jsonl`` (each epoch, and where ``max_steps`` stopped a run),
+- per evaluated row of ``metrics.jsonl`` (each epoch, and where ``max_updates`` stopped a run),
   the scalars of :data:`SCALAR_TAGS`: ``loss/train``, ``loss/test``, ``accuracy/train``,
   ``accuracy/test``, ``lr``, ``time/epoch_s`` and ``epoch``, with the row's values, plus every
   other number in the row under its own column name (the extra metrics that callbacks
   listed before this one return from ``on_epoch_end``);
 - ``grad_norm/mean`` and ``grad_norm/max``: the L2 norm of all parameter gradients after each
-  optimizer step, averaged (and maxed) over the steps of the row. It is summed on the device
-  after each step (a few small kernels, no host sync) and read once per row;
+  optimizer update, averaged (and maxed) over the updates of the row. It is summed on the device
+  after each update (a few small kernels, no host sync) and read once per row;
 - once per run (at a fresh start, not on a resume): the config as text (``config``, the
   ``config.toml``) and as hparams (the HParams tab: the fields that define the run, with
   ``accuracy/test`` and ``loss/test`` as its metrics), and, when the model is a
@@ -65,8 +65,9 @@ SCALAR_TAGS = {
 }
 # the columns of seq2d.lab.lm.train_lm's rows (write_rows) -> tag
 _LM_TAGS = {"valid_loss": "loss/valid", "train_ppl": "ppl/train", "valid_ppl": "ppl/valid"}
-# numeric columns that describe the run, not its progress: not logged as scalars
-_NOT_SCALARS = ("step", "world_size", "num_threads", "copies")
+# numeric columns that describe the run, not its progress: not logged as scalars (the x axis: the
+# Trainer's ``update``, train_lm's ``step``)
+_NOT_SCALARS = ("update", "step", "world_size", "num_threads", "copies")
 
 
 class TensorBoardMissing(Seq2DError, ImportError):
@@ -154,10 +155,10 @@ class TensorBoardLogger:
         if not trainer.is_main:
             return
         SummaryWriter = require_tensorboard()
-        fresh = trainer.step == 0
+        fresh = trainer.updates == 0
         self.close()
         # a resume drops what was written after its checkpoint (a row repeated after a crash shows once)
-        self.writer = SummaryWriter(log_dir=str(self.log_dir), purge_step=None if fresh else trainer.step + 1)
+        self.writer = SummaryWriter(log_dir=str(self.log_dir), purge_step=None if fresh else trainer.updates + 1)
         self._reset()
         if fresh:
             self._log_config(trainer)
@@ -184,7 +185,7 @@ class TensorBoardLogger:
     def on_epoch_end(self, trainer, epoch: int, row: Mapping) -> None:
         if self.writer is None:
             return
-        step = int(row.get("step", trainer.step))
+        step = int(row.get("update", trainer.updates))
         _add_row(self.writer, row, step)
         if self._gcount:
             total, peak = (self._gsum.item(), self._gmax.item())  # one read per row

@@ -22,26 +22,26 @@ seeded with ``(seed, "shuffle", e)``, and augmentation draws from a generator se
 and the global RNG states, all in the checkpoint, and gives bitwise the weights and the
 metrics of an uninterrupted run (same device, same number of threads: with ``num_threads =
 "auto"`` the count is chosen again at the resume, from the cores idle then). A run stopped by
-``max_steps`` in the middle of an epoch stores its batch index, the augmentation
+``max_updates`` in the middle of an epoch stores its batch index, the augmentation
 generator and the partial sums, so it resumes exactly too.
 
-``checkpoint_every = N`` also writes the checkpoint every N optimizer steps (mid-epoch, the
-same way), so a run killed at any moment loses at most N steps and ``resume=True`` continues
+``checkpoint_every = N`` also writes the checkpoint every N optimizer updates (mid-epoch, the
+same way), so a run killed at any moment loses at most N updates and ``resume=True`` continues
 it bitwise exactly.
 
-**A run stopped by max_steps** is evaluated where it stopped: its row (a fractional
+**A run stopped by max_updates** is evaluated where it stopped: its row (a fractional
 ``epoch``) goes to the metrics files and the summary says ``status = "partial"`` (``complete``
-False, ``stopped_by = "max_steps"``), as does ``run.json`` in the run folder; resuming with a
-larger (or no) max_steps continues it exactly.
+False, ``stopped_by = "max_updates"``), as does ``run.json`` in the run folder; resuming with a
+larger (or no) max_updates continues it exactly.
 
 **Divergence.** Every step's loss (summed over ranks) is checked; a NaN/inf raises
 :class:`NonFiniteLossError`, and a smoothed loss that exploded (the rule of
 :mod:`seq2d.train.loop`, config field ``divergence_factor``) raises
-:class:`DivergenceError`, both naming the epoch, the step and the last good checkpoint,
+:class:`DivergenceError`, both naming the epoch, the update and the last good checkpoint,
 which is left as it was. On the CPU each step is checked before its backward pass; on a GPU
-the step statistics are read in one transfer every :attr:`Trainer.host_sync_every` steps
+the step statistics are read in one transfer every :attr:`Trainer.host_sync_every` updates
 (default ``log_every``; :mod:`seq2d.train.loop`), the error still naming the first bad
-step, and no checkpoint follows an unchecked step. A non-finite test loss (weights gone bad within an epoch) raises
+update, and no checkpoint follows an unchecked step. A non-finite test loss (weights gone bad within an epoch) raises
 the same way, before that epoch's checkpoint is written.
 
 **The run folder** is locked for the length of the run, and ``run.json`` records the config, its
@@ -63,6 +63,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import InvalidType, InvalidValue
+from ..renames import migrate_record
 from .builder import build_model, check_output_sees_input, group_started, resolve_device
 from .checkpoint import (CheckpointError, capture_rng_state, check_resume_config, check_resume_extra, load_checkpoint,
                          load_states, restore_rng_state, save_checkpoint)
@@ -134,9 +135,9 @@ class Trainer:
         criterion: ``(output, y) -> (summed loss, number correct)``; default cross-entropy.
 
     Attributes used by callbacks: ``model``, ``optimizer``, ``config``, ``epoch``
-    (completed epochs), ``step`` (optimizer steps), ``device``, ``dist``, ``history``.
+    (completed epochs), ``updates`` (optimizer updates taken), ``device``, ``dist``, ``history``.
 
-    ``host_sync_every``: steps between host reads of the step losses (a GPU sync); None: 1 on
+    ``host_sync_every``: optimizer updates between host reads of the step losses (a GPU sync); None: 1 on
     the CPU, ``config.log_every`` elsewhere (:class:`~seq2d.train.loop.StepStats`; metrics unchanged).
     """
 
@@ -180,14 +181,14 @@ class Trainer:
         self.out_dir = cfg.run_dir()
         self.checkpoint_path = self.out_dir / "checkpoint.pt"
         self.epoch = 0  # completed epochs
-        self.step = 0  # optimizer steps
+        self.updates = 0  # optimizer updates taken (``update`` in the run's records)
         self.history: list[dict] = []
-        self._resume_batch = 0  # batches already done in epoch self.epoch (max_steps stops)
+        self._resume_batch = 0  # batches already done in epoch self.epoch (max_updates stops)
         self._partial: dict | None = None
         self._aug_state: Tensor | None = None
         self._last_good: Path | None = None
-        self._last_good_at: tuple[int, int, int] = (0, 0, 0)  # (epoch, step, batch) of the last good checkpoint
-        self._last_row: dict | None = None  # the last evaluated row (a partial one after a max_steps stop)
+        self._last_good_at: tuple[int, int, int] = (0, 0, 0)  # (epoch, update, batch) of the last good checkpoint
+        self._last_row: dict | None = None  # the last evaluated row (a partial one after a max_updates stop)
         self._monitor = DivergenceMonitor(cfg.divergence_factor)
         self._changes: list[dict] = []  # settings changed on resume (allow_changed), oldest first
         self.rundir: RunDir | None = None
@@ -215,16 +216,16 @@ class Trainer:
         ckpt = load_checkpoint(path, map_location="cpu")
         allow = parse_allow_changed(allow_changed, where="allow_changed")
         old = check_resume_config(ckpt["config"], cfg, path, allow_changed=allow)
-        changes = [{"field": k, "old": getattr(old, k), "new": getattr(cfg, k), "step": ckpt["step"]}
+        changes = [{"field": k, "old": getattr(old, k), "new": getattr(cfg, k), "update": ckpt["update"]}
                    for k in allow if getattr(old, k) != getattr(cfg, k)]
         check_resume_extra(ckpt["extra"], self._batches(), where)
         check_same_model(ckpt["extra"].get(FP), self._fingerprint, reuse=False, where=where)
         new_optimizer = any(c["field"] == "optimizer" for c in changes)  # a new kind of optimizer starts from scratch
         load_states(ckpt, self.model, self.optimizer, where, new_optimizer=new_optimizer,
                     lr=cfg.lr, weight_decay=cfg.weight_decay)  # the config's values (equal unless allowed to change)
-        self.epoch, self.step = ckpt["epoch"], ckpt["step"]
-        self.history = list(ckpt["metrics"].get("history", []))
-        last = ckpt["metrics"].get("last")
+        self.epoch, self.updates = ckpt["epoch"], ckpt["update"]
+        self.history = [migrate_record(r) for r in ckpt["metrics"].get("history", [])]  # "step" before issue 36
+        last = migrate_record(ckpt["metrics"].get("last"))
         self._last_row = last if isinstance(last, dict) else (self.history[-1] if self.history else None)
         extra = ckpt["extra"]
         self._resume_batch = int(extra.get("batch", 0))
@@ -237,17 +238,17 @@ class Trainer:
         self._monitor.load_state_dict(extra.get("divergence"))
         self._fingerprint = adopt_fingerprint(extra.get(FP), self._fingerprint)
         earlier = extra.get("changes")
-        self._changes = (list(earlier) if isinstance(earlier, list) else []) + changes
-        self._last_good, self._last_good_at = path, (self.epoch, self.step, self._resume_batch)
+        self._changes = ([migrate_record(c) for c in earlier] if isinstance(earlier, list) else []) + changes
+        self._last_good, self._last_good_at = path, (self.epoch, self.updates, self._resume_batch)
         if changes and self.is_main and not cfg.quiet:
-            print(f"resuming {where} at step {self.step} with changed settings (allowed): {format_changes(changes)}"
+            print(f"resuming {where} at update {self.updates} with changed settings (allowed): {format_changes(changes)}"
                   + ("; the new optimizer starts without state" if any(c["field"] == "optimizer" for c in changes) else ""),
                   flush=True)
         return ckpt
 
     # ------------------------------------------------------------------ the loop
     def fit(self, resume: bool = False, overwrite: bool = False, allow_changed=()) -> dict:
-        """Train to ``config.epochs`` (or ``max_steps``) and return a summary dict.
+        """Train to ``config.epochs`` (or ``max_updates``) and return a summary dict.
 
         ``resume=True`` continues from ``<out_dir>/checkpoint.pt`` (CheckpointError when it
         is missing or does not fit; ``allow_changed``: fields among lr, optimizer, weight_decay
@@ -313,7 +314,7 @@ class Trainer:
         _call(self.callbacks, "on_train_start", self)
         try:
             for epoch in range(self.epoch, cfg.epochs):
-                if cfg.max_steps is not None and self.step >= cfg.max_steps:
+                if cfg.max_updates is not None and self.updates >= cfg.max_updates:
                     break
                 if not self._run_epoch(epoch):
                     break
@@ -344,7 +345,7 @@ class Trainer:
 
     def _record(self, status: str) -> None:
         if self.is_main and self.rundir is not None:
-            self.rundir.write_record(self.config, status, epoch=self.epoch, step=self.step, changes=self._changes,
+            self.rundir.write_record(self.config, status, epoch=self.epoch, update=self.updates, changes=self._changes,
                                      **{FP: self._fingerprint})
 
     def _extra(self, batch: int, partial: dict | None = None) -> dict:
@@ -355,7 +356,7 @@ class Trainer:
         return extra
 
     def _run_epoch(self, epoch: int) -> bool:
-        """One epoch (from ``self._resume_batch``); False when ``max_steps`` stopped it early."""
+        """One epoch (from ``self._resume_batch``); False when ``max_updates`` stopped it early."""
         cfg, W, rank = self.config, self.dist.world_size, self.dist.rank
         X, y = self.train_data
         N, B = X.shape[0], cfg.batch_size
@@ -378,7 +379,7 @@ class Trainer:
         sync_every = sync_interval(self.host_sync_every, self.device, cfg.log_every)
         steps = StepStats(sums, self._monitor,
                           lambda cls, what, step: self._diverged(cls, what, epoch, bar, nb, step=step),
-                          lambda step, kb: f"at epoch {epoch + 1}, step {step} (batch {kb + 1} of {nb})")
+                          lambda step, kb: f"at epoch {epoch + 1}, update {step} (batch {kb + 1} of {nb})")
         flush = steps.flush
 
         for k in range(start, nb):
@@ -390,9 +391,9 @@ class Trainer:
                 xb = self.augment(xb, aug_gen)
             count = b * self.targets_per_sample
             # the same steps are read on every rank; with sync_every 1 (CPU) before the backward pass
-            now = (self.step + 1) % sync_every == 0 or k + 1 == nb
+            now = (self.updates + 1) % sync_every == 0 or k + 1 == nb
 
-            def queue(stats, step=self.step + 1, k=k, count=count, now=now):
+            def queue(stats, step=self.updates + 1, k=k, count=count, now=now):
                 if W > 1:
                     self.dist.all_reduce_sum(stats)
                 steps.add(stats, step, k, count, flush=now)
@@ -400,16 +401,16 @@ class Trainer:
             # DDP averages gradients over W ranks: scaling by W / count makes that average the
             # mean over the global batch, whatever the slice sizes.
             train_step(self.train_model, self.criterion, self.optimizer, xb, yb, scale=W / count, before_backward=queue)
-            self.step += 1
+            self.updates += 1
             done = k + 1
-            _call(self.callbacks, "on_step_end", self, self.step)
+            _call(self.callbacks, "on_step_end", self, self.updates)
             # one process: the bar reads the pending stats when it shows them (its heartbeat is
             # timed); under DDP every rank must check the same steps, so it shows what was read
-            bar.update(self.step, done, sums if self.dist.distributed else flush)
-            if cfg.max_steps is not None and self.step >= cfg.max_steps and done < nb:
+            bar.update(self.updates, done, sums if self.dist.distributed else flush)
+            if cfg.max_updates is not None and self.updates >= cfg.max_updates and done < nb:
                 stopped = True
                 break
-            if cfg.checkpoint_every is not None and self.step % cfg.checkpoint_every == 0 and done < nb:
+            if cfg.checkpoint_every is not None and self.updates % cfg.checkpoint_every == 0 and done < nb:
                 flush()  # no checkpoint after an unchecked step; it stores the sums and the monitor
                 partial = dict(sums, time=sums["time"] + time.perf_counter() - t0)
                 self._save(epoch, rows=self.history, extra=self._extra(done, partial), generators=gens)
@@ -421,11 +422,11 @@ class Trainer:
 
         test = self.evaluate()
         if not math.isfinite(test["loss"]):
-            self._diverged(NonFiniteLossError, f"the test loss is {test['loss']} after epoch {epoch + 1} (step "
-                           f"{self.step}): the weights are no longer finite", epoch, None, nb)
+            self._diverged(NonFiniteLossError, f"the test loss is {test['loss']} after epoch {epoch + 1} (update "
+                           f"{self.updates}): the weights are no longer finite", epoch, None, nb)
         row = {
             "epoch": epoch + 1 if not stopped else round(epoch + done / nb, 6),
-            "step": self.step,
+            "update": self.updates,
             "train_loss": sums["loss"] / max(sums["count"], 1),
             "train_acc": sums["correct"] / max(sums["count"], 1),
             "test_loss": test["loss"],
@@ -436,8 +437,8 @@ class Trainer:
             "world_size": W,
             "num_threads": self.num_threads,
         }
-        since = self.history[-1]["step"] if self.history else -1
-        pending = [c for c in self._changes if isinstance(c, dict) and c.get("step", -1) >= since]
+        since = self.history[-1]["update"] if self.history else -1
+        pending = [c for c in self._changes if isinstance(c, dict) and c.get("update", -1) >= since]
         if pending:  # settings changed on resume since the last row
             row["changes"] = format_changes(pending)
         for cb in self.callbacks:  # each sees the extra metrics of those before it
@@ -453,7 +454,7 @@ class Trainer:
             self.epoch = epoch + 1
             self._save(self.epoch, rows=self.history, extra=self._extra(0))
         if self.is_main and not cfg.quiet:
-            print(epoch_line(row, cfg.epochs, self.step) + ("  (stopped by max_steps)" if stopped else ""), flush=True)
+            print(epoch_line(row, cfg.epochs, self.updates) + ("  (stopped by max_updates)" if stopped else ""), flush=True)
         return not stopped
 
     def _save(self, epoch: int, *, rows: list[dict], extra: dict, generators=None) -> None:
@@ -464,7 +465,7 @@ class Trainer:
                 model=self.model,
                 optimizer=self.optimizer,
                 epoch=epoch,
-                step=self.step,
+                update=self.updates,
                 config=config_to_dict(self.config),
                 rng=capture_rng_state(generators),
                 metrics={"history": self.history, "best": best, "last": self._last_row},
@@ -472,7 +473,7 @@ class Trainer:
             )
             write_metrics(self.out_dir, rows)
             self._record("running")  # run.json's progress = the checkpoint's (what a resume reports)
-        self._last_good, self._last_good_at = self.checkpoint_path, (epoch, self.step, extra.get("batch", 0))
+        self._last_good, self._last_good_at = self.checkpoint_path, (epoch, self.updates, extra.get("batch", 0))
         self.dist.barrier()
 
     def _diverged(self, cls, what: str, epoch: int, bar, nb: int, step: int | None = None) -> None:
@@ -481,12 +482,12 @@ class Trainer:
         good = self._last_good if self._last_good is not None and self._last_good.exists() else None
         if good is not None:
             e, s, b = self._last_good_at
-            at = f"after {e} epochs, step {s}" if not b else f"epoch {e + 1}, batch {b} of {nb}, step {s}"
+            at = f"after {e} epochs, update {s}" if not b else f"epoch {e + 1}, batch {b} of {nb}, update {s}"
             where = f"The last good checkpoint, {str(good)!r} ({at}), is kept unchanged"
         else:
             where = "No checkpoint was written yet (the run stopped before its first checkpoint)"
         raise cls(f"stopping: {what}. {where}. Try a smaller lr (now {self.config.lr}) or check the data.",
-                  epoch=epoch + 1, step=self.step + 1 if step is None else step, checkpoint=good)
+                  epoch=epoch + 1, update=self.updates + 1 if step is None else step, checkpoint=good)
 
     @torch.no_grad()
     def evaluate(self, X: Tensor | None = None, y: Tensor | None = None) -> dict:
@@ -513,11 +514,11 @@ class Trainer:
 
     def summary(self) -> dict:
         """What the run reached. ``status`` is "complete" (``config.epochs`` done) or "partial"
-        (stopped by ``max_steps``: ``final_test_acc`` is then the evaluation where it stopped,
+        (stopped by ``max_updates``: ``final_test_acc`` is then the evaluation where it stopped,
         and ``time_per_epoch_s`` is extrapolated from the partial epoch when no epoch finished)."""
         h = self.history
         last = self._last_row
-        partial_row = last if last is not None and (not h or last.get("step", -1) > h[-1]["step"]) else None
+        partial_row = last if last is not None and (not h or last.get("update", -1) > h[-1]["update"]) else None
         evaluated = h + ([partial_row] if partial_row is not None else [])
         final = evaluated[-1] if evaluated else None
         best = max(evaluated, key=lambda r: r["test_acc"]) if evaluated else None
@@ -533,13 +534,13 @@ class Trainer:
         return {
             "status": "complete" if complete else "partial",
             "complete": complete,
-            "stopped_by": None if complete else "max_steps",
+            "stopped_by": None if complete else "max_updates",
             "final_test_acc": final["test_acc"] if final else None,
             "final_test_loss": final["test_loss"] if final else None,
             "best_test_acc": best["test_acc"] if best else None,
             "best_epoch": best["epoch"] if best else None,
             "epochs": self.epoch,
-            "steps": self.step,
+            "updates": self.updates,
             "time_per_epoch_s": per_epoch,
             "params": num() if callable(num) else sum(p.numel() for p in self.model.parameters() if p.requires_grad),
             "device": str(self.device),

@@ -288,13 +288,13 @@ class _Batch:
     def fit(self) -> None:
         cfg = self.trainers[0].config
         for epoch in range(cfg.epochs):
-            if cfg.max_steps is not None and self.trainers[0].step >= cfg.max_steps:
+            if cfg.max_updates is not None and self.trainers[0].updates >= cfg.max_updates:
                 break
             if not self.epoch(epoch):
                 break
 
     def epoch(self, epoch: int) -> bool:
-        """One epoch of every copy; False when ``max_steps`` stopped it early (Trainer._run_epoch)."""
+        """One epoch of every copy; False when ``max_updates`` stopped it early (Trainer._run_epoch)."""
         ts, k = self.trainers, self.k
         t0, cfg = ts[0], ts[0].config
         X, y = t0.train_data
@@ -304,7 +304,7 @@ class _Batch:
         gens = [augment_generator(t.config.seed, epoch, t.dist.rank, t.device) if t.augment is not None else None for t in ts]
         sums = [{"loss": 0.0, "correct": 0, "count": 0, "time": 0.0} for _ in ts]
         steps = [StepStats(sums[c], t._monitor, self._fail(c, epoch, nb),
-                           lambda step, kb, s=t.config.seed: f"of seed {s} at epoch {epoch + 1}, step {step} (batch "
+                           lambda step, kb, s=t.config.seed: f"of seed {s} at epoch {epoch + 1}, update {step} (batch "
                                                              f"{kb + 1} of {nb})")
                  for c, t in enumerate(ts)]
         self.bar = bar = EpochBar(not cfg.quiet, tty=sys.stderr.isatty(), total=nb, initial=0,
@@ -312,7 +312,7 @@ class _Batch:
         sync_every = sync_interval(t0.host_sync_every, t0.device, cfg.log_every)
         self.template.train()
         start = time.perf_counter()
-        done, stopped, step = 0, False, t0.step
+        done, stopped, step = 0, False, t0.updates
 
         def flush():
             for s in steps:
@@ -338,10 +338,10 @@ class _Batch:
             train_step(self._forward, self.criterion, self.optimizer, xb, yb, scale=1 / count, before_backward=queue)
             step += 1
             for t in ts:
-                t.step = step
+                t.updates = step
             done = kb + 1
             bar.update(step, done, flush)
-            if cfg.max_steps is not None and step >= cfg.max_steps and done < nb:
+            if cfg.max_updates is not None and step >= cfg.max_updates and done < nb:
                 stopped = True
                 break
             if cfg.checkpoint_every is not None and step % cfg.checkpoint_every == 0 and done < nb:
@@ -363,10 +363,10 @@ class _Batch:
             if not math.isfinite(test["loss"]):
                 self.failed.add(c)
                 t._diverged(NonFiniteLossError, f"the test loss of seed {t.config.seed} is {test['loss']} after "
-                            f"epoch {epoch + 1} (step {t.step}): the weights are no longer finite", epoch, None, nb)
+                            f"epoch {epoch + 1} (update {t.updates}): the weights are no longer finite", epoch, None, nb)
             row = {
                 "epoch": epoch + 1 if not stopped else round(epoch + done / nb, 6),
-                "step": t.step,
+                "update": t.updates,
                 "train_loss": sums[c]["loss"] / max(sums[c]["count"], 1),
                 "train_acc": sums[c]["correct"] / max(sums[c]["count"], 1),
                 "test_loss": test["loss"],
@@ -387,8 +387,8 @@ class _Batch:
                 t.epoch = epoch + 1
                 self.save(c, t.epoch, rows=t.history, extra=t._extra(0))
             if not cfg.quiet:
-                print(f"[seed {t.config.seed}] " + epoch_line(row, cfg.epochs, t.step)
-                      + ("  (stopped by max_steps)" if stopped else ""), flush=True)
+                print(f"[seed {t.config.seed}] " + epoch_line(row, cfg.epochs, t.updates)
+                      + ("  (stopped by max_updates)" if stopped else ""), flush=True)
         return not stopped
 
     def _fail(self, c: int, epoch: int, nb: int):

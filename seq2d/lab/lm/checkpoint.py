@@ -7,7 +7,7 @@ One file in the format of :mod:`seq2d.train.checkpoint` (written by its
 
     model       the weights (at the end of training: the best-validation weights)
     optimizer   SGD's state (its lr)
-    epoch       completed epochs              step   optimizer steps so far
+    epoch       completed epochs              update   optimizer updates so far (the loop's "step")
     config      {"train_lm": the loop's settings, **the caller's config}: a resume under
                 anything else is refused, naming the fields that differ
     rng         torch (dropout masks), CUDA, Python ``random``, numpy
@@ -93,7 +93,7 @@ class LMCheckpoint:
         restore_rng_state(ckpt["rng"], where=where)
         state = dict(loop)
         state["history"] = list(ckpt["metrics"].get("history", []))
-        state["epoch"], state["step"] = ckpt["epoch"], ckpt["step"]
+        state["epoch"], state["step"] = ckpt["epoch"], ckpt["update"]  # the checkpoint's word (seq2d.train.checkpoint)
         return state
 
     def save(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: Mapping, settings: Mapping) -> None:
@@ -101,5 +101,5 @@ class LMCheckpoint:
         config, atomically."""
         loop = {k: v for k, v in state.items() if k not in ("history", "epoch", "step")}
         save_checkpoint(self.path, model=model, optimizer=optimizer, epoch=int(state["epoch"]),
-                        step=int(state["step"]), config=self._full_config(settings), rng=capture_rng_state(),
+                        update=int(state["step"]), config=self._full_config(settings), rng=capture_rng_state(),
                         metrics={"history": list(state["history"])}, extra={"loop": loop})
