@@ -281,7 +281,7 @@ def test_training_with_the_callback_keeps_lambda_bounded(tmp_path, capsys):
     assert certified_lambda(model)["lambda"] > 0.5  # the initialisation is outside the constraint
     clip, watch = SpectralClip(model, 0.5), _LambdaWatch(model)
     summary = Trainer(cfg, model, _sequence_task(), callbacks=[clip, watch], criterion=_last_step_loss).fit()
-    assert summary["steps"] == len(watch.lams) == 12
+    assert summary["updates"] == len(watch.lams) == 12
     assert max(watch.lams) <= 0.5 + 1e-6  # float32 weights: the projection leaves a margin of a few eps
     assert not torch.equal(w0, model.core.block(1, 1).weight)
     assert math.isfinite(summary["final_test_loss"])
@@ -545,7 +545,7 @@ def test_cli_stability_says_no_guarantee(capsys, tmp_path):
     model = build_model(cfg)
     with torch.no_grad():
         model.core.block(1, 1).weight.mul_(1.5 / _norm(model.core.block(1, 1).weight))
-    save_checkpoint(tmp_path / "checkpoint.pt", model=model, optimizer=None, epoch=0, step=0, config=cfg)
+    save_checkpoint(tmp_path / "checkpoint.pt", model=model, optimizer=None, epoch=0, update=0, config=cfg)
     rc = main(["stability", str(tmp_path), "--data-steps", "8", "--batch", "2", "--iters", "5"])
     out = capsys.readouterr().out
     assert rc == 0 and "no guarantee: lambda >= 1" in out and "1.5" in out
