@@ -69,11 +69,15 @@ def show_value(v) -> str:
     return f"{type(v).__name__} {r}"
 
 
-def renamed_keyword(old: str, new: str, meaning: str):
-    """Decorator for a callable whose keyword ``old`` is now ``new``: a call that still passes
-    ``old`` raises :class:`InvalidType` naming the new keyword (``Sequential2D got backend='dense';
-    the store choice is now store=``). Not a shim: the old keyword's value is never used."""
+def renamed_keyword(old: str, new: str | tuple[str, ...], meaning: str | None = None):
+    """Decorator for a callable whose keyword ``old`` is now ``new`` (one name, or the names that
+    replace it): a call that still passes ``old`` raises :class:`InvalidType` naming the new keyword
+    (``Sequential2D got backend='dense'; the store choice is now store=``, given ``meaning``;
+    without it ``TrainConfig got max_steps=3; it is now called max_updates=3``). Not a shim: the
+    old keyword's value is never used."""
     import functools
+
+    news = (new,) if isinstance(new, str) else tuple(new)
 
     def wrap(fn):
         owner = fn.__qualname__.removesuffix(".__init__")
@@ -81,7 +85,10 @@ def renamed_keyword(old: str, new: str, meaning: str):
         @functools.wraps(fn)
         def call(*args, **kwargs):
             if old in kwargs:
-                raise InvalidType(f"{owner} got {old}={kwargs[old]!r}; the {meaning} is now {new}=")
+                v = kwargs[old]
+                now = (f"the {meaning} is now {' or '.join(n + '=' for n in news)}" if meaning is not None
+                       else "it is now called " + " or ".join(f"{n}={v!r}" for n in news))
+                raise InvalidType(f"{owner} got {old}={v!r}; {now}")
             return fn(*args, **kwargs)
 
         return call

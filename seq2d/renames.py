@@ -17,8 +17,7 @@ from collections.abc import Mapping
 
 from .errors import InvalidValue
 
-__all__ = ["OLD_NAMES", "FORMER_PRESETS", "migrate_model_name", "old_model_name", "now_called", "migrate_record",
-           "refuse_old_keywords"]
+__all__ = ["OLD_NAMES", "FORMER_PRESETS", "migrate_model_name", "old_model_name", "now_called", "migrate_record"]
 
 #: Old spelling -> today's, by what it names. Readers:
 #: ``state_dict``: key prefixes (seq2d.stores.migrate.migrate_state_dict);
@@ -82,23 +81,3 @@ def migrate_record(record):
     table = OLD_NAMES["record"]
     return {(table[k] if k in table and table[k] not in record else k): v for k, v in record.items()}
 
-
-def refuse_old_keywords(cls, renamed: Mapping[str, tuple[str, ...]]) -> None:
-    """Make ``cls(old=value)`` for an old keyword of ``renamed`` (old -> the names that replace it;
-    :data:`seq2d.train.config.RENAMED_FIELDS`) raise the typed "now called" error
-    (``TrainConfig got max_steps=3; it is now called max_updates=3``) instead of Python's
-    "unexpected keyword argument". Not a shim: the old keyword's value is never used."""
-    import functools
-
-    from .errors import InvalidType
-
-    init = cls.__init__
-
-    @functools.wraps(init)
-    def call(self, *args, **kwargs):
-        for old in [k for k in kwargs if k in renamed]:
-            new = " or ".join(f"{n}={kwargs[old]!r}" for n in renamed[old])
-            raise InvalidType(f"{cls.__name__} got {old}={kwargs[old]!r}; it is now called {new}")
-        init(self, *args, **kwargs)
-
-    cls.__init__ = call

@@ -30,10 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from ..tablefile import read_table
-from ..errors import InvalidType, InvalidValue, did_you_mean
+from ..errors import InvalidType, InvalidValue, did_you_mean, renamed_keyword
 from ..errors import show_value as _show
 from ..fileio import atomic_write
-from ..renames import refuse_old_keywords
 
 __all__ = ["TrainConfig", "CHOICES", "MODEL_FIELDS", "RESUME_FREE_FIELDS", "load_config", "save_config", "config_to_dict",
            "config_from_dict", "config_to_toml", "apply_overrides", "parse_value", "add_config_args", "config_from_args",
@@ -196,7 +195,8 @@ RENAMED_FIELDS: dict[str, tuple[str, ...]] = {}
 for _k, _m in _META.items():
     if _m["was"] is not None:
         RENAMED_FIELDS[_m["was"]] = RENAMED_FIELDS.get(_m["was"], ()) + (_k,)
-refuse_old_keywords(TrainConfig, RENAMED_FIELDS)
+for _old, _new in RENAMED_FIELDS.items():  # TrainConfig(max_steps=...): the typed "now called" error
+    TrainConfig.__init__ = renamed_keyword(_old, _new)(TrainConfig.__init__)
 
 # Fields that only say where outputs go and how much is printed: left out of config_hash.
 OUTPUT_FIELDS = tuple(k for k, m in _META.items() if m["output"])
