@@ -392,9 +392,8 @@ def _cmd_mnist(args) -> int:
 
 
 def _add_mnist(sub, name: str, summary: str) -> None:
-    from .lab.launch import add_launcher_args
+    from .lab.launch import add_launcher_args, jobs_arg
     from .lab.mnist_comparison import MODELS, PROTOCOLS
-    from .lab.parallel import jobs_arg
     from .threads import threads_arg
 
     p = sub.add_parser(
@@ -433,7 +432,7 @@ def _add_mnist(sub, name: str, summary: str) -> None:
     p.add_argument("--steps", type=int, default=None, help="Sequential2D steps of the randomized models (default 4)")
     p.add_argument("--device", default=None, help="auto (default), cpu or cuda")
     p.add_argument("--jobs", type=jobs_arg, default="auto", metavar="INT|auto",
-                   help="runs trained at once, each in its own process (seq2d.lab.parallel); auto (default): as many as "
+                   help="runs trained at once, each in its own process (seq2d.lab.launch); auto (default): as many as "
                         "cores are idle (seq2d.threads) and memory holds, at most one per run; 1: one after the "
                         "other in this process")
     add_launcher_args(p)

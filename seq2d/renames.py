@@ -17,11 +17,12 @@ from collections.abc import Mapping
 
 from .errors import InvalidValue
 
-__all__ = ["OLD_NAMES", "FORMER_PRESETS", "migrate_model_name", "old_model_name", "now_called", "migrate_record"]
+__all__ = ["OLD_NAMES", "FORMER_PRESETS", "migrate_model_name", "old_model_name", "now_called", "migrate_record",
+           "migrate_store_value", "old_store_value", "check_store_value"]
 
 #: Old spelling -> today's, by what it names. Readers:
 #: ``state_dict``: key prefixes (seq2d.stores.migrate.migrate_state_dict);
-#: ``store``: a config's or spec's ``store`` value -> the keys that replace it (seq2d.stores.migrate);
+#: ``store``: a config's or spec's ``store`` value -> the keys that replace it (:func:`migrate_store_value`);
 #: ``model``: a registered model name in a config (``model = "random"``; registry names are the
 #: Python functions' names, so the paper's randomized model is ``random_model``);
 #: ``mnist_model``: a named configuration of ``seq2d mnist`` (one spelling with the registry's:
@@ -81,3 +82,40 @@ def migrate_record(record):
     table = OLD_NAMES["record"]
     return {(table[k] if k in table and table[k] not in record else k): v for k, v in record.items()}
 
+
+def check_store_value(owner: str, store) -> None:
+    """The "now called" error for a ``store`` value of :data:`OLD_NAMES` passed to ``owner``
+    (``Sequential2D got store='loop'; it is now called store='dense', loop=True``)."""
+    if isinstance(store, str) and store in OLD_NAMES["store"]:
+        new = ", ".join(f"{k}={v!r}" for k, v in OLD_NAMES["store"][store].items())
+        raise InvalidValue(f"{owner} got store={store!r}; it is now called {new} (the per-block loop is a mode of "
+                           "the dense store)")
+
+
+def migrate_store_value(d: Mapping, where: str) -> dict:
+    """``d`` (a config or spec table read from a file) with an old ``store`` value replaced by the
+    keys that now say it (``store = "loop"`` -> ``store = "dense"``, ``loop = true``); an old value
+    beside one of its new keys is an error (which one would be meant?)."""
+    out = dict(d)
+    new = OLD_NAMES["store"].get(out.get("store")) if isinstance(out.get("store"), str) else None
+    if new is not None:
+        both = [k for k in new if k != "store" and k in out]
+        if both:
+            raise InvalidValue(f"{where}: store = {out['store']!r} is the old spelling of "
+                               + ", ".join(f"{k} = {v!r}" for k, v in new.items()) + f"; give {both[0]!r} with "
+                               "store = 'dense' only")
+        out.update(new)
+    return out
+
+
+def old_store_value(d: Mapping) -> dict:
+    """:func:`migrate_store_value` undone: ``d`` (a config's fields away from their defaults)
+    with the keys an old ``store`` value stands for put back as that value, so that a config
+    hashes as it did when it was written with the old spelling."""
+    out = dict(d)
+    for old, new in OLD_NAMES["store"].items():
+        if all(k in out and out[k] == v for k, v in new.items()):
+            for k in new:
+                del out[k]
+            out["store"] = old
+    return out

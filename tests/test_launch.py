@@ -66,7 +66,7 @@ def test_a_submitit_local_sweep_of_two_runs_merges_into_the_table_of_jobs_1(tmp_
 
 @needs_submitit
 def test_a_failing_submitit_job_is_reported_and_the_other_finishes(tmp_path):
-    from seq2d.lab.parallel import JobsFailedError
+    from seq2d.lab.launch import JobsFailedError
 
     cfgs = configs_for(BASE, ["mlp"])
     cfgs["random_element"] = configs_for({**BASE, "lr": 1e4, "optimizer": "sgd"}, ["random_element"])["random_element"]

@@ -1,4 +1,4 @@
-"""Parallel runs (`seq2d mnist --jobs N`, seq2d.lab.parallel): the same rows as one after the other,
+"""Parallel runs (`seq2d mnist --jobs N`, seq2d.lab.launch): the same rows as one after the other,
 resume and reuse of finished runs, tagged log lines, a failing run that leaves the others
 alone, and the choice of the number of jobs. Worker processes are spawned (a few seconds each),
 so the runs are tiny: synthetic data, a 16-8-4 network, 2 epochs."""
@@ -9,7 +9,7 @@ import pytest
 
 from seq2d.cli import main
 from seq2d.lab.mnist_comparison import compare, configs_for
-from seq2d.lab.parallel import JobsFailedError, jobs_arg, resolve_jobs
+from seq2d.lab.launch import JobsFailedError, jobs_arg, resolve_jobs
 
 BASE = {"data": "synthetic", "sizes": [16, 8, 4], "epochs": 2, "num_threads": 1, "quiet": False}
 MODELS = ["mlp", "random_element"]
@@ -85,7 +85,7 @@ def _task(k: int, sleep: float, what: str = "ok"):
 
 
 def test_run_jobs_keeps_the_order_reports_errors_and_survives_a_dead_worker():
-    from seq2d.lab.parallel import JobFailure, run_jobs
+    from seq2d.lab.launch import JobFailure, run_jobs
 
     lines = []
     # the later tasks finish first; results come back in task order, printed lines tagged

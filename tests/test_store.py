@@ -319,7 +319,7 @@ def test_old_names_in_saved_files_load():
     every entry is read (state-dict keys of a tiled model saved as ``engine.*``; a config's or
     spec's ``store`` value 'loop'), and undone for the config hash."""
     from seq2d.renames import OLD_NAMES
-    from seq2d.stores.migrate import migrate_store_value, old_store_value
+    from seq2d.renames import migrate_store_value, old_store_value
 
     assert set(OLD_NAMES) == {"state_dict", "store", "model", "mnist_model", "record"}
     m, _, _ = _two_block_model()

@@ -82,8 +82,7 @@ import grid  # noqa: E402  (cell selection, connectivity, launch and collect, sh
 sys.path.insert(0, str(HERE))
 from baselines import plateau_epoch  # noqa: E402  (the baselines' plateau rule: the first epoch within 1 point of the last)
 
-from seq2d.lab.launch import add_launcher_args, launcher_from_args  # noqa: E402
-from seq2d.lab.parallel import jobs_arg  # noqa: E402
+from seq2d.lab.launch import add_launcher_args, jobs_arg, launcher_from_args  # noqa: E402
 
 FEATURES, CLASSES = 40, 10
 MLP_SIZES = [FEATURES, 100, 100, CLASSES]  # the baseline MLP (experiments/mnist1d/baselines.py)

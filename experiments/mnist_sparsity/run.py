@@ -39,11 +39,10 @@ import torch
 
 from seq2d.cli_text import threads_line
 from seq2d.envinfo import device_name
-from seq2d.lab.launch import add_launcher_args, launcher_from_args, launcher_summary
+from seq2d.lab.launch import add_launcher_args, jobs_arg, launcher_from_args, launcher_summary
 from seq2d.lab.mnist_comparison import (EQUIVALENCE_MARGIN, MODELS, PROTOCOLS, compare, difference, format_table,
                                         protocols_section, summarize, write_results)
 from seq2d.lab.mnist_plots import plot_accuracy_vs_steps
-from seq2d.lab.parallel import jobs_arg
 from seq2d.results_page import write_section
 from seq2d.threads import threads_arg
 from seq2d.train.config import load_config

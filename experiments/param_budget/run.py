@@ -49,9 +49,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 from seq2d.envinfo import cpu_name  # noqa: E402
-from seq2d.lab.launch import add_launcher_args, launcher_from_args  # noqa: E402
+from seq2d.lab.launch import add_launcher_args, jobs_arg, launcher_from_args  # noqa: E402
 from seq2d.lab.mnist_comparison import EQUIVALENCE_MARGIN, MODELS, compare, difference, plan_runs, run_plan  # noqa: E402
-from seq2d.lab.parallel import jobs_arg  # noqa: E402
 from seq2d.stats import binomial_se, holm  # noqa: E402
 from seq2d.train.config import TrainConfig  # noqa: E402
 

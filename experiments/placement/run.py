@@ -46,8 +46,7 @@ from pathlib import Path
 
 import torch
 
-from seq2d.lab.launch import add_launcher_args, launcher_from_args
-from seq2d.lab.parallel import jobs_arg
+from seq2d.lab.launch import add_launcher_args, jobs_arg, launcher_from_args
 
 IMAGE = 28
 BASE_H = 32

@@ -50,8 +50,7 @@ sys.path.insert(0, str(HERE))
 from run import TILE, mlp_count, mlp_sizes, spread_width, structure  # noqa: E402  (the 1-epoch study's helpers)
 import grid  # noqa: E402  (what this study shares with experiments/mnist1d/placement.py)
 
-from seq2d.lab.launch import add_launcher_args, launcher_from_args  # noqa: E402
-from seq2d.lab.parallel import jobs_arg  # noqa: E402
+from seq2d.lab.launch import add_launcher_args, jobs_arg, launcher_from_args  # noqa: E402
 
 BASE_H = 32
 DENSITIES = (0.1, 0.02)

@@ -10,8 +10,8 @@ kernels, training, stability of Sequential2D models) belongs to the library (doc
 - :mod:`~seq2d.lab.mnist_comparison`: the MNIST sparsity comparison (``seq2d mnist``,
   ``experiments/mnist_sparsity``, ``experiments/param_budget``): its models, protocols, runs,
   table, statistics and pages; :mod:`~seq2d.lab.mnist_plots`, its figures.
-- :mod:`~seq2d.lab.launch`: the launcher seam, runs on local processes or on SLURM (submitit).
-- :mod:`~seq2d.lab.parallel`: local worker processes for independent runs (``--jobs``).
+- :mod:`~seq2d.lab.launch`: where the runs execute: local worker processes (``--jobs``) or SLURM
+  (submitit), behind one launcher seam.
 - :mod:`~seq2d.lab.wikitext`: the WikiText-2 corpus, batchified token streams.
 - :mod:`~seq2d.lab.lm`: the word-level language models of the stable-RNN experiment, their
   evaluation and their training loop.

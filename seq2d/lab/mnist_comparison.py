@@ -187,12 +187,12 @@ def compare(configs: Mapping[str, TrainConfig], seeds: Sequence[int], out_dir: s
     A run stopped by ``max_updates`` gives a row with ``complete`` False and the accuracy
     where it stopped (``format_table`` marks it).
 
-    ``jobs`` (an int, or ``"auto"``: as many as idle cores, :func:`seq2d.lab.parallel.resolve_jobs`):
-    the runs still to train go to that many worker processes (:func:`seq2d.lab.parallel.run_jobs`),
+    ``jobs`` (an int, or ``"auto"``: as many as idle cores, :func:`seq2d.lab.launch.resolve_jobs`):
+    the runs still to train go to that many worker processes (:func:`seq2d.lab.launch.run_jobs`),
     each run exactly as here (:func:`train_one`; the trainer locks its folder), its output lines
     prefixed with its ``[model seed k]`` tag. With one job (or one run to train) they run here,
     one after the other, and the first error stops the call; with several, a failed run is
-    logged, the others finish, and then :class:`~seq2d.lab.parallel.JobsFailedError` (a
+    logged, the others finish, and then :class:`~seq2d.lab.launch.JobsFailedError` (a
     Seq2DError: the failures were the user's to fix) or ``RuntimeError`` (a bug) is raised.
 
     ``vectorize_seeds``: first, each model's runs to train afresh (no checkpoint in their folder,
@@ -257,15 +257,14 @@ def run_plan(plan: Sequence[tuple], *, folder: str | Path, resume: bool = True, 
         todo = _train_vectorized(plan, todo, rows, resume=resume, log=log)
     if not todo:
         return rows
-    from .launch import Launcher
-    from .parallel import JobsFailedError
+    from .launch import JobsFailedError, Launcher
 
     launcher = launcher or Launcher("local", jobs=jobs)
     fixed = {plan[k][2].num_threads for k in todo}
     threads = max(t for t in fixed if isinstance(t, int)) if any(isinstance(t, int) for t in fixed) else 1
     memory = max(run_memory(plan[k][2]) for k in todo)
     if not all(isinstance(t, int) for t in fixed) and not launcher.submitit:
-        from .parallel import resolve_jobs
+        from .launch import resolve_jobs
         from ..threads import cpu_limit
 
         n = resolve_jobs(launcher.jobs, len(todo), threads=threads, memory=memory)
@@ -301,7 +300,7 @@ def run_memory(cfg: TrainConfig) -> int:
 
 
 def _train_in_worker(name: str, seed: int, cfg: TrainConfig, resume: bool) -> dict:
-    from .parallel import worker_log
+    from .launch import worker_log
 
     return train_one(name, seed, cfg, resume=resume, log=worker_log)
 

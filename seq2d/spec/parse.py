@@ -239,7 +239,7 @@ def _parse(spec) -> _Spec:
     if not isinstance(spec, Mapping):
         raise InvalidType(f"spec: expected a dict (or a path to a TOML file), got {_show(spec)}")
     spec = _renamed(spec)
-    from ..stores.migrate import migrate_store_value
+    from ..renames import migrate_store_value
 
     spec = migrate_store_value(spec, "spec")  # an old store value (store = "loop")
     _check_keys(spec, TOP_KEYS, "spec")

@@ -82,9 +82,9 @@ def choose_store(sizes: Sequence[int], block_mask, device_type: str = "cpu",
 
 def check_store(owner: str, store, loop) -> None:
     """``store`` / ``loop`` as ``owner`` got them: a name of :data:`STORES` (an old spelling raises
-    the "now called" error, :func:`seq2d.stores.migrate.check_store_value`) and a bool, the loop
+    the "now called" error, :func:`seq2d.renames.check_store_value`) and a bool, the loop
     being the dense store's mode."""
-    from .migrate import check_store_value
+    from ..renames import check_store_value
 
     check_store_value(owner, store)
     if not isinstance(store, str) or store not in STORES:

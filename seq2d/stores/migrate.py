@@ -2,9 +2,9 @@
 (``blocks.i_j.weight``/``mask``/``frozen`` per block, ``biases.i`` per slot), a masked box saved
 densely, before the compact layout (:mod:`.compact`; a model's own ``load_state_dict`` converts
 it, :func:`compact_state_dict` and :func:`compact_optimizer_state` convert a checkpoint before it
-is checked against the model), and the renamed store words of :data:`seq2d.renames.OLD_NAMES`
-(the one table of old spellings) in saved files: state-dict keys, the ``store`` value of a config or
-spec file."""
+is checked against the model), and the renamed state-dict keys of :data:`seq2d.renames.OLD_NAMES`
+(the one table of old spellings; a config's or spec's old ``store`` value is read by
+:func:`seq2d.renames.migrate_store_value`)."""
 
 from __future__ import annotations
 
@@ -19,45 +19,7 @@ from .compact import compact_boxes, compact_index, old_boxes, take
 from .dense import DenseStore
 from ..renames import OLD_NAMES
 
-__all__ = ["migrate_state_dict", "compact_state_dict", "compact_optimizer_state", "migrate_store_value",
-           "old_store_value", "check_store_value"]
-
-def check_store_value(owner: str, store) -> None:
-    """The "now called" error for a ``store`` value of :data:`OLD_NAMES` passed to ``owner``
-    (``Sequential2D got store='loop'; it is now called store='dense', loop=True``)."""
-    if isinstance(store, str) and store in OLD_NAMES["store"]:
-        new = ", ".join(f"{k}={v!r}" for k, v in OLD_NAMES["store"][store].items())
-        raise InvalidValue(f"{owner} got store={store!r}; it is now called {new} (the per-block loop is a mode of "
-                           "the dense store)")
-
-
-def migrate_store_value(d: Mapping, where: str) -> dict:
-    """``d`` (a config or spec table read from a file) with an old ``store`` value replaced by the
-    keys that now say it (``store = "loop"`` -> ``store = "dense"``, ``loop = true``); an old value
-    beside one of its new keys is an error (which one would be meant?)."""
-    out = dict(d)
-    new = OLD_NAMES["store"].get(out.get("store")) if isinstance(out.get("store"), str) else None
-    if new is not None:
-        both = [k for k in new if k != "store" and k in out]
-        if both:
-            raise InvalidValue(f"{where}: store = {out['store']!r} is the old spelling of "
-                               + ", ".join(f"{k} = {v!r}" for k, v in new.items()) + f"; give {both[0]!r} with "
-                               "store = 'dense' only")
-        out.update(new)
-    return out
-
-
-def old_store_value(d: Mapping) -> dict:
-    """:func:`migrate_store_value` undone: ``d`` (a config's fields away from their defaults)
-    with the keys an old ``store`` value stands for put back as that value, so that a config
-    hashes as it did when it was written with the old spelling."""
-    out = dict(d)
-    for old, new in OLD_NAMES["store"].items():
-        if all(k in out and out[k] == v for k, v in new.items()):
-            for k in new:
-                del out[k]
-            out["store"] = old
-    return out
+__all__ = ["migrate_state_dict", "compact_state_dict", "compact_optimizer_state"]
 
 
 @torch.no_grad()

@@ -209,7 +209,7 @@ def renamed_fields(d: Mapping) -> dict:
     is a kernel name and no store name ('cpu', 'triton', ...), else as ``store``; giving an old key
     with a new one is an error; another renamed key is read as its one new field."""
     from ..renames import OLD_NAMES, migrate_model_name
-    from ..stores.migrate import migrate_store_value
+    from ..renames import migrate_store_value
 
     out = dict(d)
     for old, new in RENAMED_FIELDS.items():
@@ -312,7 +312,7 @@ def _check(name: str, hint, value, expected: str | None = None):
 
 def _check_values(cfg: TrainConfig) -> None:
     from ..renames import now_called
-    from ..stores.migrate import check_store_value
+    from ..renames import check_store_value
 
     check_store_value("TrainConfig", cfg.store)  # an old spelling: the "now called" error
     now_called("config field 'model'", cfg.model)

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 
 from ..errors import InvalidType, InvalidValue, did_you_mean
 from ..errors import show_value as _show
+from ..renames import old_model_name, old_store_value
 from .config import (ALLOW_CHANGED_FIELDS, LEGACY_DEFAULTS, OUTPUT_FIELDS, RENAMED_FIELDS, RESUME_FREE_FIELDS, TrainConfig,
                      config_fields, config_to_dict, renamed_fields)
 
@@ -29,12 +30,8 @@ def _comparable(cfg: TrainConfig | Mapping) -> dict:
     out = {k: v for k, v in d.items() if k not in OUTPUT_FIELDS and (k not in defaults or defaults[k] != v)}
     # a renamed value is hashed under its old spelling (store = "dense", loop = true as store =
     # "loop": seq2d.renames.OLD_NAMES), so a run keeps the identity it was recorded with
-    from ..stores.migrate import old_store_value
-
     out = old_store_value(out)
     if "model" in out:  # a renamed model is hashed under its old name too (seq2d.renames.OLD_NAMES["model"])
-        from ..renames import old_model_name
-
         out["model"] = old_model_name(out["model"])
     # a renamed field is hashed under its old name (``store`` or ``kernel`` as ``backend``, while
     # only one of them is set), so a run keeps the identity it was recorded with

@@ -176,6 +176,7 @@ class Trainer:
         self.callbacks = tuple(callbacks) + config_callbacks(cfg)  # the config's (TensorBoard) last: it logs the extras
         self.criterion = criterion or classification_loss
         self.optimizer = make_optimizer(cfg, self.model)
+        self._monitor = DivergenceMonitor(cfg.divergence_factor)  # the loss-explosion rule (loop.py, as the optimizer)
         self.train_model = self.dist.wrap(self.model, self.train_data[0][:2])  # DDP under torchrun
         self._fingerprint = model_fingerprint(self.model)  # what the run trains, before any step (recorded, compared)
         self.out_dir = cfg.run_dir()
@@ -189,7 +190,6 @@ class Trainer:
         self._last_good: Path | None = None
         self._last_good_at: tuple[int, int, int] = (0, 0, 0)  # (epoch, update, batch) of the last good checkpoint
         self._last_row: dict | None = None  # the last evaluated row (a partial one after a max_updates stop)
-        self._monitor = DivergenceMonitor(cfg.divergence_factor)
         self._changes: list[dict] = []  # settings changed on resume (allow_changed), oldest first
         self.rundir: RunDir | None = None
         self.num_threads: int = torch.get_num_threads()  # set for the run by fit()
