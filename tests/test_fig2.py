@@ -118,9 +118,9 @@ def test_fig2_measures_the_runs_and_their_controls_and_the_page_renders_them(tmp
         assert len(e["curve"]) == 7 and e["targets"] == e["columns"] * len(range(0, e["rows"] - 7, 2))
         assert e["certified_lambda"] > 0 and e["data_lambda"]["max"] > 0
         if e["kind"] == "trained":  # the run's own final weights: the same test loss as its result.json
-            assert abs(e["test_loss"] - res["test_loss"]) <= 1e-9
+            assert abs(e["test_loss"] - res["test_loss"]) <= 1e-9 and e["updates"] == res["updates"] > 0
         if e["kind"] == "diverged":
-            assert e["lr"] == 200.0 and e["steps"] == 20 and e["counts"] == (e["diverged"] is not None)
+            assert e["lr"] == 200.0 and e["updates"] == 20 and e["counts"] == (e["diverged"] is not None)
     assert rec["analysis"] == f2.analyse(rec) and rec["predictions"] == f2.PREDICTIONS
     assert Path(out / "fig2.json").is_file()
     # a second call continues from the kept measurements

@@ -323,7 +323,7 @@ def test_truncated_training_quick_runs_and_writes_results(tmp_path):
         assert rec["distance"]["recurrent"] == 0 and rec["distance"]["recurrent_moved"] > 0
         for name in ("recurrent, init perturbed", "k=2", "k=3"):
             m = models[name]
-            assert m["steps"] == rec["steps"] == 3 and m["distance"]["recurrent"] > 0 and m["test_ppl_recurrent"] > 1
+            assert m["updates"] == rec["updates"] == 3 and m["distance"]["recurrent"] > 0 and m["test_ppl_recurrent"] > 1
             assert m["data_lambda"]["max"] > 0
         assert models["k=2"]["test_ppl_truncated"] > 1
         if tag == "stable":

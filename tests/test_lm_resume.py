@@ -77,7 +77,7 @@ def test_a_stopped_run_continues_bitwise(tmp_path, cell):
     info_ck = train_lm(ref, train, valid, test=test, checkpoint=LMCheckpoint(tmp_path / "ref.pt", cfg),
                        checkpoint_every=4, **kw)
     assert _same(_state(ref), _state(plain)) and _history(info_ck) == _history(ref_info)  # saving changes nothing
-    # stopped mid-epoch (at step 6: the last save was at batch 4 of epoch 1), then after an epoch (11 steps
+    # stopped mid-epoch (at update 6: the last save was at batch 4 of epoch 1), then after an epoch (11 updates
     # later, at batch 2 of epoch 2: the last save was the end of epoch 1), then run to the end
     path = tmp_path / "run.pt"
     for kill in (6, 11, None):
@@ -93,9 +93,50 @@ def test_a_stopped_run_continues_bitwise(tmp_path, cell):
             continue
     assert [(r["epoch"], r["batch"]) for r in info["resumes"]] == [(1, 4), (2, 0)]
     assert _same(_state(m), _state(ref)), "weights differ after resuming"
-    assert _history(info) == _history(ref_info)  # == on floats: bitwise losses, lr history, steps
-    assert info["steps"] == ref_info["steps"] and info["best_valid_loss"] == ref_info["best_valid_loss"]
+    assert _history(info) == _history(ref_info)  # == on floats: bitwise losses, lr history, updates
+    assert info["updates"] == ref_info["updates"] and info["best_valid_loss"] == ref_info["best_valid_loss"]
     assert all("test_ppl" in r for r in info["history"])
+
+
+def _in_old_words(path) -> None:
+    """Rewrite the checkpoint at ``path`` in the words the loop wrote before issue 36: the file's
+    ``step`` (save_checkpoint's keyword was ``step=``), ``step`` in every history row and in every
+    ``resumes`` entry."""
+    def old(d):
+        return {("step" if k == "update" else k): v for k, v in d.items()}
+
+    ck = old(torch.load(path, weights_only=True))
+    ck["metrics"]["history"] = [old(r) for r in ck["metrics"]["history"]]
+    ck["extra"]["loop"]["resumes"] = [old(r) for r in ck["extra"]["loop"]["resumes"]]
+    torch.save(ck, path)
+
+
+def test_a_checkpoint_in_the_old_words_continues_bitwise(tmp_path):
+    """A checkpoint the loop wrote when optimizer updates were called steps (history rows and resumes
+    entries with ``step``) continues bitwise as the uninterrupted run, its rows read back with ``update``
+    (seq2d.renames.migrate_record)."""
+    train, valid, test = _data()
+    cfg, kw = {"cell": "tanh"}, {**KW, "lr": 10.0}
+    ref_info = train_lm(_model("tanh"), train, valid, test=test, **kw)
+    path = tmp_path / "run.pt"
+    for kill, seed in ((6, 0), (11, 123)):  # stopped mid-epoch 1, then (resumed) in epoch 2: saved after epoch 1
+        try:
+            train_lm(_model("tanh", seed=seed), train, valid, test=test, checkpoint=LMCheckpoint(path, cfg),
+                     checkpoint_every=4, stabilize=_killer(kill), **kw)
+        except Killed:
+            pass
+    _in_old_words(path)
+    ck = torch.load(path, weights_only=True)
+    rows, resumes = ck["metrics"]["history"], ck["extra"]["loop"]["resumes"]
+    assert "step" in ck and "update" not in ck and len(rows) == 1 and len(resumes) == 1
+    assert all("step" in r and "update" not in r for r in rows + resumes)
+    m = _model("tanh", seed=7)
+    torch.manual_seed(999)
+    info = train_lm(m, train, valid, test=test, checkpoint=LMCheckpoint(path, cfg), checkpoint_every=4, **kw)
+    assert _history(info) == _history(ref_info)  # bitwise, and every row says update
+    assert all("update" in r and "step" not in r for r in info["history"] + info["resumes"])
+    assert [(r["epoch"], r["batch"], r["update"]) for r in info["resumes"]] == [(1, 4, 4), (2, 0, 13)]
+    assert info["updates"] == ref_info["updates"] == 4 * 13
 
 
 def test_a_finished_run_is_not_trained_again_and_another_config_is_refused(tmp_path):

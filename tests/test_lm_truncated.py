@@ -280,7 +280,7 @@ def test_train_lm_recurrent_and_truncated():
                      stabilize=lambda: calls.append(clip.project()))
         results[k], models[k] = r, lm
         assert len(r["history"]) == 2 and r["diverged"] is None
-        assert len(calls) == r["steps"] == 2 * 20  # 200 rows / bptt 10 = 20 batches per epoch
+        assert len(calls) == r["updates"] == 2 * 20  # 200 rows / bptt 10 = 20 batches per epoch
         assert r["best_valid_loss"] < math.log(7)  # learned something
         assert certified_lambda(lm.rnn)["lambda"] <= 0.9 + 1e-6
     # k = 1 sees only the current token: enough here; and the distance is a real distance
@@ -312,8 +312,8 @@ def test_train_lm_stops_on_a_non_finite_loss_and_keeps_the_best_weights():
     r2 = train_lm(lm, train, valid, epochs=2, lr=1.0, bptt=10, log=None)
     assert r1["diverged"] is None and r1["history"]
     assert r2["diverged"] == "non-finite training loss at epoch 1, by batch 3" and r2["history"] == []
-    assert r2["steps"] == 2  # the poisoned step is never applied
-    # no epoch finished, so no best state: the weights are those of the two good steps, all finite
+    assert r2["updates"] == 2  # the poisoned update is never applied
+    # no epoch finished, so no best state: the weights are those of the two good updates, all finite
     assert all(torch.isfinite(p).all() for p in lm.parameters())
     assert any(not torch.equal(p, good[n]) for n, p in lm.named_parameters())
 
@@ -328,17 +328,17 @@ def test_train_lm_lr_decay_is_the_inverse_t_rule():
 
     one = fresh()
     train_lm(one, train, valid, epochs=1, lr=1.0, bptt=10, max_batches=1, log=None)
-    # T tiny: step 0 runs at lr, every later step at lr / (1 + t / T) ~ 0
+    # T tiny: update 0 runs at lr, every later update at lr / (1 + t / T) ~ 0
     decayed = fresh()
     r = train_lm(decayed, train, valid, epochs=1, lr=1.0, bptt=10, max_batches=4, lr_decay=1e-12, log=None)
-    assert r["steps"] == 4
+    assert r["updates"] == 4
     for p, q in zip(one.parameters(), decayed.parameters()):
         assert torch.allclose(p, q, atol=1e-9, rtol=0)
     # T large: the same as a constant rate
     a, b = fresh(), fresh()
     train_lm(a, train, valid, epochs=1, lr=1.0, bptt=10, max_batches=4, log=None)
     train_lm(b, train, valid, epochs=1, lr=1.0, bptt=10, max_batches=4, lr_decay=1e30, log=None)
-    # bitwise: lr / (1 + t / 1e30) is exactly lr, so both runs take the very same steps
+    # bitwise: lr / (1 + t / 1e30) is exactly lr, so both runs take the very same updates
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
     for bad in (0, -1.0, float("nan"), True):
         with pytest.raises(ValueError, match="lr_decay"):

@@ -226,6 +226,32 @@ def test_wikitext_quick_mode_flags_a_diverged_run(tmp_path):
     assert (doc.parent / "stability" / "wikitext_quick.json").is_file()
 
 
+def test_wikitext_quick_mode_saves_a_checkpoint_that_loads(tmp_path):
+    """--save-checkpoints writes each model's checkpoint.pt (seq2d.train.checkpoint's format): it loads back
+    with the run's optimizer updates, epochs and history, and its weights are the model's (the test loss
+    they give is the one results.json reports)."""
+    import argparse
+
+    from seq2d.lab.lm import evaluate
+    from seq2d.lab.wikitext import Corpus, batchify
+    from seq2d.train.checkpoint import load_checkpoint
+
+    exp = _load("wikitext")
+    root = _tiny_corpus(tmp_path / "data")
+    res = exp.main(_TINY + ["--data-root", str(root), "--models", "tanh-unstable", "--max-batches", "3",
+                            "--out", str(tmp_path / "o"), "--save-checkpoints"])
+    r = res["models"]["tanh-unstable"]
+    ck = load_checkpoint(tmp_path / "o" / "tanh-unstable" / "checkpoint.pt")
+    assert ck["update"] == r["updates"] == 3 and ck["epoch"] == len(r["history"]) == 1
+    assert ck["metrics"]["history"] == r["history"] and ck["config"]["save_checkpoints"] is True
+    model, _ = exp.build_model("tanh-unstable", res["corpus"]["vocab"], argparse.Namespace(**res["config"]))
+    model.load_state_dict(ck["model"])
+    model.eval()
+    corpus = Corpus(root, limit_tokens=4000, limit_eval_tokens=300, order="appearance")
+    test = batchify(corpus.test, res["config"]["eval_batch_size"])
+    assert evaluate(model, test, res["config"]["bptt"]) == pytest.approx(r["test_loss"], rel=1e-6)
+
+
 def test_divergence_definition():
     from seq2d.lab.lm import divergence
 

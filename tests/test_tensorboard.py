@@ -154,6 +154,33 @@ def test_missing_package_is_one_clear_error(tmp_path, monkeypatch):
     assert not (tmp_path / "run").exists()
 
 
+def test_write_rows_puts_each_row_at_its_update(tmp_path, monkeypatch):
+    """write_rows's x axis is each row's ``update`` (train_lm's rows), a row written before issue 36 read
+    with its ``step`` as ``update``; the final scalars at the last row's. A stand-in writer records the
+    calls, so this runs without the package."""
+    import seq2d.train.tensorboard as tb
+
+    calls = []
+
+    class Writer:
+        def __init__(self, log_dir):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def add_scalar(self, tag, value, step):
+            calls.append((tag, step))
+
+    monkeypatch.setattr(tb, "require_tensorboard", lambda what=None: Writer)
+    tb.write_rows(tmp_path, [{"epoch": 1, "update": 3, "valid_loss": 2.0}, {"epoch": 2, "step": 6, "valid_loss": 1.5}],
+                  final={"lambda/certified": 0.9})
+    assert calls == [("epoch", 3), ("loss/valid", 3), ("epoch", 6), ("loss/valid", 6), ("lambda/certified", 6)]
+
+
 @needs_tb
 def test_write_rows_and_the_stable_rnn_lambdas(tmp_path):
     """experiments/stable_rnn/truncated_training.py --tensorboard: each model's epochs, then its lambda
@@ -180,7 +207,7 @@ def test_write_rows_and_the_stable_rnn_lambdas(tmp_path):
     for name in ("recurrent", "k=2"):
         got = scalars(read_events(tmp_path / "tb" / "stable" / name))
         model = res[name]
-        last = model["steps"]
+        last = model["updates"]
         assert got["lambda/certified"] == [(last, pytest.approx(model["certified_lambda"], rel=1e-6))]
         assert got["lambda/data_max"] == [(last, pytest.approx(model["data_lambda"]["max"], rel=1e-6))]
         assert got["ppl/test_recurrent"] == [(last, pytest.approx(model["test_ppl_recurrent"], rel=1e-6))]

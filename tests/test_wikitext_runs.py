@@ -140,3 +140,39 @@ def test_wikitext_py_adaptive_softmax_option():
     assert isinstance(model.decoder, nn.AdaptiveLogSoftmaxWithLoss) and model.adaptive_cutoffs == [5, 12]
     args.adaptive_softmax = False
     assert isinstance(wx.build_model("lstm-unstable", 40, args)[0].decoder, nn.Linear)
+
+
+def _in_old_words(r: dict) -> dict:
+    """A result as the loop wrote it before issue 36: ``steps``, and ``step`` in its history rows and resumes."""
+    old = {("steps" if k == "updates" else k): v for k, v in r.items()}
+    for key in ("history", "resumes"):
+        old[key] = [{("step" if k == "update" else k): v for k, v in row.items()} for row in r[key]]
+    return old
+
+
+def test_result_files_in_the_old_words_are_read_in_todays(tmp_path):
+    """result.json files written before issue 36 (the committed results, and runs still going under the old
+    code) say ``steps``, and ``step`` in their rows: every reader (wikitext_runs.read_result, which run_one,
+    search_summary, collect, fig2.py and report_wikitext.load_results use) takes them as ``updates`` /
+    ``update``, and collect copies them byte for byte."""
+    exp = _load()
+    committed = REPO / "experiments" / "stable_rnn" / "results" / "wikitext"
+    for f in sorted(committed.glob("**/result.json")):  # whichever words each was written in
+        r = exp.read_result(f)
+        assert "steps" not in r and all("step" not in row for row in r["history"] + r["resumes"]), f
+        assert r["updates"] >= (r["history"][-1]["update"] if r["history"] else 0) and r["history"][0]["update"] > 0
+    new = exp.read_result(committed / "tanh-unstable" / "seed0" / "result.json")
+    runs, dest = tmp_path / "runs", tmp_path / "results"
+    folder = runs / "tanh-unstable" / "seed0"
+    folder.mkdir(parents=True)
+    (folder / "result.json").write_text(json.dumps(_in_old_words(new), indent=1) + "\n")
+    (folder / "run.json").write_text(json.dumps({"status": "complete", "config_hash": new["config_hash"],
+                                                 "epoch": new["epochs_run"], "step": new["updates"], "config": new["config"]}))
+    assert exp.read_result(folder / "result.json") == new
+    assert exp.read_record(folder)["update"] == new["updates"]
+    assert exp.collect(runs, dest, log=lambda m: None) == [dest / "tanh-unstable" / "seed0" / "result.json"]
+    assert (dest / "tanh-unstable" / "seed0" / "result.json").read_bytes() == (folder / "result.json").read_bytes()
+    rw_spec = importlib.util.spec_from_file_location("stable_rnn_report_wikitext", SCRIPT.with_name("report_wikitext.py"))
+    rw = importlib.util.module_from_spec(rw_spec)
+    rw_spec.loader.exec_module(rw)
+    assert rw.load_results(dest)["runs"] == {"tanh-unstable": [new]}

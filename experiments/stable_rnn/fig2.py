@@ -72,6 +72,7 @@ from seq2d.envinfo import cpu_name
 from seq2d.fileio import atomic_write
 from seq2d.lab.lm import (VANISH_FRACTION, divergence, evaluate, grad_norm_windows, lm_data_lambda, perplexity, train_lm,
                           vanishing_distance)
+from seq2d.renames import migrate_record
 from seq2d.results_page import json_safe
 from seq2d.train.checkpoint import check_model_state, load_checkpoint
 from seq2d.train.rundir import read_record
@@ -272,7 +273,7 @@ def run_folders(runs: Path, log=print) -> list[tuple[Path, dict, dict]]:
         if not (folder / wr.CHECKPOINT).is_file():
             log(f"{rel}: no {wr.CHECKPOINT} (the final weights), left out")
             continue
-        out.append((folder, rec, json.loads((folder / wr.RESULT).read_text())))
+        out.append((folder, rec, wr.read_result(folder / wr.RESULT)))  # "steps" before issue 36: read as "updates"
     return out
 
 
@@ -321,7 +322,7 @@ def measure_all(args, log=print) -> list[dict]:
             part = out / cond / f"seed{seed}" / f"{kind}.json"
             key = entry_key(kind, result, s, folder)
             if part.is_file() and json.loads(part.read_text()).get("key") == key:
-                e = json.loads(part.read_text())
+                e = migrate_record(json.loads(part.read_text()))  # "steps" before issue 36
                 e["vanish_distance"] = one_percent_distance(e["curve"]) if e.get("curve") else None  # derived: current rule
                 entries.append(e)
                 log(f"{cond}/seed{seed} {kind}: measured before, kept")
@@ -333,14 +334,14 @@ def measure_all(args, log=print) -> list[dict]:
                  "run_config_hash": result["config_hash"], "lr": cfg["lr"]}
             if kind == "trained":
                 model = trained_model(folder, cfg)
-                e["steps"] = result.get("steps")
+                e["updates"] = result.get("updates")
                 e["result_test_loss"] = result.get("test_loss")
             elif kind == "untrained":
                 model, _, _ = wr.initial_model(cfg)
-                e["steps"] = 0
+                e["updates"] = 0
             else:
                 model, why = diverged_model(cfg, data, s, part.parent / f"diverged-{key}.pt")
-                e.update(lr=s["diverged_lr"], steps=s["diverged_batches"], training=why)
+                e.update(lr=s["diverged_lr"], updates=s["diverged_batches"], training=why)
             e.update(measure(model, data["test"], cfg, s))
             if kind == "trained" and e["result_test_loss"] is not None:
                 if not abs(e["test_loss"] - e["result_test_loss"]) <= 1e-3:

@@ -360,9 +360,7 @@ def verdict_section(assets: Path, wikitext: tuple[list[str], list[str]] | None =
     if wikitext is None:
         rw = _module("report_wikitext")
         root = Path(__file__).resolve().parents[2]
-        f2 = root / rw.DEFAULT_FIG2
-        wikitext = rw.verdict_lines(rw.load_results(root / rw.DEFAULT_RESULTS),
-                                    json.loads(f2.read_text()) if f2.is_file() else None)
+        wikitext = rw.verdict_lines(rw.load_results(root / rw.DEFAULT_RESULTS), rw.load_fig2(root / rw.DEFAULT_FIG2))
     if wikitext:
         holds += wikitext[0]
         fails += wikitext[1]
@@ -437,7 +435,7 @@ def main(argv=None) -> int:
         raise SystemExit(f"report.py: no truncation.json or gradient_gaps.json in {runs}")
     results = rw.load_results(Path(wt_dir))
     write_section(doc, "wikitext-runs", rw.table_section(results, wt_dir))
-    rec = json.loads(Path(f2_path).read_text()) if Path(f2_path).is_file() else None
+    rec = rw.load_fig2(f2_path)
     if rec is not None:
         rw.plot_fig2(rec, assets / rw.FIG2_PNG)
     write_section(doc, "fig2", rw.fig2_section(rec, f2_path, f"{assets.name}/{rw.FIG2_PNG}"))

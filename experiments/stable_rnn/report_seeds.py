@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+from seq2d.renames import migrate_record
 from seq2d.results_page import value_range
 
 #: Proposition 2 as the slides state it (seeds/002_e0ce570a88c4aff3.txt), and Fig. 1's conclusion there.
@@ -288,8 +289,14 @@ def noise_floor_text(res: dict, longer: list[dict] = ()) -> str:
     return "\n".join(lines)
 
 
+def _updates(res: dict) -> list[int]:
+    """The optimizer updates the models of truncated_training.py's ``res`` took, each count once (a file written
+    before issue 36 says ``steps``: read as ``updates``, seq2d.renames.migrate_record)."""
+    return sorted({u for r in res["runs"].values() for m in r["models"].values() if (u := migrate_record(m).get("updates"))})
+
+
 def undertraining(res: dict, longer: list[dict] = ()) -> str:
-    """The smallest k's truncated-minus-recurrent perplexity after this run's optimizer steps, next to the same
+    """The smallest k's truncated-minus-recurrent perplexity after this run's optimizer updates, next to the same
     difference in longer runs (``longer``: other truncated_training.py results, e.g. the full-corpus runs), with the
     reading that a gain of the smallest k after few steps is under-training. Empty when no k has every seed outside
     the controls' range."""
@@ -298,12 +305,12 @@ def undertraining(res: dict, longer: list[dict] = ()) -> str:
     if not gain:
         return ""
     ks = sorted({int(k) for _, k in gain})
-    steps = sorted({m["steps"] for r in res["runs"].values() for n, m in r["models"].items() if m.get("steps")})
+    updates = _updates(res)
     rec = [r["models"]["recurrent"]["test_ppl_recurrent"] for r in res["runs"].values()]
     text = (f"**The gain of k = {', '.join(map(str, ks))} is under-training (our reading).** It comes after "
-            f"{_r(steps, 'd')} optimizer steps ({res['config']['epochs']} epochs over {res['corpus']['train_tokens']:,} "
+            f"{_r(updates, 'd')} optimizer steps ({res['config']['epochs']} epochs over {res['corpus']['train_tokens']:,} "
             f"tokens), with the recurrent models still at test perplexity {_r(rec, '.1f')}")
-    long_d, long_c, long_s, long_rec = [], [], [], []
+    long_d, long_c, long_u, long_rec = [], [], [], []
     for L in longer:
         for r in L["runs"].values():
             ms, recm = r["models"], r["models"]["recurrent"]
@@ -312,11 +319,11 @@ def undertraining(res: dict, longer: list[dict] = ()) -> str:
                 if m and m.get("test_ppl_truncated") is not None:
                     long_d.append(m["test_ppl_truncated"] - recm["test_ppl_recurrent"])
             long_c += [m["test_ppl_recurrent"] - recm["test_ppl_recurrent"] for m in _controls(ms)]
-            long_s.append(recm.get("steps"))
+            long_u.append(migrate_record(recm).get("updates"))
             long_rec.append(recm["test_ppl_recurrent"])
     means = [o["by_k"][k]["mean"] for o, k in gain]
     if long_d:
-        text += (f" (mean gain {_r(means, '+.1f')}). In the longer runs of this page ({_r(long_s, ',d')} steps over the "
+        text += (f" (mean gain {_r(means, '+.1f')}). In the longer runs of this page ({_r(long_u, ',d')} steps over the "
                  f"full training stream, recurrent test perplexity {_r(long_rec, '.1f')}) the same k ends "
                  f"{', '.join(f'{v:+.1f}' for v in long_d)} from the recurrent model, against "
                  f"{', '.join(f'{v:+.1f}' for v in long_c)} for their controls"
@@ -339,10 +346,10 @@ def noise_verdict(res: dict, longer: list[dict] = ()) -> tuple[list[str], list[s
                 f"{_r(o['controls'], '+.1f')}; ")
         inside = sorted(int(k) for k in o["by_k"] if int(k) not in out_k)
         if out_k:
-            steps = sorted({m["steps"] for r in res["runs"].values() for m in r["models"].values() if m.get("steps")})
+            updates = _updates(res)
             fails.append(line + "every seed outside the controls' range for k in "
                          + ", ".join(f"{k} (mean {o['by_k'][str(k)]['mean']:+.1f})" for k in out_k)
-                         + f" after {_r(steps, 'd')} optimizer steps: truncation changes the perplexity there by more "
+                         + f" after {_r(updates, 'd')} optimizer steps: truncation changes the perplexity there by more "
                          "than the noise"
                          + (f"; within the noise for k in {inside}" if inside else "")
                          + ("; a gain after few steps that the full-corpus runs do not show: under-training (see that "

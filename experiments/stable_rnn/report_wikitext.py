@@ -69,13 +69,27 @@ def load_results(results: Path) -> dict:
     """``{"runs": {condition: [result, ...] by seed}, "lr_search": dict or None}`` from a collect destination
     (a folder that does not exist holds nothing yet)."""
     runs: dict = {}
+    read_result = _mod("wikitext_runs").read_result  # "steps" before issue 36: read as "updates"
     for f in sorted(results.glob("*/seed*/result.json")) if results.is_dir() else []:
-        r = json.loads(f.read_text())
+        r = read_result(f)
         runs.setdefault(r["condition"], []).append(r)
     for v in runs.values():
         v.sort(key=lambda r: r["seed"])
     search = results / "lr_search.json"
     return {"runs": runs, "lr_search": json.loads(search.read_text()) if search.is_file() else None}
+
+
+def load_fig2(path) -> dict | None:
+    """fig2.py's record at ``path`` (None when there is none), each entry in today's words (``steps`` before
+    issue 36, read as ``updates``: seq2d.renames.migrate_record)."""
+    from seq2d.renames import migrate_record
+
+    path = Path(path)
+    if not path.is_file():
+        return None
+    rec = json.loads(path.read_text())
+    rec["entries"] = [migrate_record(e) for e in rec.get("entries", [])]
+    return rec
 
 
 def _ok(rs: list) -> list:

@@ -59,6 +59,7 @@ from seq2d.lab.wikitext import Corpus, batchify
 from seq2d.envinfo import cpu_name
 from seq2d.lab.lm import (VANISH_FRACTION, RNNLM, evaluate, grad_norm_carried, lm_data_lambda, perplexity, train_lm,
                           vanishing_distance, weight_distance)
+from seq2d.renames import migrate_record
 from seq2d.results_page import json_safe as _finite
 from seq2d.stability import SpectralClip, certified_lambda
 from seq2d.train.trainer import write_metrics
@@ -108,7 +109,8 @@ def run_stability(stable: bool, args, out: Path, seed: int | None = None) -> dic
         old = json.loads(part.read_text())
         if old.get("key") == key:
             print(f"[{tag} seed {seed}] read from {part}", flush=True)
-            return old["result"]
+            res = old["result"]  # its model rows in today's words ("steps" before issue 36: "updates")
+            return {**res, "models": {n: migrate_record(m) for n, m in res["models"].items()}}
     if args.threads:
         torch.set_num_threads(args.threads)
     sub = out if len(args.seeds) == 1 else out / f"seed{seed}"
@@ -139,7 +141,7 @@ def run_stability(stable: bool, args, out: Path, seed: int | None = None) -> dic
             write_metrics(sub / tag / name, info["history"])
         lm.eval()
         t0 = time.perf_counter()
-        row = {"k": k, "steps": info["steps"], "diverged": info["diverged"], "train_time_s": info["train_time_s"],
+        row = {"k": k, "updates": info["updates"], "diverged": info["diverged"], "train_time_s": info["train_time_s"],
                "epochs": len(info["history"]), "valid_ppl": perplexity(info["best_valid_loss"]),
                "test_ppl_recurrent": perplexity(evaluate(lm, test, args.bptt)),
                "certified_lambda": certified_lambda(lm.rnn)["lambda"]}

@@ -179,7 +179,7 @@ def train(name: str, model: RNNLM, data: dict, args, device, out: Path, stabiliz
     if history:
         write_metrics(out / name, history)
     if args.save_checkpoints:
-        save_checkpoint(out / name / "checkpoint.pt", model=model, optimizer=None, epoch=len(history), step=info["steps"],
+        save_checkpoint(out / name / "checkpoint.pt", model=model, optimizer=None, epoch=len(history), update=info["updates"],
                         config={k: v for k, v in vars(args).items() if isinstance(v, (int, float, str, bool, type(None)))},
                         metrics={"history": history, "best": min(history, key=lambda r: r["valid_loss"]) if history else {},
                                  "last": history[-1] if history else {}})

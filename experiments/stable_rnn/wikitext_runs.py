@@ -61,7 +61,7 @@ from seq2d.lab.wikitext import Corpus, batchify
 from seq2d.envinfo import cpu_name
 from seq2d.errors import did_you_mean
 from seq2d.fileio import atomic_write
-from seq2d.lab.lm import divergence, evaluate, perplexity, train_lm
+from seq2d.lab.lm import divergence, evaluate, migrate_result, perplexity, train_lm
 from seq2d.results_page import json_safe
 from seq2d.train.errors import RunLockedError
 from seq2d.lab.lm.checkpoint import LMCheckpoint
@@ -170,7 +170,7 @@ def run_one(folder: Path, cfg: dict, args, data: dict, command: str, log=print) 
     rec = read_record(folder)
     if rec and rec.get("status") in FINISHED and (folder / RESULT).is_file():
         log(f"{rel}: finished before ({rec['status']}), skipped")
-        return json.loads((folder / RESULT).read_text())
+        return read_result(folder / RESULT)
     rd = RunDir(folder, log=log)
     try:
         rd.acquire()
@@ -191,7 +191,7 @@ def run_one(folder: Path, cfg: dict, args, data: dict, command: str, log=print) 
         result = _train(folder, cfg, args, data, command, say)
         result["session_time_s"] = round(time.perf_counter() - t0, 3)
         atomic_write(folder / RESULT, json.dumps(json_safe(result), indent=1) + "\n")
-        _write_record(folder, cfg, result["status"], epoch=len(result["history"]), step=result["steps"])
+        _write_record(folder, cfg, result["status"], epoch=len(result["history"]), update=result["updates"])
         say(f"{rel}: {result['status']}: test ppl {_fmt(result['test_ppl'])} (best valid ppl "
             f"{_fmt(result['best_valid_ppl'])} at epoch {result['best_epoch']}, {result['stopped']})")
         return result
@@ -205,6 +205,13 @@ def run_one(folder: Path, cfg: dict, args, data: dict, command: str, log=print) 
     finally:
         logfile.close()
         rd.release()
+
+
+def read_result(path: Path) -> dict:
+    """A run's ``result.json`` in today's words: one written before issue 36 (``steps``, and ``step`` in its
+    history rows and resumes entries) read as ``updates`` / ``update`` (seq2d.lab.lm.migrate_result); the
+    file itself is left as it is (collect copies it byte for byte)."""
+    return migrate_result(json.loads(Path(path).read_text()))
 
 
 def _fmt(v, nd=2) -> str:
@@ -245,7 +252,7 @@ def _train(folder: Path, cfg: dict, args, data: dict, command: str, say) -> dict
     return {"condition": cfg["condition"], "seed": cfg["seed"], "status": "diverged" if diverged else "complete",
             "diverged": diverged, "stopped": info["stopped"], "test_loss": test_loss, "test_ppl": perplexity(test_loss),
             "best_epoch": None if best is None else h[best]["epoch"],
-            "best_valid_ppl": perplexity(info["best_valid_loss"]), "epochs_run": len(h), "steps": info["steps"],
+            "best_valid_ppl": perplexity(info["best_valid_loss"]), "epochs_run": len(h), "updates": info["updates"],
             "lr_history": [r["lr"] for r in h], "history": h, "resumes": info["resumes"],
             "certified_lambda": wx.certified_lambda(model), "stabilizer": desc, "config": cfg,
             "config_hash": config_hash(cfg), "env": _env(), "train_time_s": info["train_time_s"],
@@ -301,7 +308,7 @@ def search_summary(out: Path) -> dict:
     smaller lr), flagged when it lies at an end of the grid searched."""
     conds: dict = {}
     for res_path in sorted(out.glob(f"*/lr*/seed*/{RESULT}")):
-        r = json.loads(res_path.read_text())
+        r = read_result(res_path)
         c = conds.setdefault(r["condition"], {"runs": []})
         c["runs"].append({"lr": r["config"]["lr"], "seed": r["seed"], "best_valid_ppl": r["best_valid_ppl"],
                           "test_ppl": r["test_ppl"], "diverged": r["diverged"], "epochs_run": r["epochs_run"],
@@ -388,13 +395,13 @@ def collect(runs: Path, dest: Path, *, force: bool = False, log=print) -> list[P
         if rec.get("status") not in FINISHED or not (folder / RESULT).is_file():
             log(f"{rel}: not finished ({rec.get('status', 'no run.json')}), left out")
             continue
-        res = json.loads((folder / RESULT).read_text())
+        res = read_result(folder / RESULT)
         if res.get("config_hash") != rec.get("config_hash"):
             log(f"{rel}: result.json and run.json disagree on the config, left out")
             continue
         target = dest / rel / RESULT
         if target.is_file() and not force:
-            old = json.loads(target.read_text())
+            old = read_result(target)
             if old.get("config_hash") != res.get("config_hash"):
                 log(f"{rel}: {target} holds a run of another config, kept (--force replaces it)")
                 continue

@@ -47,6 +47,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..errors import Seq2DError
+from ..renames import migrate_record
 
 __all__ = ["TensorBoardLogger", "TensorBoardMissing", "SCALAR_TAGS", "INSTALL_HINT", "config_callbacks",
            "require_tensorboard", "log_dir", "write_rows"]
@@ -66,8 +67,8 @@ SCALAR_TAGS = {
 # the columns of seq2d.lab.lm.train_lm's rows (write_rows) -> tag
 _LM_TAGS = {"valid_loss": "loss/valid", "train_ppl": "ppl/train", "valid_ppl": "ppl/valid"}
 # numeric columns that describe the run, not its progress: not logged as scalars (the x axis: the
-# Trainer's ``update``, train_lm's ``step``)
-_NOT_SCALARS = ("update", "step", "world_size", "num_threads", "copies")
+# Trainer's and train_lm's ``update``)
+_NOT_SCALARS = ("update", "world_size", "num_threads", "copies")
 
 
 class TensorBoardMissing(Seq2DError, ImportError):
@@ -100,18 +101,19 @@ def config_callbacks(config) -> tuple:
     return (TensorBoardLogger(log_dir(config)),)
 
 
-def write_rows(log_dir: str | os.PathLike, rows, *, final: Mapping | None = None, step_key: str = "step") -> Path:
+def write_rows(log_dir: str | os.PathLike, rows, *, final: Mapping | None = None, step_key: str = "update") -> Path:
     """Write metric ``rows`` (dicts, one per epoch, as ``metrics.jsonl`` holds them) to TensorBoard in
     one go, for training loops other than the Trainer (the stable-RNN experiments): each number of
     a row at its ``step_key`` value (the row's index + 1 without it), the trainer's columns under the
     tags of :data:`SCALAR_TAGS` (``train_lm``'s ``valid_loss``, ``*_ppl`` as ``loss/valid``,
     ``ppl/train``, ``ppl/valid``), others under their own name; then the ``final`` scalars (e.g.
-    lambda estimates of the trained model) at the last row's step. Returns ``log_dir``."""
+    lambda estimates of the trained model) at the last row's step. A row written before issue 36
+    (``step``, not ``update``) is read as today's (:func:`seq2d.renames.migrate_record`). Returns ``log_dir``."""
     SummaryWriter = require_tensorboard("writing TensorBoard events (--tensorboard DIR)")
     log_dir = Path(log_dir)
     last = 0
     with SummaryWriter(log_dir=str(log_dir)) as writer:
-        for k, row in enumerate(rows):
+        for k, row in enumerate(map(migrate_record, rows)):
             last = int(row.get(step_key, k + 1))
             _add_row(writer, row, last)
         for tag, value in (final or {}).items():

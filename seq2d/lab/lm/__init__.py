@@ -18,8 +18,8 @@ or truncated, with a patience rule and resume from a :class:`~seq2d.lab.lm.LoopC
 from .evaluate import (VANISH_FRACTION, divergence, evaluate, evaluate_truncated, grad_norm_carried,
                        grad_norm_vs_distance, grad_norm_windows, lm_data_lambda, perplexity, vanishing_distance)
 from .model import CELLS, RNNLM, TruncatedLM, clip_embedding_, output_nll, output_scores
-from .train import LoopCheckpoint, recurrent_weights, train_lm, weight_distance
+from .train import LoopCheckpoint, migrate_result, recurrent_weights, train_lm, weight_distance
 
 __all__ = ["CELLS", "VANISH_FRACTION", "LoopCheckpoint", "RNNLM", "TruncatedLM", "clip_embedding_", "divergence", "evaluate",
-           "evaluate_truncated", "grad_norm_carried", "grad_norm_vs_distance", "grad_norm_windows", "lm_data_lambda", "output_nll",
-           "output_scores", "perplexity", "recurrent_weights", "train_lm", "vanishing_distance", "weight_distance"]
+           "evaluate_truncated", "grad_norm_carried", "grad_norm_vs_distance", "grad_norm_windows", "lm_data_lambda", "migrate_result",
+           "output_nll", "output_scores", "perplexity", "recurrent_weights", "train_lm", "vanishing_distance", "weight_distance"]

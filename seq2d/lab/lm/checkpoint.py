@@ -7,7 +7,7 @@ One file in the format of :mod:`seq2d.train.checkpoint` (written by its
 
     model       the weights (at the end of training: the best-validation weights)
     optimizer   SGD's state (its lr)
-    epoch       completed epochs              update   optimizer updates so far (the loop's "step")
+    epoch       completed epochs              update   optimizer updates so far
     config      {"train_lm": the loop's settings, **the caller's config}: a resume under
                 anything else is refused, naming the fields that differ
     rng         torch (dropout masks), CUDA, Python ``random``, numpy
@@ -18,7 +18,9 @@ One file in the format of :mod:`seq2d.train.checkpoint` (written by its
                 training stopped (None while it runs), the resumes so far, the training time}
 
 The loop (:mod:`~seq2d.lab.lm.train`) defines what it keeps (:class:`seq2d.lab.lm.LoopCheckpoint`)
-and knows no files; this module keeps it in one.
+and knows no files; this module keeps it in one. A file written before issue 36 says ``step`` for
+``update`` (at its top, in its history rows and in its resumes entries): read as today's
+(:func:`seq2d.lab.lm.migrate_result`).
 """
 
 from __future__ import annotations
@@ -32,10 +34,11 @@ import torch
 
 from ...train.checkpoint import (CheckpointError, capture_rng_state, check_model_state, check_optimizer_state,
                          upgrade_checkpoint, load_checkpoint, restore_rng_state, save_checkpoint)
+from .train import migrate_result
 
 __all__ = ["LMCheckpoint"]
 
-# the loop's state beyond the checkpoint's own epoch, step and metrics["history"]
+# the loop's state beyond the checkpoint's own epoch, update and metrics["history"]
 _LOOP_KEYS = ("batch", "lr", "best", "best_state", "since_best", "hidden", "partial", "stopped", "diverged", "resumes",
               "train_time_s")
 
@@ -91,15 +94,14 @@ class LMCheckpoint:
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         restore_rng_state(ckpt["rng"], where=where)
-        state = dict(loop)
-        state["history"] = list(ckpt["metrics"].get("history", []))
-        state["epoch"], state["step"] = ckpt["epoch"], ckpt["update"]  # the checkpoint's word (seq2d.train.checkpoint)
+        state = migrate_result({**loop, "history": list(ckpt["metrics"].get("history", []))})  # "step" before issue 36
+        state["epoch"], state["update"] = ckpt["epoch"], ckpt["update"]
         return state
 
     def save(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: Mapping, settings: Mapping) -> None:
         """Write the loop's ``state`` with the weights, the optimizer, the random generators and the
         config, atomically."""
-        loop = {k: v for k, v in state.items() if k not in ("history", "epoch", "step")}
+        loop = {k: v for k, v in state.items() if k not in ("history", "epoch", "update")}
         save_checkpoint(self.path, model=model, optimizer=optimizer, epoch=int(state["epoch"]),
-                        update=int(state["step"]), config=self._full_config(settings), rng=capture_rng_state(),
+                        update=int(state["update"]), config=self._full_config(settings), rng=capture_rng_state(),
                         metrics={"history": list(state["history"])}, extra={"loop": loop})

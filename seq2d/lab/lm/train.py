@@ -6,7 +6,7 @@ gradient-norm clip, BPTT segments of a batchified stream, the best-validation we
 With ``k=None`` the model is recurrent (hidden state carried across segments and detached);
 with ``k`` it is trained as its k-truncated feed-forward version (every position sees only
 its last ``k`` tokens, :meth:`RNNLM.window_features`), validation measured the same way. Same
-batches, same order, same steps: only the model's view of the past differs, which is the
+batches, same order, same updates: only the model's view of the past differs, which is the
 comparison behind Miller & Hardt's training result (arXiv 1805.10369): for a stable model, gradient
 descent on the truncated and on the recurrent model ends at nearby weights. ``patience`` stops
 a run whose validation loss has stopped improving; ``checkpoint`` (a :class:`LoopCheckpoint`,
@@ -27,10 +27,11 @@ from torch import Tensor, nn
 
 from ..wikitext import get_batch
 from ...errors import InvalidValue
+from ...renames import migrate_record
 from .evaluate import _repackage, evaluate, perplexity
 from .model import RNNLM
 
-__all__ = ["LoopCheckpoint", "recurrent_weights", "train_lm", "weight_distance"]
+__all__ = ["LoopCheckpoint", "migrate_result", "recurrent_weights", "train_lm", "weight_distance"]
 
 
 class LoopCheckpoint(Protocol):
@@ -56,17 +57,18 @@ def train_lm(model: RNNLM, train: Tensor, valid: Tensor, *, epochs: int, lr: flo
     """Train ``model`` on the batchified ``train`` stream; returns ``history`` (a row per epoch:
     ``train_loss``, ``valid_loss``, ``lr``, ``epoch_time_s``, perplexities; ``test_loss`` and
     ``test_ppl`` too when ``test`` is given, measured only, never used for a decision),
-    ``best_valid_loss``, ``steps``, ``diverged`` (a reason or None), ``stopped`` (why training
-    ended: ``"epochs"``, ``"patience"`` or ``"diverged"``), ``resumes`` (where a stopped run was
-    continued: ``{"epoch", "batch", "step"}`` each) and ``train_time_s``; ``model`` ends with its
-    best-validation weights. ``stabilize()`` runs after every optimizer step (a projection).
-    ``lr_decay = T``: step ``t`` (from 0) uses ``lr / (1 + t / T)``, the alpha/t rule of Miller &
+    ``best_valid_loss``, ``updates`` (optimizer updates taken), ``diverged`` (a reason or None),
+    ``stopped`` (why training ended: ``"epochs"``, ``"patience"`` or ``"diverged"``), ``resumes``
+    (where a stopped run was continued: ``{"epoch", "batch", "update"}`` each) and ``train_time_s``;
+    each history row also holds ``epoch`` and ``update`` (updates so far); ``model`` ends with its
+    best-validation weights. ``stabilize()`` runs after every optimizer update (a projection).
+    ``lr_decay = T``: update ``t`` (from 0) uses ``lr / (1 + t / T)``, the alpha/t rule of Miller &
     Hardt's weight-closeness result asymptotically (alpha = lr T), on top of the plateau rule.
     ``patience = P``: stop once ``P`` epochs in a row have ended without a new best validation
     loss (each of them has already divided the lr by 4); ``epochs`` is the cap either way.
     A non-finite training loss stops training (the best weights so far are kept); on a GPU the
-    loss is checked every 50 steps and at the end of each epoch rather than every step, so the
-    loop does not wait for the device at every step (on the CPU: every step).
+    loss is checked every 50 updates and at the end of each epoch rather than after every update,
+    so the loop does not wait for the device at every update (on the CPU: after every update).
 
     ``checkpoint`` (a :class:`LoopCheckpoint`): the loop's state is saved at the end of every
     epoch, every ``checkpoint_every`` batches within one (when given) and once more when
@@ -82,7 +84,7 @@ def train_lm(model: RNNLM, train: Tensor, valid: Tensor, *, epochs: int, lr: flo
         raise InvalidValue(f"train_lm: k must be a positive int or None, got {k!r}")
     if lr_decay is not None and (isinstance(lr_decay, bool) or not isinstance(lr_decay, (int, float))
                                  or not math.isfinite(lr_decay) or lr_decay <= 0):
-        raise InvalidValue(f"train_lm: lr_decay must be a positive number of steps or None, got {lr_decay!r}")
+        raise InvalidValue(f"train_lm: lr_decay must be a positive number of updates or None, got {lr_decay!r}")
     for what, v in (("patience", patience), ("checkpoint_every", checkpoint_every)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
             raise InvalidValue(f"train_lm: {what} must be a positive int or None, got {v!r}")
@@ -99,9 +101,9 @@ def train_lm(model: RNNLM, train: Tensor, valid: Tensor, *, epochs: int, lr: flo
         if saved is not None:
             s, finished_before = saved, saved["stopped"] is not None
             if not finished_before:
-                s["resumes"].append({"epoch": s["epoch"] + 1, "batch": s["batch"], "step": s["step"]})
+                s["resumes"].append({"epoch": s["epoch"] + 1, "batch": s["batch"], "update": s["update"]})
                 if log:
-                    log(f"[{name}] resuming at epoch {s['epoch'] + 1}, batch {s['batch']} (step {s['step']})")
+                    log(f"[{name}] resuming at epoch {s['epoch'] + 1}, batch {s['batch']} (update {s['update']})")
             elif log:
                 log(f"[{name}] finished before ({s['stopped']}, {len(s['history'])} epochs): nothing to train")
     bsz = train.shape[1]
@@ -144,9 +146,9 @@ def train_lm(model: RNNLM, train: Tensor, valid: Tensor, *, epochs: int, lr: flo
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
             if lr_decay is not None:
                 for g in opt.param_groups:
-                    g["lr"] = s["lr"] / (1 + s["step"] / lr_decay)
+                    g["lr"] = s["lr"] / (1 + s["update"] / lr_decay)
             opt.step()
-            s["step"] += 1
+            s["update"] += 1
             if stabilize is not None:
                 stabilize()
             total += loss.detach().double() * y.numel()
@@ -168,7 +170,7 @@ def train_lm(model: RNNLM, train: Tensor, valid: Tensor, *, epochs: int, lr: flo
                 log(f"[{name}] {diverged}: keeping the best weights so far")
             break
         val = evaluate(model, valid, bptt, k=k)
-        row = {"epoch": epoch, "step": s["step"], "train_loss": total / max(count, 1), "lr": s["lr"],
+        row = {"epoch": epoch, "update": s["update"], "train_loss": total / max(count, 1), "lr": s["lr"],
                "epoch_time_s": round(epoch_time, 3), "device": str(train.device), "valid_loss": val,
                "valid_ppl": perplexity(val), "train_ppl": perplexity(total / max(count, 1))}
         if test is not None:
@@ -201,15 +203,28 @@ def train_lm(model: RNNLM, train: Tensor, valid: Tensor, *, epochs: int, lr: flo
             save(final=True)                                    # validation has no weights worth keeping)
         else:
             s["train_time_s"] = round(time.perf_counter() - t_start, 3)
-    return {"history": s["history"], "best_valid_loss": s["best"], "steps": s["step"], "diverged": s["diverged"],
+    return {"history": s["history"], "best_valid_loss": s["best"], "updates": s["update"], "diverged": s["diverged"],
             "stopped": s["stopped"], "resumes": s["resumes"], "train_time_s": s["train_time_s"]}
 
 
 def _fresh_state(lr: float) -> dict:
     """The loop's state before its first batch (what :class:`LoopCheckpoint` keeps)."""
-    return {"epoch": 0, "batch": 0, "step": 0, "lr": lr, "best": math.inf, "best_state": None, "since_best": 0,
+    return {"epoch": 0, "batch": 0, "update": 0, "lr": lr, "best": math.inf, "best_state": None, "since_best": 0,
             "history": [], "hidden": None, "partial": None, "stopped": None, "diverged": None, "resumes": [],
             "train_time_s": 0.0}
+
+
+def migrate_result(record):
+    """A :func:`train_lm` result read from a file, or a record that holds its keys (a checkpoint's loop
+    state, a results file's run or model row), in today's words: ``updates`` for ``steps`` at its top
+    level, ``update`` for ``step`` in each ``history`` row and ``resumes`` entry (files written before
+    issue 36; :func:`seq2d.renames.migrate_record`, the one table); a copy, anything else unchanged."""
+    record = migrate_record(record)
+    if isinstance(record, dict):
+        for key in ("history", "resumes"):
+            if isinstance(record.get(key), list):
+                record[key] = [migrate_record(r) for r in record[key]]
+    return record
 
 
 def _finite_weights(model: nn.Module) -> bool:
