@@ -308,7 +308,7 @@ def undertraining(res: dict, longer: list[dict] = ()) -> str:
     updates = _updates(res)
     rec = [r["models"]["recurrent"]["test_ppl_recurrent"] for r in res["runs"].values()]
     text = (f"**The gain of k = {', '.join(map(str, ks))} is under-training (our reading).** It comes after "
-            f"{_r(updates, 'd')} optimizer steps ({res['config']['epochs']} epochs over {res['corpus']['train_tokens']:,} "
+            f"{_r(updates, 'd')} optimizer updates ({res['config']['epochs']} epochs over {res['corpus']['train_tokens']:,} "
             f"tokens), with the recurrent models still at test perplexity {_r(rec, '.1f')}")
     long_d, long_c, long_u, long_rec = [], [], [], []
     for L in longer:
@@ -349,7 +349,7 @@ def noise_verdict(res: dict, longer: list[dict] = ()) -> tuple[list[str], list[s
             updates = _updates(res)
             fails.append(line + "every seed outside the controls' range for k in "
                          + ", ".join(f"{k} (mean {o['by_k'][str(k)]['mean']:+.1f})" for k in out_k)
-                         + f" after {_r(updates, 'd')} optimizer steps: truncation changes the perplexity there by more "
+                         + f" after {_r(updates, 'd')} optimizer updates: truncation changes the perplexity there by more "
                          "than the noise"
                          + (f"; within the noise for k in {inside}" if inside else "")
                          + ("; a gain after few steps that the full-corpus runs do not show: under-training (see that "
