@@ -298,7 +298,7 @@ def _updates(res: dict) -> list[int]:
 def undertraining(res: dict, longer: list[dict] = ()) -> str:
     """The smallest k's truncated-minus-recurrent perplexity after this run's optimizer updates, next to the same
     difference in longer runs (``longer``: other truncated_training.py results, e.g. the full-corpus runs), with the
-    reading that a gain of the smallest k after few steps is under-training. Empty when no k has every seed outside
+    reading that a gain of the smallest k after few updates is under-training. Empty when no k has every seed outside
     the controls' range."""
     rows = noise_floor(res)
     gain = [(o, k) for o in rows for k, d in o["by_k"].items() if d["outside_controls"] == len(d["diff"]) and d["mean"] < 0]
@@ -323,13 +323,13 @@ def undertraining(res: dict, longer: list[dict] = ()) -> str:
             long_rec.append(recm["test_ppl_recurrent"])
     means = [o["by_k"][k]["mean"] for o, k in gain]
     if long_d:
-        text += (f" (mean gain {_r(means, '+.1f')}). In the longer runs of this page ({_r(long_u, ',d')} steps over the "
+        text += (f" (mean gain {_r(means, '+.1f')}). In the longer runs of this page ({_r(long_u, ',d')} updates over the "
                  f"full training stream, recurrent test perplexity {_r(long_rec, '.1f')}) the same k ends "
                  f"{', '.join(f'{v:+.1f}' for v in long_d)} from the recurrent model, against "
                  f"{', '.join(f'{v:+.1f}' for v in long_c)} for their controls"
                  + (": every one of them smaller than the smallest mean gain here, so the gain shrinks with training"
                     if all(d > max(means) for d in long_d) else ""))
-    return text + (". A short window is easier to fit in a few hundred steps; the difference measures how far each "
+    return text + (". A short window is easier to fit in a few hundred updates; the difference measures how far each "
                    "model got, not a benefit of truncation, and this run is not rerun longer.")
 
 
