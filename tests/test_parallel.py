@@ -188,7 +188,8 @@ def test_ctrl_c_stops_every_worker_and_leaves_resumable_runs(tmp_path):
     assert proc.returncode != 0 and "KeyboardInterrupt" in out and "interrupted: stopping 2 worker" in out
     for model in ("mlp", "random_element"):
         run_dir = tmp_path / "out" / model / "seed0"
-        assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"
+        record = json.loads((run_dir / "run.json").read_text())
+        assert record["status"] == "interrupted", (model, record.get("error"), out)
         assert (run_dir / "checkpoint.pt").is_file() and not (run_dir / "run.lock").exists()
     # nothing of the group runs on: parent and workers are gone (a zombie waits for init); a worker
     # that is still exiting on a loaded machine gets up to 60 s

@@ -445,7 +445,8 @@ def test_checkpoint_every_writes_mid_epoch_and_resumes_exactly(tmp_path):
     straight, _ = fit(cfg_for(tmp_path, "straight"), augment=noise_augment)
 
     class Stop(Exception):
-        pass
+        def __str__(self):
+            return "stopped at update 11"
 
     class KillAt:
         def on_step_end(self, trainer, step):
@@ -456,7 +457,8 @@ def test_checkpoint_every_writes_mid_epoch_and_resumes_exactly(tmp_path):
         fit(cfg_for(tmp_path, "split", checkpoint_every=5), augment=noise_augment, callbacks=[KillAt()])
     ck = load_checkpoint(tmp_path / "split" / "checkpoint.pt")
     assert (ck["epoch"], ck["update"], ck["extra"]["batch"]) == (1, 10, 2)
-    assert json.loads((tmp_path / "split" / "run.json").read_text())["status"] == "failed"
+    record = json.loads((tmp_path / "split" / "run.json").read_text())
+    assert (record["status"], record["error"]) == ("failed", "Stop: stopped at update 11")
     resumed, _ = fit(cfg_for(tmp_path, "split", checkpoint_every=5), resume=True, augment=noise_augment)
     assert same_state(straight.model.state_dict(), resumed.model.state_dict())
     assert strip_time(read_metrics(tmp_path / "straight")) == strip_time(read_metrics(tmp_path / "split"))

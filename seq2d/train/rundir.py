@@ -13,7 +13,8 @@ reused) is *stale*: the next run takes it over and says so on one warning line.
 (:func:`~seq2d.train.config.config_hash`), the fingerprint of the model it trains
 (``model_fingerprint``, :mod:`seq2d.train.fingerprint`), the status (``running``, ``complete``,
 ``partial`` (stopped by max_updates), ``diverged``, ``failed``, ``interrupted``), the epoch and
-the optimizer update reached (``update``), and any settings changed on resume. A run killed
+the optimizer update reached (``update``), any settings changed on resume, and for a ``failed`` run
+the exception that stopped it (``error``: its type and message). A run killed
 outright stays ``running`` with a dead pid in the lock.
 
 **Temporary files.** Every file of a run folder is written to ``.<name>.tmp-<pid>`` and

@@ -324,8 +324,8 @@ class Trainer:
         except KeyboardInterrupt:
             self._record("interrupted")
             raise
-        except BaseException:
-            self._record("failed")
+        except BaseException as e:
+            self._record("failed", error=f"{type(e).__name__}: {e}")
             raise
         summary = self.summary()
         self._record(summary["status"])
@@ -343,10 +343,10 @@ class Trainer:
             print(reuse_line(summary), flush=True)
         return summary
 
-    def _record(self, status: str) -> None:
+    def _record(self, status: str, **extra) -> None:
         if self.is_main and self.rundir is not None:
             self.rundir.write_record(self.config, status, epoch=self.epoch, update=self.updates, changes=self._changes,
-                                     **{FP: self._fingerprint})
+                                     **{FP: self._fingerprint}, **extra)
 
     def _extra(self, batch: int, partial: dict | None = None) -> dict:
         extra = {"batch": batch, "divergence": self._monitor.state_dict(), "changes": self._changes,

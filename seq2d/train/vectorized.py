@@ -220,9 +220,9 @@ def _fit(trainers: list[Trainer], overwrite: bool) -> list[dict]:
             for t in run:
                 t._record("interrupted")
             raise
-        except BaseException:
+        except BaseException as e:
             for t in run:
-                t._record("failed")
+                t._record("failed", error=f"{type(e).__name__}: {e}")
             raise
         for c, t in zip(todo, run):
             summaries[c] = s = t.summary()
