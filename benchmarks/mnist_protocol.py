@@ -7,7 +7,7 @@ Each (variant, model) trains ``--steps`` optimizer steps through the public path
 batch 64, 50x50 inputs, MLP [2500, 500, 200, 100, 10] and the randomized models with its exact
 parameter count), one torch thread, then evaluates the test set once. Rounds interleave the
 variants and models (A, B, C, A, B, C, ...); a model's step time is the median over rounds of
-the median step (the first 5 steps of a round dropped), measured by an ``on_step_end`` callback.
+the median step (the first 5 steps of a round dropped), measured by an ``on_update_end`` callback.
 
 Variants (the same code, two switches):
 
@@ -62,7 +62,7 @@ class _StepTimes:
     def on_train_start(self, trainer):
         self.t = [time.perf_counter()]
 
-    def on_step_end(self, trainer, step):
+    def on_update_end(self, trainer, update):
         self.t.append(time.perf_counter())
 
 

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from .errors import InvalidValue
 
 __all__ = ["OLD_NAMES", "FORMER_PRESETS", "migrate_model_name", "old_model_name", "now_called", "migrate_record",
-           "migrate_store_value", "old_store_value", "check_store_value"]
+           "migrate_store_value", "old_store_value", "check_store_value", "check_hooks"]
 
 #: Old spelling -> today's, by what it names. Readers:
 #: ``state_dict``: key prefixes (seq2d.stores.migrate.migrate_state_dict);
@@ -28,7 +28,9 @@ __all__ = ["OLD_NAMES", "FORMER_PRESETS", "migrate_model_name", "old_model_name"
 #: ``mnist_model``: a named configuration of ``seq2d mnist`` (one spelling with the registry's:
 #: underscores), in a run folder's name or a results row;
 #: ``record``: a key of a saved run record (optimizer updates were "steps" until issue 36: run.json,
-#: a checkpoint and a metrics row held ``step``, a run's summary row ``steps``; :func:`migrate_record`).
+#: a checkpoint and a metrics row held ``step``, a run's summary row ``steps``; :func:`migrate_record`);
+#: ``hook``: a trainer callback's method (:func:`check_hooks`: a callback with only the old one is refused,
+#: as it would never be called).
 #: tests/test_renames.py checks every entry both ways (loads, and the "now called" error).
 OLD_NAMES: dict[str, dict] = {
     # a tiled model's block-sparse matrix was ``model.engine``, saved under ``engine.*``
@@ -40,6 +42,7 @@ OLD_NAMES: dict[str, dict] = {
                     "random-density": "random_density", "linear-28": "linear_28",
                     "random-element-feedforward": "random_element_feedforward"},
     "record": {"step": "update", "steps": "updates"},
+    "hook": {"on_step_end": "on_update_end"},
 }
 
 #: Preset names of earlier versions that build nothing any more: the error names the successor.
@@ -81,6 +84,16 @@ def migrate_record(record):
         return record
     table = OLD_NAMES["record"]
     return {(table[k] if k in table and table[k] not in record else k): v for k, v in record.items()}
+
+
+def check_hooks(callbacks) -> None:
+    """The "now called" error for a trainer callback that defines a hook by its old name only
+    (``on_step_end``): the trainer would never call it, and the callback would do nothing."""
+    for cb in callbacks:
+        for old, new in OLD_NAMES["hook"].items():
+            if hasattr(cb, old) and not hasattr(cb, new):
+                raise InvalidValue(f"callback {type(cb).__name__} defines {old}(trainer, step); the hook is now "
+                                   f"called {new}(trainer, update) (after each optimizer update)")
 
 
 def check_store_value(owner: str, store) -> None:

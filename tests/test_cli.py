@@ -369,8 +369,8 @@ def test_ctrl_c_in_seq2d_train_names_the_command_that_continues(stop_at, tmp_pat
     from seq2d.train import trainer
 
     class Stop:
-        def on_step_end(self, t, step):
-            if step == stop_at:
+        def on_update_end(self, t, update):
+            if update == stop_at:
                 raise KeyboardInterrupt
 
     real = trainer.run

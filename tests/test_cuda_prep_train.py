@@ -246,7 +246,7 @@ def test_metrics_do_not_depend_on_how_often_the_host_reads_them(tmp_path, sync_e
 
 @pytest.mark.parametrize("impl", ["fused", "loop"])
 def test_the_trainers_step_is_the_plain_step(tmp_path, impl):
-    """The Trainer's step (seq2d.train.loop.train_step, shared with the seed-vectorised loop) gives
+    """The Trainer's step (seq2d.train.loop.train_update, shared with the seed-vectorised loop) gives
     the weights and Adam's moments of the plain loop above, bitwise: forward, summed loss, zero_grad,
     backward of the batch mean, optimizer step, nothing more (no clipping, no extra scaling)."""
     cfg = cfg_for(tmp_path, optimizer_impl=impl)
@@ -306,8 +306,8 @@ def test_host_reads_are_batched(tmp_path, monkeypatch):
 
 def test_deferred_nan_check_names_the_first_bad_step_and_keeps_the_checkpoint(tmp_path):
     class PoisonAt:
-        def on_step_end(self, trainer, step):
-            if step == 11:
+        def on_update_end(self, trainer, update):
+            if update == 11:
                 with torch.no_grad():
                     trainer.model.block(1, 0).weight[0, 0] = float("nan")
 
@@ -376,9 +376,9 @@ def test_deferred_reads_happen_at_multiples_of_host_sync_every(tmp_path):
     seen = []
 
     class PoisonAt:
-        def on_step_end(self, trainer, step):
-            seen.append(step)
-            if step == 11:
+        def on_update_end(self, trainer, update):
+            seen.append(update)
+            if update == 11:
                 with torch.no_grad():
                     trainer.model.block(1, 0).weight[0, 0] = float("nan")
 

@@ -39,8 +39,8 @@ def test_readme_trainer_snippet_runs_as_written(tmp_path):
     seen = []
 
     class Count:
-        def on_step_end(self, trainer, step):
-            seen.append(step)
+        def on_update_end(self, trainer, update):
+            seen.append(update)
 
     cfg = TrainConfig(data="subset", sizes=[2500, 10], epochs=1, max_updates=2, quiet=True, out_dir=str(tmp_path / "run"))
     code = re.sub(r"\s+", " ", snippet).replace("[...]", "[Count()]")

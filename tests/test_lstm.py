@@ -192,7 +192,7 @@ def test_trainer_callback_and_model_with_embedding():
             p.uniform_(-1, 1)
     proj = LSTMProjection(lm, embedding=lm.encoder)
     assert proj.lstms == [lm.rnn]
-    proj.on_step_end(None, 1)
+    proj.on_update_end(None, 1)
     assert float(lm.encoder.weight.detach().abs().max()) <= 1
     assert proj.certified_lambda() < 1
     assert lstm_contraction_bound(lm.rnn, float(lm.encoder.weight.detach().abs().max())) < 1
@@ -247,7 +247,7 @@ def test_author_normalization_layers_embedding_and_interface():
         lm.encoder.weight.uniform_(-3, 3)
     norm = make_lstm_stabilizer(lm, "author", embedding=lm.encoder, layers=None)
     assert isinstance(norm, AuthorLSTMNormalization) and norm.layers == (0, 1)
-    norm.on_step_end(None, 1)
+    norm.on_update_end(None, 1)
     assert float(lm.encoder.weight.detach().abs().max()) <= 1
     H = 10
     for l in (0, 1):
@@ -325,7 +325,7 @@ def test_contraction_sup_between_sampling_and_certificate():
 
 @pytest.mark.parametrize("cls", ["LSTMProjection", "AuthorLSTMNormalization"])
 def test_projection_without_counts_is_identical_and_reads_nothing_on_the_host(cls):
-    """project(counts=False) (what on_step_end and the WikiText loop use) gives bit-identical
+    """project(counts=False) (what on_update_end and the WikiText loop use) gives bit-identical
     weights and never reads a value on the host: it runs on the meta device, where any read
     (int(), .item(), bool()) raises, as a GPU sync would cost."""
     import seq2d.lab.lstm as L
@@ -342,4 +342,4 @@ def test_projection_without_counts_is_identical_and_reads_nothing_on_the_host(cl
     for p, q in zip(list(a.parameters()) + [emb_a.weight], list(b.parameters()) + [emb_b.weight]):
         assert torch.equal(p, q)  # the same ops (a multiply by exactly 1 where nothing moves): bitwise
     meta = nn.LSTM(6, 8, 2, device="meta")
-    getattr(L, cls)(meta, embedding=nn.Embedding(20, 6, device="meta")).on_step_end(None, 1)
+    getattr(L, cls)(meta, embedding=nn.Embedding(20, 6, device="meta")).on_update_end(None, 1)

@@ -206,3 +206,26 @@ def test_a_run_written_now_says_update_everywhere(tmp_path):
     assert rec["update"] == 3 and "step" not in rec and "max_updates" in rec["config"]
     assert (tmp_path / "run" / "metrics.csv").read_text().startswith("epoch,update,")
     assert '"update": 3' in (tmp_path / "run" / "metrics.jsonl").read_text()
+
+
+def test_a_callback_with_the_old_hook_name_is_refused(tmp_path):
+    """A callback that still defines on_step_end (its hook before issue 36) would never be called:
+    the Trainer refuses it and names the new hook; one that defines both is accepted."""
+    from seq2d.errors import InvalidValue
+    from seq2d.train import Trainer, TrainConfig, build_model, load_data
+
+    class Old:
+        def on_step_end(self, trainer, step):
+            pass
+
+    class Both(Old):
+        def on_update_end(self, trainer, update):
+            pass
+
+    assert OLD_NAMES["hook"] == {"on_step_end": "on_update_end"}
+    cfg = TrainConfig(data="synthetic", sizes=[16, 8, 4], epochs=1, quiet=True, out_dir=str(tmp_path / "run"))
+    model, data = build_model(cfg), load_data(cfg)
+    with pytest.raises(InvalidValue, match=r"callback Old defines on_step_end\(trainer, step\); the hook is now "
+                                           r"called on_update_end\(trainer, update\)"):
+        Trainer(cfg, model, data, callbacks=[Old()])
+    Trainer(cfg, model, data, callbacks=[Both()])

@@ -252,7 +252,7 @@ class _LambdaWatch:
     def __init__(self, model):
         self.model, self.lams = model, []
 
-    def on_step_end(self, trainer, step):
+    def on_update_end(self, trainer, update):
         self.lams.append(certified_lambda(self.model)["lambda"])
 
 

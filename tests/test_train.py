@@ -125,8 +125,8 @@ def test_callbacks_see_every_step_and_add_metrics(tmp_path):
         def __init__(self):
             self.steps, self.epochs = [], []
 
-        def on_step_end(self, trainer, step):
-            self.steps.append(step)
+        def on_update_end(self, trainer, update):
+            self.steps.append(update)
 
         def on_epoch_end(self, trainer, epoch, row):
             self.epochs.append(epoch)
@@ -222,8 +222,8 @@ class PoisonAt:
     def __init__(self, step):
         self.at = step
 
-    def on_step_end(self, trainer, step):
-        if step == self.at:
+    def on_update_end(self, trainer, update):
+        if update == self.at:
             with torch.no_grad():
                 trainer.model.block(1, 0).weight[0, 0] = float("nan")
 
@@ -449,8 +449,8 @@ def test_checkpoint_every_writes_mid_epoch_and_resumes_exactly(tmp_path):
             return "stopped at update 11"
 
     class KillAt:
-        def on_step_end(self, trainer, step):
-            if step == 11:
+        def on_update_end(self, trainer, update):
+            if update == 11:
                 raise Stop  # after update 11; the checkpoint of update 10 is the last one
 
     with pytest.raises(Stop):
@@ -497,8 +497,8 @@ def test_a_complete_run_of_the_same_config_is_reused(tmp_path, capsys):
     steps = []
 
     class Count:
-        def on_step_end(self, trainer, step):
-            steps.append(step)
+        def on_update_end(self, trainer, update):
+            steps.append(update)
 
     capsys.readouterr()
     again, s2 = fit(cfg_for(tmp_path, epochs=1, quiet=False, log_every=7), callbacks=[Count()])  # output fields may differ

@@ -51,7 +51,7 @@ Layout (one job per module; each imports only the ones above it):
 - :mod:`~seq2d.stability.contraction`: contraction constants (:func:`certified_lambda`,
   :func:`data_lambda`, :func:`rnn_constants`).
 - :mod:`~seq2d.stability.projection`: projections onto the stable set
-  (:func:`project_spectral_`, :class:`SpectralClip` with its trainer hook ``on_step_end``).
+  (:func:`project_spectral_`, :class:`SpectralClip` with its trainer hook ``on_update_end``).
 - :mod:`~seq2d.stability.truncation`: Lemma 1 bounds (:func:`lemma1_bound`,
   :func:`truncation_length`, :func:`stacked_lemma1_bound`, :func:`stacked_truncation_length`).
 

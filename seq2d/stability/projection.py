@@ -7,7 +7,7 @@ stays ``lambda``-stable (Miller & Hardt, "Stable Recurrent Models").
                            matrix onto the spectral-norm ball.
 :class:`SpectralClip`      the projection ``W <- U diag(min(s, lambda / L_act)) V^T`` of the
                            core's matrix after each optimizer step (a trainer callback:
-                           ``on_step_end``), written back into the core's LinearBlocks.
+                           ``on_update_end``), written back into the core's LinearBlocks.
 =========================  ===========================================================
 
 The ``nn.LSTM``'s projection (row l1 norms of the gate blocks, ``LSTMProjection``) is the stable-RNN
@@ -88,7 +88,7 @@ class SpectralClip:
     above the bound: not the Euclidean projection (every singular value shrinks), but it
     keeps masks, absent blocks and ties, so it also serves sparse cores.
 
-    Use it as a trainer callback (``on_step_end(trainer, step)``, after each optimizer step:
+    Use it as a trainer callback (``on_update_end(trainer, update)``, after each optimizer step:
     projected gradient descent) or call it: ``clip(model)`` / ``clip.project()``.
 
     Args:
@@ -206,7 +206,7 @@ class SpectralClip:
 
     __call__ = project
 
-    def on_step_end(self, trainer, step: int) -> None:
+    def on_update_end(self, trainer, update: int) -> None:
         """Trainer hook: project after each optimizer step (projected gradient descent)."""
         self.project()
 

@@ -39,7 +39,7 @@ _EXPORTS = {
     "builder": ("build_model", "resolve_device"),
     "errors": ("NonFiniteLossError", "DivergenceError", "RunLockedError", "RunExistsError", "ConstantOutputError"),
     "rundir": ("RunDir", "read_record", "METRIC_COLUMNS", "write_metrics", "read_metrics"),
-    "loop": ("DivergenceMonitor", "train_step", "make_optimizer"),
+    "loop": ("DivergenceMonitor", "train_update", "make_optimizer"),
     "datasets": ("load_data", "make_augment", "synthetic_data", "derive_seed", "epoch_permutation", "seed_everything"),
     "distributed": ("DistContext", "init_distributed", "cleanup", "wrap_model"),
     "vectorized": ("train_seeds", "train_copies", "NotVectorizable"),

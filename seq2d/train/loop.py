@@ -1,16 +1,16 @@
 r"""What every training loop of seq2d shares (the :class:`~seq2d.train.Trainer` and the
 seed-vectorised copies of :mod:`seq2d.train.vectorized`): the optimizer a config names
-(:func:`make_optimizer`), the default loss (:func:`classification_loss`), **one training step**
-(:func:`train_step`), the per-step statistics and their checks (:class:`StepStats`, the
+(:func:`make_optimizer`), the default loss (:func:`classification_loss`), **one optimizer update**
+(:func:`train_update`), the per-update statistics and their checks (:class:`UpdateStats`, the
 loss-explosion rule :class:`DivergenceMonitor`) and what a run shows while it trains
 (:class:`EpochBar`, :func:`epoch_line`), and torch's process-wide settings for the length of a run
 (:func:`run_settings`).
 
-**One step** (:func:`train_step`) is, for a batch ``xb, yb``::
+**One update** (:func:`train_update`) is, for a batch ``xb, yb``::
 
     loss_sum, correct = criterion(forward(xb), yb)   # summed over the batch (per copy when batched)
     stats = (loss_sum, correct) as float64            # summed over ranks under DDP
-    before_backward(stats)                            # queued; checked on the host (StepStats)
+    before_backward(stats)                            # queued; checked on the host (UpdateStats)
     optimizer.zero_grad(set_to_none=True)
     (loss_sum * scale).sum().backward()               # scale = W / (global samples x targets)
     optimizer.step()
@@ -19,19 +19,19 @@ The scale makes DDP's gradient average over ``W`` ranks the mean over the global
 ``k`` batched copies (their losses stacked, ``(k,)``) the sum of the copies' losses has each
 copy's own gradient, as the copies share no tensor.
 
-**Step statistics.** Each step's ``(loss, correct)`` pair (summed over ranks) stays on the
-device in a queue; :meth:`StepStats.flush` reads the whole queue in one transfer and then checks
-and sums the steps in order, exactly as reading them one by one would: a non-finite loss or a
-divergence is reported through ``fail`` with the first bad step. The loops flush at every
-``every``-th step (:func:`sync_interval`: every step on the CPU, where it is free and each step
-is checked before its backward pass; ``log_every`` steps on a GPU), at an epoch's last batch and
+**Update statistics.** Each update's ``(loss, correct)`` pair (summed over ranks) stays on the
+device in a queue; :meth:`UpdateStats.flush` reads the whole queue in one transfer and then checks
+and sums the updates in order, exactly as reading them one by one would: a non-finite loss or a
+divergence is reported through ``fail`` with the first bad update. The loops flush at every
+``every``-th update (:func:`sync_interval`: every update on the CPU, where it is free and each
+update is checked before its backward pass; ``log_every`` updates on a GPU), at an epoch's last batch and
 before a mid-epoch checkpoint.
 
-**The loss-explosion rule** (config field ``divergence_factor``). After every optimizer step the
-mean training loss of the step's global batch updates an exponential moving average,
-``s = 0.9 s + 0.1 loss`` (``s`` starts at the first step's loss). The run has *diverged* when
+**The loss-explosion rule** (config field ``divergence_factor``). After every optimizer update the
+mean training loss of the update's global batch updates an exponential moving average,
+``s = 0.9 s + 0.1 loss`` (``s`` starts at the first update's loss). The run has *diverged* when
 
-    s > divergence_factor * min(s so far)    and    s > s at the first step,
+    s > divergence_factor * min(s so far)    and    s > s at the first update,
 
 that is, when the smoothed loss has grown by the factor (1000 by default) over its best
 value and is worse than where training started (the second condition keeps a run whose loss
@@ -68,7 +68,7 @@ from ..errors import InvalidValue
 from .config import TrainConfig
 from .errors import DivergenceError, NonFiniteLossError
 
-__all__ = ["make_optimizer", "classification_loss", "train_step", "StepStats", "sync_interval", "DivergenceMonitor",
+__all__ = ["make_optimizer", "classification_loss", "train_update", "UpdateStats", "sync_interval", "DivergenceMonitor",
            "BETA", "EpochBar", "epoch_line", "HEARTBEAT_S", "choose_threads", "run_settings"]
 
 
@@ -104,10 +104,10 @@ def classification_loss(out, y):
     return F.cross_entropy(logits, t, reduction="sum"), (logits.argmax(-1) == t).sum()
 
 
-# ---------------------------------------------------------------------- one step
-def train_step(forward: Callable[[Tensor], Tensor], criterion: Callable, optimizer: torch.optim.Optimizer,
-               xb: Tensor, yb: Tensor, *, scale: float, before_backward: Callable[[Tensor], None]) -> Tensor:
-    """One optimizer step on the batch ``xb, yb`` (see the module docstring); returns the step's
+# ---------------------------------------------------------------------- one update
+def train_update(forward: Callable[[Tensor], Tensor], criterion: Callable, optimizer: torch.optim.Optimizer,
+                 xb: Tensor, yb: Tensor, *, scale: float, before_backward: Callable[[Tensor], None]) -> Tensor:
+    """One optimizer update on the batch ``xb, yb`` (see the module docstring); returns the update's
     statistics ``(loss_sum, correct)`` as float64, shape ``(..., 2)`` (``(k, 2)`` for ``k`` batched
     copies), after ``before_backward`` has seen them (it sums them over ranks in place, queues
     them and may check them: an error raised there leaves the weights untouched)."""
@@ -120,9 +120,9 @@ def train_step(forward: Callable[[Tensor], Tensor], criterion: Callable, optimiz
     return stats
 
 
-# ---------------------------------------------------------------------- step statistics
+# ---------------------------------------------------------------------- update statistics
 def sync_interval(host_sync_every: int | None, device: torch.device, log_every: int) -> int:
-    """How many steps the host may leave unread: ``host_sync_every``, or by default 1 on the
+    """How many updates the host may leave unread: ``host_sync_every``, or by default 1 on the
     CPU and ``log_every`` elsewhere."""
     n = host_sync_every
     if n is None:
@@ -132,35 +132,35 @@ def sync_interval(host_sync_every: int | None, device: torch.device, log_every: 
     return n
 
 
-class StepStats:
-    """A queue of unread step statistics and the running ``sums`` they are added to.
+class UpdateStats:
+    """A queue of unread update statistics and the running ``sums`` they are added to.
 
     ``sums``: the dict ``{"loss", "correct", "count", ...}`` to add to (updated in place);
     ``monitor``: the divergence monitor (``update(mean_loss) -> reason or None``); ``fail(cls,
-    message, step)``: raises for a bad step; ``where(step, batch)``: the "at epoch ..." text."""
+    message, update)``: raises for a bad update; ``where(update, batch)``: the "at epoch ..." text."""
 
     def __init__(self, sums: dict, monitor, fail: Callable, where: Callable[[int, int], str]) -> None:
         self.sums, self.monitor, self.fail, self.where = sums, monitor, fail, where
-        self.pending: list[tuple[Tensor, int, int, int]] = []  # (stats on the device, step, batch, count)
+        self.pending: list[tuple[Tensor, int, int, int]] = []  # (stats on the device, update, batch, count)
 
-    def add(self, stats: Tensor, step: int, batch: int, count: int, *, flush: bool = False) -> None:
-        """Queue one step's ``(loss, correct)``; with ``flush``, read and check the queue now."""
-        self.pending.append((stats, step, batch, count))
+    def add(self, stats: Tensor, update: int, batch: int, count: int, *, flush: bool = False) -> None:
+        """Queue one update's ``(loss, correct)``; with ``flush``, read and check the queue now."""
+        self.pending.append((stats, update, batch, count))
         if flush:
             self.flush()
 
     def flush(self) -> dict:
-        """Read the queue in one transfer; check and sum it in step order; return ``sums``."""
+        """Read the queue in one transfer; check and sum it in update order; return ``sums``."""
         if self.pending:
             values = torch.stack([p[0] for p in self.pending]).tolist()  # the host synchronisation
             queued, self.pending = self.pending, []
             sums = self.sums
-            for (loss_total, correct_total), (_, step, batch, count) in zip(values, queued):
+            for (loss_total, correct_total), (_, update, batch, count) in zip(values, queued):
                 if not math.isfinite(loss_total):
-                    self.fail(NonFiniteLossError, f"the training loss is {loss_total} {self.where(step, batch)}", step)
+                    self.fail(NonFiniteLossError, f"the training loss is {loss_total} {self.where(update, batch)}", update)
                 why = self.monitor.update(loss_total / count)
                 if why is not None:
-                    self.fail(DivergenceError, f"{why} {self.where(step, batch)}", step)
+                    self.fail(DivergenceError, f"{why} {self.where(update, batch)}", update)
                 sums["loss"] += loss_total
                 sums["correct"] += int(correct_total)
                 sums["count"] += count

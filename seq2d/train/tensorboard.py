@@ -168,7 +168,7 @@ class TensorBoardLogger:
                 self._log_figures(trainer.model)
         self.writer.flush()
 
-    def on_step_end(self, trainer, step: int) -> None:
+    def on_update_end(self, trainer, update: int) -> None:
         if self.writer is None or not self.grad_norm:
             return
         import torch

@@ -34,14 +34,14 @@ it bitwise exactly.
 False, ``stopped_by = "max_updates"``), as does ``run.json`` in the run folder; resuming with a
 larger (or no) max_updates continues it exactly.
 
-**Divergence.** Every step's loss (summed over ranks) is checked; a NaN/inf raises
+**Divergence.** Every update's loss (summed over ranks) is checked; a NaN/inf raises
 :class:`NonFiniteLossError`, and a smoothed loss that exploded (the rule of
 :mod:`seq2d.train.loop`, config field ``divergence_factor``) raises
 :class:`DivergenceError`, both naming the epoch, the update and the last good checkpoint,
-which is left as it was. On the CPU each step is checked before its backward pass; on a GPU
-the step statistics are read in one transfer every :attr:`Trainer.host_sync_every` updates
+which is left as it was. On the CPU each update is checked before its backward pass; on a GPU
+the update statistics are read in one transfer every :attr:`Trainer.host_sync_every` updates
 (default ``log_every``; :mod:`seq2d.train.loop`), the error still naming the first bad
-update, and no checkpoint follows an unchecked step. A non-finite test loss (weights gone bad within an epoch) raises
+update, and no checkpoint follows an unchecked update. A non-finite test loss (weights gone bad within an epoch) raises
 the same way, before that epoch's checkpoint is written.
 
 **The run folder** is locked for the length of the run, and ``run.json`` records the config, its
@@ -63,7 +63,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import InvalidType, InvalidValue
-from ..renames import migrate_record
+from ..renames import check_hooks, migrate_record
 from .builder import build_model, check_output_sees_input, group_started, resolve_device
 from .checkpoint import (CheckpointError, capture_rng_state, check_resume_config, check_resume_extra, load_checkpoint,
                          load_states, restore_rng_state, save_checkpoint)
@@ -73,8 +73,8 @@ from .distributed import DistContext, init_distributed
 from .errors import DivergenceError, NonFiniteLossError, RunLockedError, spell
 from .fingerprint import FINGERPRINT_KEY as FP, adopt_fingerprint, check_same_model, model_fingerprint
 from .identity import config_hash, format_changes, parse_allow_changed
-from .loop import (DivergenceMonitor, EpochBar, StepStats, classification_loss, epoch_line, make_optimizer, run_settings,
-                   sync_interval, train_step)
+from .loop import (DivergenceMonitor, EpochBar, UpdateStats, classification_loss, epoch_line, make_optimizer, run_settings,
+                   sync_interval, train_update)
 from .rundir import (METRIC_COLUMNS, RunDir, is_finished_run, predict, read_metrics, read_record, reuse_line,
                      run_exists_error, write_metrics, write_predictions)
 from .tensorboard import config_callbacks
@@ -126,7 +126,7 @@ class Trainer:
         data: ``{"train": (X, y), "test": (X, y)}`` or an object with ``.train``/``.test``.
         augment: optional ``augment(xb, generator) -> xb`` for training batches.
         callbacks: objects with any of ``on_train_start(trainer)``,
-            ``on_step_end(trainer, step)`` (after each optimizer step; e.g. a projection
+            ``on_update_end(trainer, update)`` (after each optimizer step; e.g. a projection
             of the weights), ``on_epoch_end(trainer, epoch, row)`` (may return a dict of
             extra metrics for the row, which later callbacks see), ``on_train_end(trainer, summary)``;
             a TensorBoard logger follows them when ``config.tensorboard`` is set (:mod:`.tensorboard`).
@@ -137,8 +137,8 @@ class Trainer:
     Attributes used by callbacks: ``model``, ``optimizer``, ``config``, ``epoch``
     (completed epochs), ``updates`` (optimizer updates taken), ``device``, ``dist``, ``history``.
 
-    ``host_sync_every``: optimizer updates between host reads of the step losses (a GPU sync); None: 1 on
-    the CPU, ``config.log_every`` elsewhere (:class:`~seq2d.train.loop.StepStats`; metrics unchanged).
+    ``host_sync_every``: optimizer updates between host reads of the update losses (a GPU sync); None: 1 on
+    the CPU, ``config.log_every`` elsewhere (:class:`~seq2d.train.loop.UpdateStats`; metrics unchanged).
     """
 
     host_sync_every: int | None = None
@@ -173,12 +173,13 @@ class Trainer:
             raise InvalidValue(f"the model takes {fin} input features but the data has {Xtr.shape[1]} per sample ({hint})")
         self.targets_per_sample = ytr[0].numel()
         self.augment = augment
+        check_hooks(callbacks)
         self.callbacks = tuple(callbacks) + config_callbacks(cfg)  # the config's (TensorBoard) last: it logs the extras
         self.criterion = criterion or classification_loss
         self.optimizer = make_optimizer(cfg, self.model)
         self._monitor = DivergenceMonitor(cfg.divergence_factor)  # the loss-explosion rule (loop.py, as the optimizer)
         self.train_model = self.dist.wrap(self.model, self.train_data[0][:2])  # DDP under torchrun
-        self._fingerprint = model_fingerprint(self.model)  # what the run trains, before any step (recorded, compared)
+        self._fingerprint = model_fingerprint(self.model)  # what the run trains, before any update (recorded, compared)
         self.out_dir = cfg.run_dir()
         self.checkpoint_path = self.out_dir / "checkpoint.pt"
         self.epoch = 0  # completed epochs
@@ -212,7 +213,7 @@ class Trainer:
         # Read onto the CPU: load_state_dict copies the model's and the optimizer's tensors to
         # their parameters' device, while the RNG states must be CPU ByteTensors and Adam's
         # ``step`` counters stay where they are loaded (on a GPU each would be read back with
-        # .item() at every step: a host sync per parameter; a fresh run keeps them on the CPU).
+        # .item() at every update: a host sync per parameter; a fresh run keeps them on the CPU).
         ckpt = load_checkpoint(path, map_location="cpu")
         allow = parse_allow_changed(allow_changed, where="allow_changed")
         old = check_resume_config(ckpt["config"], cfg, path, allow_changed=allow)
@@ -377,10 +378,10 @@ class Trainer:
         done = start
         stopped = False
         sync_every = sync_interval(self.host_sync_every, self.device, cfg.log_every)
-        steps = StepStats(sums, self._monitor,
-                          lambda cls, what, step: self._diverged(cls, what, epoch, bar, nb, step=step),
-                          lambda step, kb: f"at epoch {epoch + 1}, update {step} (batch {kb + 1} of {nb})")
-        flush = steps.flush
+        pending = UpdateStats(sums, self._monitor,
+                              lambda cls, what, update: self._diverged(cls, what, epoch, bar, nb, update=update),
+                              lambda update, kb: f"at epoch {epoch + 1}, update {update} (batch {kb + 1} of {nb})")
+        flush = pending.flush
 
         for k in range(start, nb):
             idx = perm[k * B:(k + 1) * B]
@@ -390,28 +391,28 @@ class Trainer:
             if aug_gen is not None:
                 xb = self.augment(xb, aug_gen)
             count = b * self.targets_per_sample
-            # the same steps are read on every rank; with sync_every 1 (CPU) before the backward pass
+            # the same updates are read on every rank; with sync_every 1 (CPU) before the backward pass
             now = (self.updates + 1) % sync_every == 0 or k + 1 == nb
 
-            def queue(stats, step=self.updates + 1, k=k, count=count, now=now):
+            def queue(stats, update=self.updates + 1, k=k, count=count, now=now):
                 if W > 1:
                     self.dist.all_reduce_sum(stats)
-                steps.add(stats, step, k, count, flush=now)
+                pending.add(stats, update, k, count, flush=now)
 
             # DDP averages gradients over W ranks: scaling by W / count makes that average the
             # mean over the global batch, whatever the slice sizes.
-            train_step(self.train_model, self.criterion, self.optimizer, xb, yb, scale=W / count, before_backward=queue)
+            train_update(self.train_model, self.criterion, self.optimizer, xb, yb, scale=W / count, before_backward=queue)
             self.updates += 1
             done = k + 1
-            _call(self.callbacks, "on_step_end", self, self.updates)
+            _call(self.callbacks, "on_update_end", self, self.updates)
             # one process: the bar reads the pending stats when it shows them (its heartbeat is
-            # timed); under DDP every rank must check the same steps, so it shows what was read
+            # timed); under DDP every rank must check the same updates, so it shows what was read
             bar.update(self.updates, done, sums if self.dist.distributed else flush)
             if cfg.max_updates is not None and self.updates >= cfg.max_updates and done < nb:
                 stopped = True
                 break
             if cfg.checkpoint_every is not None and self.updates % cfg.checkpoint_every == 0 and done < nb:
-                flush()  # no checkpoint after an unchecked step; it stores the sums and the monitor
+                flush()  # no checkpoint after an unchecked update; it stores the sums and the monitor
                 partial = dict(sums, time=sums["time"] + time.perf_counter() - t0)
                 self._save(epoch, rows=self.history, extra=self._extra(done, partial), generators=gens)
         flush()
@@ -476,7 +477,7 @@ class Trainer:
         self._last_good, self._last_good_at = self.checkpoint_path, (epoch, self.updates, extra.get("batch", 0))
         self.dist.barrier()
 
-    def _diverged(self, cls, what: str, epoch: int, bar, nb: int, step: int | None = None) -> None:
+    def _diverged(self, cls, what: str, epoch: int, bar, nb: int, update: int | None = None) -> None:
         if bar is not None:
             bar.close()
         good = self._last_good if self._last_good is not None and self._last_good.exists() else None
@@ -487,7 +488,7 @@ class Trainer:
         else:
             where = "No checkpoint was written yet (the run stopped before its first checkpoint)"
         raise cls(f"stopping: {what}. {where}. Try a smaller lr (now {self.config.lr}) or check the data.",
-                  epoch=epoch + 1, update=self.updates + 1 if step is None else step, checkpoint=good)
+                  epoch=epoch + 1, update=self.updates + 1 if update is None else update, checkpoint=good)
 
     @torch.no_grad()
     def evaluate(self, X: Tensor | None = None, y: Tensor | None = None) -> dict:

@@ -7,7 +7,7 @@ trained as one batched computation (what lets one GPU run the 5 seeds of a proto
 Copy ``c`` is the run ``Trainer(configs[c], ...)`` makes: its model is built from its own
 (model) seed, its data order is ``epoch_permutation(N, seed_c, e)`` and its augmentation draws
 come from its own generator seeded ``(seed_c, "augment", e, 0)``; only the arithmetic is
-batched. One step is equivalent to the following::
+batched. One update is equivalent to the following::
 
     for c in range(k):                      # k = number of copies, b = this batch's size
         idx = perm[c][kb * B:(kb + 1) * B]
@@ -25,7 +25,7 @@ Each copy writes its run folder as a single-seed run does (``config.toml``, metr
 and, after every epoch, ``checkpoint.pt`` with the copy's own weights and optimizer state), so
 ``Trainer(...).fit(resume=True)`` continues it and a later run of the same config reuses a
 complete one. ``epoch_time_s`` is the batched epoch's wall time, shared by the copies (the
-row's ``copies`` column says by how many). Tested equal to the single-seed runs, step by step
+row's ``copies`` column says by how many). Tested equal to the single-seed runs, update by update
 in float64 (tests/test_vectorized.py).
 
 Refused with :class:`NotVectorizable` (train those seeds one at a time):
@@ -61,7 +61,7 @@ from .datasets import augment_generator, epoch_permutation, load_data, make_augm
 from .distributed import DistContext
 from .errors import DivergenceError, NonFiniteLossError, RunExistsError, spell
 from .identity import config_diff, format_diff
-from .loop import EpochBar, StepStats, epoch_line, run_settings, sync_interval, train_step
+from .loop import EpochBar, UpdateStats, epoch_line, run_settings, sync_interval, train_update
 from .rundir import describe_record, is_finished_run, read_record, write_metrics
 from .trainer import Trainer
 
@@ -231,7 +231,7 @@ def _fit(trainers: list[Trainer], overwrite: bool) -> list[dict]:
 
 
 class _Batch:
-    """The copies' stacked tensors, their optimizer and the batched step."""
+    """The copies' stacked tensors, their optimizer and the batched update."""
 
     def __init__(self, trainers: list[Trainer]) -> None:
         self.trainers = trainers
@@ -303,20 +303,20 @@ class _Batch:
         perms = torch.stack([epoch_permutation(N, t.config.seed, epoch) for t in ts]).to(t0.device)  # (k, N)
         gens = [augment_generator(t.config.seed, epoch, t.dist.rank, t.device) if t.augment is not None else None for t in ts]
         sums = [{"loss": 0.0, "correct": 0, "count": 0, "time": 0.0} for _ in ts]
-        steps = [StepStats(sums[c], t._monitor, self._fail(c, epoch, nb),
-                           lambda step, kb, s=t.config.seed: f"of seed {s} at epoch {epoch + 1}, update {step} (batch "
-                                                             f"{kb + 1} of {nb})")
-                 for c, t in enumerate(ts)]
+        pending = [UpdateStats(sums[c], t._monitor, self._fail(c, epoch, nb),
+                               lambda update, kb, s=t.config.seed: f"of seed {s} at epoch {epoch + 1}, update {update} "
+                                                                   f"(batch {kb + 1} of {nb})")
+                   for c, t in enumerate(ts)]
         self.bar = bar = EpochBar(not cfg.quiet, tty=sys.stderr.isatty(), total=nb, initial=0,
                                   desc=f"epoch {epoch + 1}/{cfg.epochs} ({k} seeds)", log_every=cfg.log_every)
         sync_every = sync_interval(t0.host_sync_every, t0.device, cfg.log_every)
         self.template.train()
         start = time.perf_counter()
-        done, stopped, step = 0, False, t0.updates
+        done, stopped, update = 0, False, t0.updates
 
         def flush():
-            for s in steps:
-                s.flush()
+            for p in pending:
+                p.flush()
             return {key: sum(s[key] for s in sums) for key in ("loss", "correct", "count")}
 
         for kb in range(nb):
@@ -326,25 +326,25 @@ class _Batch:
             if t0.augment is not None:
                 xb = torch.stack([ts[c].augment(xb[c], gens[c]) for c in range(k)])
             count = b * t0.targets_per_sample
-            now = (step + 1) % sync_every == 0 or kb + 1 == nb
+            now = (update + 1) % sync_every == 0 or kb + 1 == nb
 
-            def queue(stats, step=step + 1, kb=kb, count=count, now=now):  # stats (k, 2)
+            def queue(stats, update=update + 1, kb=kb, count=count, now=now):  # stats (k, 2)
                 for c in range(k):
-                    steps[c].add(stats[c], step, kb, count)
+                    pending[c].add(stats[c], update, kb, count)
                 if now:
-                    flush()  # with sync_every 1 (CPU): every copy's step is checked before the backward pass
+                    flush()  # with sync_every 1 (CPU): every copy's update is checked before the backward pass
 
             # the copies' losses (k,) summed: each copy's parameters get their own gradient
-            train_step(self._forward, self.criterion, self.optimizer, xb, yb, scale=1 / count, before_backward=queue)
-            step += 1
+            train_update(self._forward, self.criterion, self.optimizer, xb, yb, scale=1 / count, before_backward=queue)
+            update += 1
             for t in ts:
-                t.updates = step
+                t.updates = update
             done = kb + 1
-            bar.update(step, done, flush)
-            if cfg.max_updates is not None and step >= cfg.max_updates and done < nb:
+            bar.update(update, done, flush)
+            if cfg.max_updates is not None and update >= cfg.max_updates and done < nb:
                 stopped = True
                 break
-            if cfg.checkpoint_every is not None and step % cfg.checkpoint_every == 0 and done < nb:
+            if cfg.checkpoint_every is not None and update % cfg.checkpoint_every == 0 and done < nb:
                 flush()
                 now = time.perf_counter() - start
                 for c, t in enumerate(ts):
@@ -392,7 +392,7 @@ class _Batch:
         return not stopped
 
     def _fail(self, c: int, epoch: int, nb: int):
-        def fail(cls, what, step):
+        def fail(cls, what, update):
             self.failed.add(c)
-            self.trainers[c]._diverged(cls, what, epoch, self.bar, nb, step=step)
+            self.trainers[c]._diverged(cls, what, epoch, self.bar, nb, update=update)
         return fail

@@ -6,7 +6,7 @@ gate order i, f, g, o; the bound and its derivation: :mod:`seq2d.lab.lstm.certif
 
 * :class:`LSTMProjection` -- our variant: the projection (rows whose l1 norm exceeds the bound
   are scaled onto it, nothing else moves; forget biases above the bound are lowered; embeddings
-  clipped); a trainer callback (``on_step_end``). It is our own construction, not the author's.
+  clipped); a trainer callback (``on_update_end``). It is our own construction, not the author's.
 * :class:`AuthorLSTMNormalization` -- the author's normalisation *as described in the audit of
   issue 12* (the author's ``--stabilize`` in his word-language-model fork; not checked against
   the code): every *column* of each gate block of ``weight_hh_l0`` rescaled to l1 norm
@@ -135,7 +135,7 @@ class LSTMProjection:
     training, dropout scales inputs by ``1 / (1 - p)``, which the certificate does not cover.
 
     Use it as ``proj()`` / ``proj.project()`` after ``optimizer.step()``, or as a
-    :class:`seq2d.train.Trainer` callback (``on_step_end``).
+    :class:`seq2d.train.Trainer` callback (``on_update_end``).
 
     Args:
         lstm_or_model: an ``nn.LSTM`` or a module holding one or more (all are projected).
@@ -184,7 +184,7 @@ class LSTMProjection:
         """Project in place; returns counts ``{"rows": rows rescaled, "biases": biases
         lowered, "embedding": entries clipped}``. ``model`` is accepted (and ignored) so the
         call matches ``SpectralClip.project(model)``. ``counts=False``: the same result with
-        no host read (no GPU synchronisation; what :meth:`on_step_end` uses); returns None."""
+        no host read (no GPU synchronisation; what :meth:`on_update_end` uses); returns None."""
         rows = biases = 0
         for lstm in self.lstms:
             H = lstm.hidden_size
@@ -214,7 +214,7 @@ class LSTMProjection:
 
     __call__ = project
 
-    def on_step_end(self, trainer, step: int) -> None:
+    def on_update_end(self, trainer, update: int) -> None:
         """Trainer callback: project after every optimizer step (no host read)."""
         self.project(counts=False)
 
@@ -262,7 +262,7 @@ class AuthorLSTMNormalization:
     certify a contraction; :meth:`certified_lambda` reports what the current weights give.
 
     Same interface as :class:`LSTMProjection`: ``proj()`` / ``proj.project()`` after
-    ``optimizer.step()``, or a :class:`seq2d.train.Trainer` callback (``on_step_end``).
+    ``optimizer.step()``, or a :class:`seq2d.train.Trainer` callback (``on_update_end``).
     """
 
     method = "author"
@@ -327,7 +327,7 @@ class AuthorLSTMNormalization:
 
     __call__ = project
 
-    def on_step_end(self, trainer, step: int) -> None:
+    def on_update_end(self, trainer, update: int) -> None:
         """Trainer callback: normalise after every optimizer step (no host read)."""
         self.project(counts=False)
 
