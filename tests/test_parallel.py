@@ -200,3 +200,22 @@ def test_ctrl_c_stops_every_worker_and_leaves_resumable_runs(tmp_path):
         if all(line.split()[1].startswith("Z") for line in left.splitlines() if line.strip()):
             break
     assert all(line.split()[1].startswith("Z") for line in left.splitlines() if line.strip()), left
+
+
+def test_a_worker_acts_on_its_first_sigterm_only(monkeypatch):
+    """The first SIGTERM in a task raises KeyboardInterrupt (the trainer records the run as
+    interrupted); a second one (concurrent.futures' pool sends SIGTERM to the other workers once
+    one has ended) returns, so it cannot interrupt that recording."""
+    import signal
+
+    from seq2d.lab import launch
+
+    monkeypatch.setattr(launch, "_TAG", "mlp/seed0")
+    monkeypatch.setattr(launch, "_STOPPING", False)
+    with pytest.raises(KeyboardInterrupt):
+        launch._stop(signal.SIGTERM, None)
+    assert launch._stop(signal.SIGTERM, None) is None
+    monkeypatch.setattr(launch, "_TAG", "")
+    monkeypatch.setattr(launch, "_STOPPING", False)
+    with pytest.raises(SystemExit):  # idle: the worker just ends
+        launch._stop(signal.SIGTERM, None)

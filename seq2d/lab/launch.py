@@ -55,8 +55,9 @@ call resumes those runs from their checkpoints.
 once): pending tasks are cancelled, every worker gets SIGTERM, which raises
 ``KeyboardInterrupt`` inside a running task, so its trainer records the run as interrupted and
 releases its folder's lock on the way out (its last checkpoint stays; the next call resumes
-it), and the worker ends; the parent raises ``KeyboardInterrupt``. A
-worker whose parent vanished (SIGKILL) stops itself the same way within a second.
+it), and the worker ends; the parent raises ``KeyboardInterrupt``. A worker acts on its first
+SIGTERM only: the pool sends another when a worker has ended, and it must not interrupt the
+recording of the run. A worker whose parent vanished (SIGKILL) stops itself the same way within a second.
 """
 
 from __future__ import annotations
@@ -412,6 +413,7 @@ def resolve_jobs(jobs: int | str, tasks: int, *, threads: int = 1, available: fl
 # ---------------------------------------------------------------------------- the worker side
 _QUEUE = None  # the worker's queue to the parent (set by _init_worker)
 _TAG = ""      # the tag of the task the worker runs now
+_STOPPING = False  # set by the first SIGTERM (_stop)
 
 
 def worker_log(line: str) -> None:
@@ -448,6 +450,10 @@ class _LineWriter(io.TextIOBase):
 
 
 def _stop(signum, frame):
+    global _STOPPING
+    if _STOPPING:  # a second SIGTERM (the pool stops the other workers when one has ended) must not
+        return     # interrupt the first one's way out: the trainer recording the run as interrupted
+    _STOPPING = True
     if _TAG:  # in a task: the trainer records the run as interrupted and releases its folder
         raise KeyboardInterrupt
     raise SystemExit(128 + signum)  # idle: just end
