@@ -321,7 +321,7 @@ def test_old_names_in_saved_files_load():
     from seq2d.renames import OLD_NAMES
     from seq2d.renames import migrate_store_value, old_store_value
 
-    assert set(OLD_NAMES) == {"state_dict", "store", "model", "mnist_model", "record"}
+    assert set(OLD_NAMES) == {"state_dict", "store", "model", "mnist_model", "record", "hook"}
     m, _, _ = _two_block_model()
     m.to_blocksparse(16)
     for old, new in OLD_NAMES["state_dict"].items():
