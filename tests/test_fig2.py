@@ -128,6 +128,20 @@ def test_fig2_measures_the_runs_and_their_controls_and_the_page_renders_them(tmp
     again = f2.main(argv)
     assert capsys.readouterr().out.count("measured before, kept") == 10
     assert again["entries"] == rec["entries"]
+    assert all(e["env"]["cpu_capability"] == rec["env"]["cpu_capability"] for e in rec["entries"])
+    # a run folder gone (another machine, a wiped disk): its entries stay in the record, not measured again
+    away = tmp_path / "away"
+    (runs / "tanh-unstable" / "seed1").rename(away)
+    capsys.readouterr()
+    kept = f2.main(argv)
+    assert capsys.readouterr().out.count("no run folder here, kept from the previous record") == 3
+    assert kept["entries"] == rec["entries"] and kept["analysis"] == rec["analysis"]
+    with pytest.raises(SystemExit, match="--drop-missing"):  # other settings: not comparable, not merged
+        f2.main([*argv, "--max-distance", "5"])
+    dropped = f2.main([*argv, "--json", str(tmp_path / "dropped.json"), "--drop-missing"])
+    assert sorted({(e["condition"], e["seed"]) for e in dropped["entries"]}) == [
+        ("lstm-unstable", 0), ("lstm-unstable", 1), ("tanh-unstable", 0)]
+    (away).rename(runs / "tanh-unstable" / "seed1")
     # weights that do not give the run's test loss are refused
     res_path = runs / "tanh-unstable" / "seed0" / "result.json"
     res = json.loads(res_path.read_text())
@@ -138,6 +152,10 @@ def test_fig2_measures_the_runs_and_their_controls_and_the_page_renders_them(tmp
 
     # the page: the collected runs in the table (the planned ones not run are pending), Fig. 2 from the record
     wr.main(["collect", "--runs", str(runs), "--dest", str(dest)])
+    fig2_json = json.loads((out / "fig2.json").read_text())  # one model measured on another CPU: the page says where
+    fig2_json["entries"][0]["env"] = dict(fig2_json["entries"][0]["env"], hardware="Other CPU, 1 thread(s)",
+                                          cpu_capability="AVX2")
+    (out / "fig2.json").write_text(json.dumps(fig2_json))
     report = _load("report")
     page = tmp_path / "docs" / "stability.md"
     assert report.main(["--runs", str(REPO / "docs/results/stability"), "--doc", str(page), "--wikitext-results",
@@ -146,6 +164,8 @@ def test_fig2_measures_the_runs_and_their_controls_and_the_page_renders_them(tmp
     assert "| tanh-unstable | 0, 1; pending 2 |" in text and "| tanh-stable | pending (0 of 3" in text
     assert "**4 of the 13 planned runs are collected**" in text
     assert "one row in every 2 from row 6 on" in text and "Pending**" not in text
+    assert "models per machine: " in text and "Other CPU, 1 thread(s) (torch CPU capability AVX2): 1" in text
+    assert "ran on more than one" not in text  # the runs themselves all ran here
     assert "| tanh-unstable | diverged | 0 |" in text and (page.parent / "stability" / "fig2_gradient_distance.png").is_file()
     # nothing collected and no record: pending, and no picture
     bare = tmp_path / "bare" / "stability.md"

@@ -36,7 +36,9 @@ model was measured; :func:`analyse` applies them to the JSON. Everything is reco
 in ``--out/<condition>/seed<k>/<kind>.json`` (and the diverged control's weights, ``diverged.pt``), so an
 interrupted call continues where it stopped; the small JSON of all of it goes to ``--json`` (committed:
 experiments/stable_rnn/results/fig2.json), and docs/results/stability.md's ``fig2`` section is rendered
-from it by report.py.
+from it by report.py. A record already in ``--json`` is extended, not replaced: the entries of runs whose
+folders are not under ``--runs`` (measured on another machine, or their folders gone since) are kept, each
+entry naming the machine it was measured on (``env``); ``--drop-missing`` writes only the runs found.
 
     # after the runs of item 1 (wikitext_runs.py train ... --out runs/stable_rnn/wikitext_main)
     python experiments/stable_rnn/fig2.py --runs runs/stable_rnn/wikitext_main --out runs/stable_rnn/fig2 \\
@@ -304,15 +306,54 @@ def entry_key(kind: str, result: dict, s: dict, folder: Path) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def measure_all(args, log=print) -> list[dict]:
+def machine() -> dict:
+    """Where a measurement ran: the CPU, its torch capability (float32 kernels differ between AVX512 and AVX2
+    machines), the thread count and the versions; stamped on every entry and on the record."""
+    try:
+        cap = str(torch.backends.cpu.get_cpu_capability())
+    except Exception:  # noqa: BLE001 -- informational only
+        cap = None
+    return {"hardware": f"{cpu_name()}, {torch.get_num_threads()} thread(s)", "cpu_capability": cap,
+            "torch": torch.__version__, "python": platform.python_version()}
+
+
+def kept_entries(previous: dict | None, found: list, s: dict, quick: bool, log=print) -> list[dict]:
+    """The entries of the previous record (``--json`` before this call) whose run folder is not under ``--runs``
+    any more (a run measured on another machine, or its folder removed after its measurement): kept as they
+    were measured, each with the machine it was measured on (the previous record's, for entries from before
+    entries carried their own). A previous record of another mode or other settings is not merged: its
+    entries are not comparable, and the call says so and stops."""
+    if not previous:
+        return []
+    here = {(r["config"]["condition"], r["config"]["seed"]) for _, _, r in found}
+    old_s = {k: v for k, v in previous.get("settings", {}).items() if k in s}
+    if previous.get("mode") != ("quick" if quick else "full") or old_s != s:
+        raise SystemExit(f"fig2.py: the record in --json was measured with mode {previous.get('mode')} and settings "
+                         f"{old_s}, this call uses {s}: give another --json, or --drop-missing to start it afresh")
+    kept = []
+    for e in previous.get("entries", []):
+        if (e["condition"], e["seed"]) in here:
+            continue  # measured again, or read from its part file, below
+        e = migrate_record(dict(e))  # "steps" before issue 36
+        e["vanish_distance"] = one_percent_distance(e["curve"]) if e.get("curve") else None  # derived: current rule
+        e.setdefault("env", previous.get("env"))
+        kept.append(e)
+        log(f"{e['condition']}/seed{e['seed']} {e['kind']}: no run folder here, kept from the previous record "
+            f"({(e['env'] or {}).get('cpu_capability')})")
+    return kept
+
+
+def measure_all(args, log=print, previous: dict | None = None) -> list[dict]:
+    """Every entry of the record: measured (or read back from ``--out``) for each finished run folder under
+    ``--runs``, and ``previous``'s entries for the runs whose folders are not there (:func:`kept_entries`)."""
     runs, out = Path(args.runs), Path(args.out)
     s = settings_of(args)
     diverged_conds = wr._list(args.diverged_conditions)
     cache: dict = {}
-    entries = []
     found = run_folders(runs, log)
     if not found:
         raise SystemExit(f"fig2.py: no finished run folder under {runs} (wikitext_runs.py train --out {runs})")
+    entries = kept_entries(previous, found, s, args.quick, log)
     for folder, rec, result in found:
         cfg = result["config"]
         data = _corpus(cfg, args.data_root, cache)
@@ -331,7 +372,7 @@ def measure_all(args, log=print) -> list[dict]:
             t0 = time.perf_counter()
             e = {"condition": cond, "seed": seed, "kind": kind, "cell": cfg["cell"], "stable": cfg["stable"],
                  "key": key, "run": str(folder.relative_to(runs)), "run_status": rec.get("status"),
-                 "run_config_hash": result["config_hash"], "lr": cfg["lr"]}
+                 "run_config_hash": result["config_hash"], "lr": cfg["lr"], "env": machine()}
             if kind == "trained":
                 model = trained_model(folder, cfg)
                 e["updates"] = result.get("updates")
@@ -370,10 +411,6 @@ def _fmt(v, nd=2) -> str:
 
 def record_of(args, entries: list[dict], argv: list[str], seconds: float) -> dict:
     s = settings_of(args)
-    try:
-        cap = str(torch.backends.cpu.get_cpu_capability())
-    except Exception:  # noqa: BLE001 -- informational only
-        cap = None
     rec = {"what": "Fig. 2 of the slides on the trained WikiText-2 models with untrained and diverged controls "
                    "(issue 34 item 2)",
            "mode": "quick" if args.quick else "full",
@@ -385,8 +422,7 @@ def record_of(args, entries: list[dict], argv: list[str], seconds: float) -> dic
                         "history": "each window t - K .. t from the model's state carried from the column's start"},
            "predictions": PREDICTIONS, "entries": sorted(entries, key=lambda e: (e["condition"], e["seed"],
                                                                                  KINDS.index(e["kind"]))),
-           "env": {"hardware": f"{cpu_name()}, {torch.get_num_threads()} thread(s)", "cpu_capability": cap,
-                   "torch": torch.__version__, "python": platform.python_version()},
+           "env": machine(),
            "date": datetime.date.today().isoformat(), "seconds": round(seconds, 1)}
     rec["analysis"] = analyse(rec)
     return json_safe(rec)
@@ -408,6 +444,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--diverged-lr", type=float, default=None, help="the diverged control's lr (20)")
     ap.add_argument("--diverged-batches", type=int, default=None, help="the diverged control's batches (full 200)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    ap.add_argument("--drop-missing", action="store_true",
+                    help="write only the runs under --runs; without it the entries of the record already in --json "
+                         "whose run folders are not under --runs are kept (each with the machine it was measured on)")
     return ap
 
 
@@ -424,7 +463,10 @@ def main(argv: list[str] | None = None) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
-    entries = measure_all(args, log=lambda m: print(m, flush=True))
+    previous = None
+    if Path(args.json).is_file() and not args.drop_missing:
+        previous = json.loads(Path(args.json).read_text())
+    entries = measure_all(args, log=lambda m: print(m, flush=True), previous=previous)
     rec = record_of(args, entries, argv, time.perf_counter() - t0)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     atomic_write(Path(args.json), json.dumps(rec, indent=1) + "\n")

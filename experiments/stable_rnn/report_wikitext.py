@@ -118,6 +118,20 @@ def _settings(results: dict) -> str:
             f"vocabulary {one('corpus', lambda c: format(c['vocab'], ','))}")
 
 
+def machines(envs: list) -> str | None:
+    """Where the items were run, as "<hardware> (torch CPU capability <cap>): <count>; ...", or None when all ran
+    on one machine (or say nothing about it): float32 kernels differ between CPUs, so a number is bitwise
+    reproducible only on the CPU that produced it."""
+    counts: dict = {}
+    for env in envs:
+        if env:
+            key = (env.get("hardware"), env.get("cpu_capability"))
+            counts[key] = counts.get(key, 0) + 1
+    if len(counts) <= 1:
+        return None
+    return "; ".join(f"{hw} (torch CPU capability {cap}): {n}" for (hw, cap), n in sorted(counts.items(), key=str))
+
+
 def differences(results: dict) -> list[dict]:
     """Stable minus unstable test perplexity per cell (our projection), Welch's 95% interval over the seeds that
     did not diverge, next to the blog's difference."""
@@ -145,6 +159,12 @@ def progress(results: dict) -> tuple[int, int]:
     return done, sum(len(s) for s in plan.values())
 
 
+def _machines_note(envs: list, what: str) -> str:
+    m = machines(envs)
+    return "" if m is None else (f" The {what} ran on more than one machine ({what} per machine: {m}); a number is "
+                                 "bitwise reproducible only on the CPU that produced it (its record's `env`).")
+
+
 def table_section(results: dict, source: str) -> str:
     wr = _mod("wikitext_runs")
     wx = wr.wx
@@ -159,7 +179,8 @@ def table_section(results: dict, source: str) -> str:
              f"Scale: {_settings(results)}. The blog's models (`001`) came from a hyperparameter search for the best "
              "unstable RNN and LSTM; their sizes are not given in the sources, and the audit of issue 12 judges that "
              "the LSTM's test perplexity needs a much larger model than this one: the absolute perplexities are not "
-             "comparable, the claim tested is the stable minus unstable difference.", "",
+             "comparable, the claim tested is the stable minus unstable difference."
+             + _machines_note([r.get("env") for rs in runs.values() for r in rs], "runs"), "",
              "| model | seeds collected | test perplexity per seed | mean +- sd | the blog's | epochs run | lr | "
              "certified lambda |", "|---|---|---|---:|---:|---|---|---|"]
     for cond, seeds in wr.PLAN.items():
@@ -274,8 +295,12 @@ def fig2_section(rec: dict | None, fig2_path: str, png_rel: str) -> str:
         return "\n".join(lines)
     s = rec["settings"]
     a = f2.analyse(rec)
-    lines += [f"Record: `{fig2_path}`, mode `{rec['mode']}`, {rec['date']}, {rec['env']['hardware']} (torch "
-              f"{rec['env']['torch']}, CPU capability {rec['env']['cpu_capability']}), {sum(e.get('time_s') or 0 for e in rec['entries']):.0f} s over the models (the last call "
+    where = machines([e.get("env") or rec["env"] for e in rec["entries"]])
+    where = (f"{rec['env']['hardware']} (torch {rec['env']['torch']}, CPU capability {rec['env']['cpu_capability']})"
+             if where is None else f"measured on more than one machine (models per machine: {where}; the last call: torch "
+                                  f"{rec['env']['torch']})")
+    lines += [f"Record: `{fig2_path}`, mode `{rec['mode']}`, {rec['date']}, {where}, "
+              f"{sum(e.get('time_s') or 0 for e in rec['entries']):.0f} s over the models (the last call "
               f"{rec['seconds']:.0f} s: each call measures only the models not measured before). "
               f"Command: `{rec['command']}`.", "",
               "Sampling: " + _sampling(rec), "",
