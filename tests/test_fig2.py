@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from test_wikitext_runs import _corpus, _tiny  # the tiny synthetic corpus and run settings
+from pages import changes, snapshot  # what "the page regenerates" means (one rule for every page)
 
 REPO = Path(__file__).resolve().parents[1]
 HERE = REPO / "experiments" / "stable_rnn"
@@ -213,12 +214,10 @@ def test_the_stability_page_regenerates_byte_for_byte_from_a_clean_checkout(comm
     repo = committed_tree
     cmds = _readme_commands()
     assert cmds[0][:2] == ["python", "experiments/stable_rnn/report.py"] and len(cmds) >= 7
-    files = [repo / "docs/results/stability.md", *sorted((repo / "docs/results/stability").iterdir())]
-    before = {p: p.read_bytes() for p in files}
+    files = lambda: [repo / "docs/results/stability.md", *sorted((repo / "docs/results/stability").iterdir())]  # noqa: E731
+    before = snapshot(files())
     env = {"PYTHONPATH": str(repo), "MPLBACKEND": "Agg", "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     for c in cmds:
         subprocess.run([sys.executable, *c[1:]], cwd=repo, env=env, check=True, capture_output=True)
-    after = {p: p.read_bytes() for p in [repo / "docs/results/stability.md", *sorted((repo / "docs/results/stability").iterdir())]}
-    assert after.keys() == before.keys(), "regenerating added or removed files next to the page"
-    changed = [str(p.relative_to(repo)) for p in before if before[p] != after[p]]
+    changed = changes(before, snapshot(files()))  # tests/pages.py: text byte for byte, pictures by its rule
     assert not changed, f"regenerating changed {changed}: run the README's commands and commit the result"

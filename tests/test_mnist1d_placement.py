@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from pages import changes, snapshot  # what "the page regenerates" means (one rule for every page)
+
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("mnist1d_placement", ROOT / "experiments/mnist1d/placement.py")
 P = importlib.util.module_from_spec(_spec)
@@ -341,11 +343,9 @@ def test_a_complete_made_up_grid_answers_every_item(tmp_path):
 def test_the_page_regenerates_from_a_clean_checkout(committed_tree):
     repo = committed_tree  # conftest.py: the committed tree (HEAD) unpacked, what a clean checkout holds
     page, pics = repo / "docs/results/mnist1d.md", repo / "docs/results/mnist1d"
-    before = {p.name: p.read_bytes() for p in [page, *sorted(pics.glob("*.png"))]}
+    before = snapshot([page, *sorted(pics.glob("*.png"))])
     env = {"PYTHONPATH": str(repo), "MPLBACKEND": "Agg", "PATH": "/usr/bin:/bin"}
     subprocess.run([sys.executable, "experiments/mnist1d/placement_report.py"], cwd=repo, env=env, check=True,
                    capture_output=True)
-    after = {p.name: p.read_bytes() for p in [page, *sorted(pics.glob("*.png"))]}
-    assert after.keys() == before.keys()
-    changed = [k for k in before if before[k] != after[k]]
+    changed = changes(before, snapshot([page, *sorted(pics.glob("*.png"))]))  # tests/pages.py: the rule
     assert not changed, f"regenerating changed {changed}: run `{_report().COMMAND}` and commit the result"

@@ -13,18 +13,17 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "experiments/mnist_sparsity/report.py"
 sys.path.insert(0, str(SCRIPT.parent))
 import report  # noqa: E402  (the experiment script, as a module)
+from pages import changes, snapshot  # noqa: E402
 
 
 def test_the_page_regenerates_byte_identically_from_a_clean_checkout(committed_tree):
     repo = committed_tree  # conftest.py: HEAD unpacked
     page, pics = repo / "docs/results/mnist.md", repo / "docs/results/mnist"
-    before = {p.name: p.read_bytes() for p in [page, *sorted(pics.glob("*.png"))]}
+    before = snapshot([page, *sorted(pics.glob("*.png"))])
     env = {"PYTHONPATH": str(repo), "MPLBACKEND": "Agg", "PATH": "/usr/bin:/bin"}
     subprocess.run([sys.executable, "experiments/mnist_sparsity/report.py", "--doc", "docs/results/mnist.md"],
                    cwd=repo, env=env, check=True, capture_output=True)
-    after = {p.name: p.read_bytes() for p in [page, *sorted(pics.glob("*.png"))]}
-    assert after.keys() == before.keys()
-    changed = [k for k in before if before[k] != after[k]]
+    changed = changes(before, snapshot([page, *sorted(pics.glob("*.png"))]))  # tests/pages.py: the rule
     assert not changed, f"regenerating changed {changed}: run `{report.COMMAND}` and commit the result"
     assert report.COMMAND in page.read_text()
 
