@@ -156,6 +156,8 @@ def test_fig2_measures_the_runs_and_their_controls_and_the_page_renders_them(tmp
     fig2_json = json.loads((out / "fig2.json").read_text())  # one model measured on another CPU: the page says where
     fig2_json["entries"][0]["env"] = dict(fig2_json["entries"][0]["env"], hardware="Other CPU, 1 thread(s)",
                                           cpu_capability="AVX2")
+    fig2_json["entries"] = [e for e in fig2_json["entries"]  # a collected run without its Fig. 2 model: said so
+                            if (e["condition"], e["seed"], e["kind"]) != ("lstm-unstable", 1, "trained")]
     (out / "fig2.json").write_text(json.dumps(fig2_json))
     report = _load("report")
     page = tmp_path / "docs" / "stability.md"
@@ -165,8 +167,9 @@ def test_fig2_measures_the_runs_and_their_controls_and_the_page_renders_them(tmp
     assert "| tanh-unstable | 0, 1; pending 2 |" in text and "| tanh-stable | pending (0 of 3" in text
     assert "**4 of the 13 planned runs are collected**" in text
     assert "one row in every 2 from row 6 on" in text and "Pending**" not in text
-    assert "models per machine: " in text and "Other CPU, 1 thread(s) (torch CPU capability AVX2): 1" in text
+    assert "entries per machine: " in text and "Other CPU, 1 thread(s) (torch CPU capability AVX2): 1" in text
     assert "ran on more than one" not in text  # the runs themselves all ran here
+    assert "Not measured: lstm-unstable/seed1 (collected" in text
     assert "| tanh-unstable | diverged | 0 |" in text and (page.parent / "stability" / "fig2_gradient_distance.png").is_file()
     # nothing collected and no record: pending, and no picture
     bare = tmp_path / "bare" / "stability.md"

@@ -438,7 +438,7 @@ def main(argv=None) -> int:
     rec = rw.load_fig2(f2_path)
     if rec is not None:
         rw.plot_fig2(rec, assets / rw.FIG2_PNG)
-    write_section(doc, "fig2", rw.fig2_section(rec, f2_path, f"{assets.name}/{rw.FIG2_PNG}"))
+    write_section(doc, "fig2", rw.fig2_section(rec, f2_path, f"{assets.name}/{rw.FIG2_PNG}", results))
     done += ["wikitext-runs", "fig2"]
     verdict = verdict_section(assets, rw.verdict_lines(results, rec))
     if verdict:

@@ -280,7 +280,13 @@ def _planned_sampling(p: dict) -> str:
             "will state the counts.")
 
 
-def fig2_section(rec: dict | None, fig2_path: str, png_rel: str) -> str:
+def unmeasured(results: dict, rec: dict) -> list[str]:
+    """The collected runs (``condition/seed<k>``) that have no trained entry in fig2.py's record."""
+    have = {(e["condition"], e["seed"]) for e in rec["entries"] if e["kind"] == "trained"}
+    return [f"{c}/seed{r['seed']}" for c, rs in results["runs"].items() for r in rs if (c, r["seed"]) not in have]
+
+
+def fig2_section(rec: dict | None, fig2_path: str, png_rel: str, results: dict | None = None) -> str:
     f2 = _mod("fig2")
     lines = ["## Fig. 2 on the trained models, with controls (issue 34 item 2)", "",
              "<!-- Written by experiments/stable_rnn/report.py from fig2.py's record; rerun it rather than editing "
@@ -297,14 +303,18 @@ def fig2_section(rec: dict | None, fig2_path: str, png_rel: str) -> str:
     a = f2.analyse(rec)
     where = machines([e.get("env") or rec["env"] for e in rec["entries"]])
     where = (f"{rec['env']['hardware']} (torch {rec['env']['torch']}, CPU capability {rec['env']['cpu_capability']})"
-             if where is None else f"measured on more than one machine (models per machine: {where}; the last call: torch "
+             if where is None else f"measured on more than one machine (entries per machine: {where}; the last call: torch "
                                   f"{rec['env']['torch']})")
     lines += [f"Record: `{fig2_path}`, mode `{rec['mode']}`, {rec['date']}, {where}, "
               f"{sum(e.get('time_s') or 0 for e in rec['entries']):.0f} s over the models (the last call "
               f"{rec['seconds']:.0f} s: each call measures only the models not measured before). "
               f"Command: `{rec['command']}`.", "",
-              "Sampling: " + _sampling(rec), "",
-              f"Models per (condition, seed): **trained** (the run's final weights, the best-validation ones; their test "
+              "Sampling: " + _sampling(rec), ""]
+    missing = unmeasured(results, rec) if results is not None else []
+    if missing:
+        lines += [f"Not measured: {', '.join(missing)} (collected, but the run's final weights were not at hand when "
+                  "fig2.py ran: the run folders live outside the repository, which keeps no checkpoints).", ""]
+    lines += [f"Models per (condition, seed): **trained** (the run's final weights, the best-validation ones; their test "
               "loss checked against the run's result.json), **untrained** (the same condition's initial weights at the "
               "same seed, what the run started from) and, for "
               f"{', '.join(s['diverged_conditions'])}, **diverged**: those initial weights trained at lr "
