@@ -104,7 +104,7 @@ def data_record() -> dict:
     d = get_mnist1d()
     info = {k: v for k, v in d["info"].items() if k not in ("path", "from_cache")}
     X = d["train"][0].double()
-    return {**info, "sha256_is_default": info["sha256"] == DEFAULT_SHA256, "n_train": d["n_train"], "n_test": d["n_test"],
+    return {**info, "sha256_is_default": info["data_sha256"] == DEFAULT_SHA256, "n_train": d["n_train"], "n_test": d["n_test"],
             "length": d["length"], "train_mean": X.mean().item(), "train_std": X.std().item(),
             "normalisation": "the mnist1d package's own: one mean and one std over all 5,000 x 40 values (train and "
                              "test together); nothing more in seq2d"}
