@@ -60,7 +60,6 @@ import hashlib
 import importlib.util
 import json
 import math
-import platform
 import re
 import shlex
 import sys
@@ -70,7 +69,6 @@ from pathlib import Path
 import torch
 
 from seq2d.lab.wikitext import Corpus, batchify
-from seq2d.envinfo import cpu_name
 from seq2d.fileio import atomic_write
 from seq2d.lab.lm import (VANISH_FRACTION, divergence, evaluate, grad_norm_windows, lm_data_lambda, perplexity, train_lm,
                           vanishing_distance)
@@ -306,15 +304,11 @@ def entry_key(kind: str, result: dict, s: dict, folder: Path) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def machine() -> dict:
-    """Where a measurement ran: the CPU, its torch capability (float32 kernels differ between AVX512 and AVX2
-    machines), the thread count and the versions; stamped on every entry and on the record."""
-    try:
-        cap = str(torch.backends.cpu.get_cpu_capability())
-    except Exception:  # noqa: BLE001 -- informational only
-        cap = None
-    return {"hardware": f"{cpu_name()}, {torch.get_num_threads()} thread(s)", "cpu_capability": cap,
-            "torch": torch.__version__, "python": platform.python_version()}
+def _as_today(e: dict) -> dict:
+    """A kept measurement in today's words ("steps" before issue 36) with its 1% distance derived by today's rule."""
+    e = migrate_record(e)
+    e["vanish_distance"] = one_percent_distance(e["curve"]) if e.get("curve") else None
+    return e
 
 
 def kept_entries(previous: dict | None, found: list, s: dict, quick: bool, log=print) -> list[dict]:
@@ -334,8 +328,7 @@ def kept_entries(previous: dict | None, found: list, s: dict, quick: bool, log=p
     for e in previous.get("entries", []):
         if (e["condition"], e["seed"]) in here:
             continue  # measured again, or read from its part file, below
-        e = migrate_record(dict(e))  # "steps" before issue 36
-        e["vanish_distance"] = one_percent_distance(e["curve"]) if e.get("curve") else None  # derived: current rule
+        e = _as_today(dict(e))
         e.setdefault("env", previous.get("env"))
         kept.append(e)
         log(f"{e['condition']}/seed{e['seed']} {e['kind']}: no run folder here, kept from the previous record "
@@ -363,8 +356,7 @@ def measure_all(args, log=print, previous: dict | None = None) -> list[dict]:
             part = out / cond / f"seed{seed}" / f"{kind}.json"
             key = entry_key(kind, result, s, folder)
             if part.is_file() and json.loads(part.read_text()).get("key") == key:
-                e = migrate_record(json.loads(part.read_text()))  # "steps" before issue 36
-                e["vanish_distance"] = one_percent_distance(e["curve"]) if e.get("curve") else None  # derived: current rule
+                e = _as_today(json.loads(part.read_text()))
                 entries.append(e)
                 log(f"{cond}/seed{seed} {kind}: measured before, kept")
                 continue
@@ -372,7 +364,7 @@ def measure_all(args, log=print, previous: dict | None = None) -> list[dict]:
             t0 = time.perf_counter()
             e = {"condition": cond, "seed": seed, "kind": kind, "cell": cfg["cell"], "stable": cfg["stable"],
                  "key": key, "run": str(folder.relative_to(runs)), "run_status": rec.get("status"),
-                 "run_config_hash": result["config_hash"], "lr": cfg["lr"], "env": machine()}
+                 "run_config_hash": result["config_hash"], "lr": cfg["lr"], "env": wr._env()}
             if kind == "trained":
                 model = trained_model(folder, cfg)
                 e["updates"] = result.get("updates")
@@ -422,7 +414,7 @@ def record_of(args, entries: list[dict], argv: list[str], seconds: float) -> dic
                         "history": "each window t - K .. t from the model's state carried from the column's start"},
            "predictions": PREDICTIONS, "entries": sorted(entries, key=lambda e: (e["condition"], e["seed"],
                                                                                  KINDS.index(e["kind"]))),
-           "env": machine(),
+           "env": wr._env(),
            "date": datetime.date.today().isoformat(), "seconds": round(seconds, 1)}
     rec["analysis"] = analyse(rec)
     return json_safe(rec)
