@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import platform
 from pathlib import Path
 
 import torch
 
-__all__ = ["cpu_name", "device_name"]
+__all__ = ["cpu_name", "device_name", "machine"]
 
 
 def cpu_name() -> str:
@@ -19,6 +20,14 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def machine() -> dict:
+    """The record a result keeps of the machine that computed it: the CPU, torch's CPU capability
+    (AVX512 or AVX2 pick different float kernels, so a number is bitwise reproducible only on its
+    own kind), torch's version and the core count."""
+    return {"cpu": cpu_name(), "capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
+            "nproc": os.cpu_count()}
 
 
 def device_name(device: str | torch.device = "cpu") -> str:

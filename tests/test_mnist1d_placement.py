@@ -130,8 +130,19 @@ def test_a_tiny_run_finishes_resumes_and_collects(tmp_path, name, monkeypatch):
     (tmp_path / "a" / "other" / "seed0" / "checkpoint.pt").write_bytes(b"x")
     assert P.main(["--collect", str(tmp_path / "a"), "--dest", str(tmp_path / "dest")]) == 0
     kept = sorted(p.name for p in (tmp_path / "dest" / name / "seed0").iterdir())
-    assert kept == sorted(f for f in P.KEEP if (folder / f).is_file()) and {"row.json", "dynamics.json"} <= set(kept)
+    assert kept == sorted([*(f for f in P.KEEP if (folder / f).is_file()), "machine.json"])
+    assert {"row.json", "dynamics.json"} <= set(kept)
     assert not (tmp_path / "dest" / "other").exists()
+    from seq2d.envinfo import machine
+
+    record = tmp_path / "dest" / name / "seed0" / "machine.json"
+    assert json.loads(record.read_text()) == json.loads(json.dumps(machine()))  # the machine that trained it
+    record.write_text('{"cpu": "elsewhere"}\n')  # collected again, unchanged: the first record stands
+    assert P.main(["--collect", str(tmp_path / "a"), "--dest", str(tmp_path / "dest")]) == 0
+    assert json.loads(record.read_text()) == {"cpu": "elsewhere"}
+    (folder / "row.json").write_text(json.dumps({**straight, "seed": 0, "note": "trained again"}))  # another run
+    assert P.main(["--collect", str(tmp_path / "a"), "--dest", str(tmp_path / "dest")]) == 0
+    assert json.loads(record.read_text())["cpu"] == machine()["cpu"]
 
 
 @pytest.mark.parametrize("name", ["tile-h100-default-i3", "trnn-k3", "mlp"])
@@ -274,6 +285,18 @@ def test_the_verdict_on_made_up_rows(tmp_path):
     assert "Pending (" in page and "block-h100-default-i3" in page.split("Pending (")[1].split("\n")[0]
     assert not (tmp_path / "page" / "iterations.png").exists()  # no family complete: no plot, said so
     assert "No plot yet" in page
+
+
+def test_the_page_names_the_machines_that_trained_the_runs():
+    R = _report()
+    amd = {"cpu": "AMD EPYC", "capability": "AVX2", "torch": "2.14.1", "nproc": 2}
+    intel = {**amd, "cpu": "Intel(R) Xeon(R) Processor", "capability": "AVX512"}
+    rows = {"mlp": [{"machine": amd}, {"machine": intel}], "gru": [{"machine": amd}, {"machine": None}]}
+    text = R.machines_text(rows)
+    assert "AMD EPYC (torch CPU capability AVX2, torch 2.14.1, 2 cores): 2 run(s) in 2 cell(s)" in text
+    assert "Intel(R) Xeon(R) Processor (torch CPU capability AVX512" in text and "1 run(s) in 1 cell(s)" in text
+    assert "no machine record: 1 run(s) in 1 cell(s)" in text
+    assert R.machines_text({}) == ""
 
 
 def test_the_equivalence_p_value():

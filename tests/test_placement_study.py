@@ -46,4 +46,5 @@ def test_a_run_finishes_writes_its_row_and_collect_keeps_small_files(tmp_path):
     assert study.run_one(cell, 0, str(tmp_path / "runs"), protocol) == row  # finished: read, not retrained
     study.collect(tmp_path / "runs", tmp_path / "dest")
     kept = sorted(p.name for p in (tmp_path / "dest" / cell["cell"] / "seed0").iterdir())
-    assert kept == sorted(f for f in study.KEEP if (folder / f).is_file()) and "checkpoint.pt" not in kept
+    assert kept == sorted([*(f for f in study.KEEP if (folder / f).is_file()), "machine.json"])
+    assert "checkpoint.pt" not in kept

@@ -114,9 +114,10 @@ def load_rows(results: Path) -> dict[str, list[dict]]:
             if len(curve) != r["epochs"]:
                 raise ValueError(f"{f.parent / 'metrics.jsonl'} has {len(curve)} test evaluations, its row.json "
                                  f"says {r['epochs']} epochs")
-        dyn = f.parent / "dynamics.json"
+        dyn, mach = f.parent / "dynamics.json", f.parent / "machine.json"
         out.setdefault(r["cell"], []).append({**r, "curve": curve,
-                                              "dynamics": json.loads(dyn.read_text()) if dyn.is_file() else None})
+                                              "dynamics": json.loads(dyn.read_text()) if dyn.is_file() else None,
+                                              "machine": json.loads(mach.read_text()) if mach.is_file() else None})
     return {k: sorted(v, key=lambda r: r["seed"]) for k, v in out.items()}
 
 
@@ -367,6 +368,21 @@ def plot_iterations(rows, fams, path: Path) -> bool:
 
 
 # ---------------------------------------------------------------------- the page
+def machines_text(rows: dict[str, list[dict]]) -> str:
+    """Which machines trained the committed runs (each run's machine.json, written when it was
+    collected where it trained): a number is bitwise reproducible only on its own CPU kind."""
+    by: dict[str, list[str]] = {}
+    for c, rs in rows.items():
+        for r in rs:
+            m = r.get("machine")
+            key = (f"{m['cpu']} (torch CPU capability {m['capability']}, torch {m['torch']}, {m['nproc']} cores)"
+                   if m else "no machine record")
+            by.setdefault(key, []).append(c)
+    parts = [f"{k}: {len(cs)} run(s) in {len(set(cs))} cell(s)" for k, cs in sorted(by.items())]
+    return ("Trained on " + "; ".join(parts) + ". Each run on one thread; seeds on different CPUs are independent "
+            "draws, not bitwise repeats.\n") if parts else ""
+
+
 def _pm(s: dict) -> str:
     return f"{s['mean']:.2f}" + (f" ± {s['sd']:.2f}" if s["sd"] is not None else "")
 
@@ -434,6 +450,7 @@ def render(rows: dict[str, list[dict]], grid: list[dict], connectivity: dict, ba
             lines.append(f"| {c} | {s['params']:,} | {s['n']} | {'/'.join(map(str, s['epochs']))} | {_pm(s)} | "
                          f"{s['median']:.2f} | {s['min']:.1f} to {s['max']:.1f} | {s['chance']} | {verdict} |")
         out.append("\n".join(lines) + "\n")
+        out.append(machines_text(rows))
         missing = [c for c in order if c not in rows]
         if missing:
             out.append(f"Cells with no finished run ({len(missing)}): {', '.join(missing)}.\n")

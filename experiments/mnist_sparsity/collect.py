@@ -41,17 +41,12 @@ MACHINE = "machine.json"
 
 
 def _write_machine(target: Path) -> None:
-    """``target/machine.json``: the CPU, torch's CPU capability, torch's version and the core count
-    of the machine collecting the run, which is the machine that trained it (run folders are
-    collected where they were trained; they are never moved)."""
-    import os
+    """``target/machine.json``: :func:`seq2d.envinfo.machine` of the machine collecting the run, which
+    is the machine that trained it (run folders are collected where they were trained; they are never
+    moved)."""
+    from seq2d.envinfo import machine
 
-    import torch
-
-    from seq2d.envinfo import cpu_name
-
-    (target / MACHINE).write_text(json.dumps({"cpu": cpu_name(), "capability": torch.backends.cpu.get_cpu_capability(),
-                                              "torch": torch.__version__, "nproc": os.cpu_count()}, indent=1) + "\n")
+    (target / MACHINE).write_text(json.dumps(machine(), indent=1) + "\n")
 
 
 def collect(runs: Path, dest: Path, *, force: bool = False, log=print) -> list[Path]:

@@ -70,16 +70,29 @@ def failed(results: Iterable) -> int:
     return 1 if any(not isinstance(r, dict) for r in results) else 0
 
 
+MACHINE = "machine.json"  # per run: the machine that trained it (:func:`seq2d.envinfo.machine`)
+
+
 def collect(runs: Path, dest: Path, keep: Iterable[str], extra: Iterable[str] = ("connectivity.json",)) -> int:
     """Copy every finished run's (``row.json``) small files ``keep`` (never a checkpoint) and the
-    grid-level files ``extra`` that exist to ``dest``; returns the number of runs copied."""
+    grid-level files ``extra`` that exist to ``dest``; returns the number of runs copied.
+
+    Each copied run gets ``machine.json``, the record of the machine collecting it, which is the
+    machine that trained it: run folders are collected where they were trained, never moved. A run
+    collected before (its ``row.json`` already in ``dest``, byte for byte) keeps the record it has."""
+    from seq2d.envinfo import machine
+
+    record = json.dumps(machine(), indent=1) + "\n"
     n = 0
     for row in sorted(runs.glob("*/seed*/row.json")):
         target = dest / row.parent.relative_to(runs)
+        seen = (target / "row.json").is_file() and (target / "row.json").read_bytes() == row.read_bytes()
         target.mkdir(parents=True, exist_ok=True)
         for f in keep:
             if (row.parent / f).is_file():
                 shutil.copy2(row.parent / f, target / f)
+        if not (seen and (target / MACHINE).is_file()):
+            (target / MACHINE).write_text(record)
         n += 1
     for f in extra:
         if (runs / f).is_file():

@@ -254,15 +254,13 @@ def main(argv=None) -> int:
             if (out / run_key(r) / "row.json").is_file()]
     env = {"date": started.strftime("%Y-%m-%d %H:%M UTC"),
            "finished": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-           "command": "python " + " ".join(shlex.quote(a) for a in sys.argv), "nproc": os.cpu_count(),
-           "torch": torch.__version__, "loadavg_start": [round(x, 2) for x in load0],
+           "command": "python " + " ".join(shlex.quote(a) for a in sys.argv), "loadavg_start": [round(x, 2) for x in load0],
            "loadavg_end": [round(x, 2) for x in os.getloadavg()], "seeds": seeds5, "iteration_seeds": seeds3,
            "protocol": {k: v for k, v in protocol.items() if k != "quiet"}, "tile": TILE, "base_h": BASE_H,
            "grid_runs": len(runs), "finished_runs": len(rows)}
-    from seq2d.envinfo import cpu_name
+    from seq2d.envinfo import machine
 
-    env["cpu"] = cpu_name()
-    env["capability"] = torch.backends.cpu.get_cpu_capability()
+    env.update(machine())  # cpu, capability, torch, nproc
     from placement_report import write_outputs, write_page
 
     res = write_outputs(rows, env, out)
