@@ -171,13 +171,15 @@ def test_training_page_own_model_recipe_runs(tmp_path, monkeypatch, capsys):
 
 def test_readme_says_how_long_the_tests_take_and_how_to_run_fewer():
     """Issue 31: the README's test paragraph gives the expected time and the faster ways, and the ways
-    it names exist: the `slow` marker is registered, pytest-xdist is in the `test` extra."""
+    it names exist: the `slow` and `serial` markers are registered, pytest-xdist is in the `test` extra."""
     import tomllib
 
     readme = (ROOT / "README.md").read_text()
     paragraph = readme.split("<!-- ci:test -->", 1)[1].split("`.ci/run` runs exactly", 1)[0]
-    for needle in ("about 10 minutes on a 2-core machine", '-m "not slow"', "-n 2", "pytest-xdist"):
+    for needle in ("about 8 minutes on a 2-core machine", '-m "not slow"', "-n 2", "pytest-xdist", '-m "not serial"',
+                   "-m serial"):
         assert needle in paragraph, needle
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    assert any(m.startswith("slow:") for m in project["tool"]["pytest"]["ini_options"]["markers"])
+    markers = project["tool"]["pytest"]["ini_options"]["markers"]
+    assert any(m.startswith("slow:") for m in markers) and any(m.startswith("serial:") for m in markers)
     assert any(d.startswith("pytest-xdist") for d in project["project"]["optional-dependencies"]["test"])

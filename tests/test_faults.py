@@ -118,6 +118,11 @@ if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "child":
 
 # ---------------------------------------------------------------------- the tests
 import pytest  # noqa: E402
+
+# Run in one process (README: ``-m serial`` after the ``-n 2`` pass): under pytest-xdist three kill
+# points (save-8, replace-9, replaced-10) failed once in one worker (session 16, load 5-7); two later
+# full ``-n 2`` runs (one at load 5.5) passed them, and the cause is not found.
+pytestmark = pytest.mark.serial
 import torch  # noqa: E402
 
 from seq2d.cli import main  # noqa: E402
