@@ -145,6 +145,20 @@ def test_a_tiny_run_finishes_resumes_and_collects(tmp_path, name, monkeypatch):
     assert json.loads(record.read_text())["cpu"] == machine()["cpu"]
 
 
+@pytest.mark.parametrize("name,seed,fixed", [("block-h100-default-i3", 3, False), ("tile-h100-default-i1", 0, False),
+                                             ("block-h100-default-i3", 1, True)])
+def test_a_draw_whose_output_cannot_see_its_input_is_trained_and_counted(tmp_path, name, seed, fixed, monkeypatch):
+    # block seed 3: no input -> output walk; tile i1 seed 0: a walk of 2 blocks, 1 step; block seed 1: an
+    # empty output row (nothing to train). All are draws of their cell (the connectivity counts): recorded,
+    # trained where anything can change the output, never refused by the Trainer's constant-output check
+    monkeypatch.setattr(P, "DYN_BATCH", 4)
+    cell = next(c for c in CELLS if c["cell"] == name)
+    st = P.structure(P.build(cell, seed), cell)
+    assert not st["input_reaches_output"] and st["output_fixed"] == fixed
+    row = P.run_one(cell, seed, str(tmp_path), _protocol(1))
+    assert row["trained"] == (not fixed) and row["epochs"] == (0 if fixed else 1) and not row["input_reaches_output"]
+
+
 @pytest.mark.parametrize("name", ["tile-h100-default-i3", "trnn-k3", "mlp"])
 def test_a_finished_run_records_its_iteration_dynamics(tmp_path, name, monkeypatch):
     # item 5: dynamics.json is written with row.json, computed again from the checkpoint when missing

@@ -48,3 +48,19 @@ def test_a_run_finishes_writes_its_row_and_collect_keeps_small_files(tmp_path):
     kept = sorted(p.name for p in (tmp_path / "dest" / cell["cell"] / "seed0").iterdir())
     assert kept == sorted([*(f for f in study.KEEP if (folder / f).is_file()), "machine.json"])
     assert "checkpoint.pt" not in kept
+
+
+@pytest.mark.parametrize("seed,fixed", [(3, False), (1, True)])
+def test_a_block_draw_without_a_walk_is_trained_and_counted(tmp_path, seed, fixed):
+    # block-d0.02 seed 3: the output row has blocks, no input -> output walk; seed 1: an empty output row.
+    # Draws of the cell: recorded, trained where anything can change the output (to a constant), never
+    # refused by the Trainer's constant-output check
+    from run import structure
+
+    cell = next(c for c in study.cells() if c["cell"] == "block-d0.02")
+    st = structure(study.build(cell, seed), cell)
+    assert not st["input_reaches_output"] and st["output_fixed"] == fixed
+    protocol = {"data": "synthetic", "epochs": 1, "batch_size": 64, "lr": 1e-3, "optimizer": "adam",
+                "image_size": 28, "num_threads": 1, "quiet": True, "max_updates": None}
+    row = study.run_one(cell, seed, str(tmp_path / "runs"), protocol)
+    assert row["trained"] == (not fixed) and row["epochs"] == (0 if fixed else 1) and not row["input_reaches_output"]

@@ -269,7 +269,10 @@ def config_for(cell: dict, seed: int, folder: Path, protocol: dict):
                        granularity=cell["placement"] if f == "random" else "element", tile=TILE,
                        region=cell.get("region", "default"), steps=cell.get("iterations"),
                        data="synthetic" if source == "synthetic" else "mnist1d", seed=seed, out_dir=str(folder),
-                       name=f"{cell['cell']}-s{seed}", num_threads=1, quiet=True, **proto)
+                       name=f"{cell['cell']}-s{seed}", num_threads=1, quiet=True,
+                       # a random draw whose output cannot see its input within its steps (no walk, or a walk
+                       # longer than the steps) is part of its cell: trained (to a constant), counted, not refused
+                       allow_constant_output=f == "random", **proto)
 
 
 # ---------------------------------------------------------------------- item 5: the trained iteration map
@@ -399,6 +402,7 @@ def run_one(cell: dict, seed: int, out: str, protocol: dict) -> dict:
     trainer = Trainer(config_for(cell, seed, folder, protocol), model, data_for(cell, source))
     diverged = None
     if st["output_fixed"]:  # nothing can change a constant output: record it untrained (chance)
+        folder.mkdir(parents=True, exist_ok=True)  # no fit() made it
         e = trainer.evaluate()
         s = {"final_test_acc": e["acc"], "final_test_loss": e["loss"], "best_test_acc": e["acc"], "epochs": 0,
              "time_per_epoch_s": None, "history": []}

@@ -107,9 +107,12 @@ def run_one(cell: dict, seed: int, out: str, protocol: dict) -> dict:
     cfg = TrainConfig(model="mlp" if cell["placement"] == "mlp" else "random_model", sizes=list(cell["sizes"]),
                       granularity="element" if cell["placement"] == "mlp" else cell["placement"],
                       region=cell.get("region", "default"), steps=None if cell["placement"] == "mlp" else ITERATIONS,
-                      seed=seed, out_dir=str(folder), name=f"{cell['cell']}-s{seed}", **protocol)
+                      seed=seed, out_dir=str(folder), name=f"{cell['cell']}-s{seed}",
+                      allow_constant_output=cell["placement"] != "mlp",  # a draw without a walk is trained, counted
+                      **protocol)
     trainer = Trainer(cfg, model, load_data(cfg, "cpu"))
     if st["output_fixed"]:  # nothing can change a constant output: record it untrained (chance)
+        folder.mkdir(parents=True, exist_ok=True)  # no fit() made it
         e = trainer.evaluate()
         s = {"params": model.num_parameters(), "final_test_acc": e["acc"], "final_test_loss": e["loss"],
              "best_test_acc": e["acc"], "epochs": 0, "time_per_epoch_s": None}
