@@ -442,14 +442,28 @@ def render(rows: dict[str, list[dict]], grid: list[dict], connectivity: dict, ba
     if not rows:
         out.append("No finished MNIST-1D placement runs are committed yet (experiments/mnist1d/placement.py).\n")
     else:
-        lines = ["| cell | parameters | seeds | epochs | test accuracy, mean ± sd (%) | median | range | at chance | verdict |",
-                 "| --- | ---: | ---: | --- | ---: | ---: | --- | ---: | --- |"]
+        lines = ["| cell | parameters | seeds | epochs | test accuracy, mean ± sd (%) | median | range | at chance | diverged | "
+                 "verdict |", "| --- | ---: | ---: | --- | ---: | ---: | --- | ---: | ---: | --- |"]
         for c in [c for c in order if c in rows] + sorted(set(rows) - set(order)):
             s = summary(rows[c])
             verdict = v["cells"].get(c, {}).get("verdict", "pending" if c in v["pending"] else "")
             lines.append(f"| {c} | {s['params']:,} | {s['n']} | {'/'.join(map(str, s['epochs']))} | {_pm(s)} | "
-                         f"{s['median']:.2f} | {s['min']:.1f} to {s['max']:.1f} | {s['chance']} | {verdict} |")
+                         f"{s['median']:.2f} | {s['min']:.1f} to {s['max']:.1f} | {s['chance']} | {s['diverged']} | "
+                         f"{verdict} |")
         out.append("\n".join(lines) + "\n")
+        div = [(c, r) for c in rows for r in rows[c] if r.get("diverged")]
+        if div:
+            import dataclasses
+
+            from seq2d.train import TrainConfig
+
+            factor = next(f.default for f in dataclasses.fields(TrainConfig) if f.name == "divergence_factor")
+            out.append(f"Diverged ({len(div)} run(s): " + ", ".join(f"{c} seed {r['seed']} after {r['epochs']} epochs"
+                                                                for c, r in div) +
+                       f"): the Trainer's divergence check (smoothed training loss above {factor:g} x its lowest) stopped "
+                       "them; placement.py records such a run as it stopped, not retried, and scores it with the "
+                       "weights it had then (mid-epoch, not its last good checkpoint); its accuracy counts in its "
+                       "cell like any other seed.\n")
         out.append(machines_text(rows))
         missing = [c for c in order if c not in rows]
         if missing:
