@@ -64,3 +64,18 @@ def test_a_block_draw_without_a_walk_is_trained_and_counted(tmp_path, seed, fixe
                 "image_size": 28, "num_threads": 1, "quiet": True, "max_updates": None}
     row = study.run_one(cell, seed, str(tmp_path / "runs"), protocol)
     assert row["trained"] == (not fixed) and row["epochs"] == (0 if fixed else 1) and not row["input_reaches_output"]
+
+
+def test_collect_merges_the_connectivity_counts_of_two_calls(tmp_path):
+    # two calls on disjoint cells (two run folders) collected into one place: both cells' counts kept
+    import grid
+
+    for name, cell in (("a", "block-d0.1"), ("b", "block-d0.02")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "connectivity.json").write_text(json.dumps([{"cell": cell, "draws": 3}]))
+    (tmp_path / "dest").mkdir()
+    (tmp_path / "dest" / "connectivity.json").write_text(json.dumps([{"cell": "block-d0.1", "draws": 1}]))
+    grid.collect(tmp_path / "a", tmp_path / "dest", study.KEEP)
+    grid.collect(tmp_path / "b", tmp_path / "dest", study.KEEP)
+    got = json.loads((tmp_path / "dest" / "connectivity.json").read_text())
+    assert got == [{"cell": "block-d0.1", "draws": 3}, {"cell": "block-d0.02", "draws": 3}]

@@ -75,7 +75,9 @@ MACHINE = "machine.json"  # per run: the machine that trained it (:func:`seq2d.e
 
 def collect(runs: Path, dest: Path, keep: Iterable[str], extra: Iterable[str] = ("connectivity.json",)) -> int:
     """Copy every finished run's (``row.json``) small files ``keep`` (never a checkpoint) and the
-    grid-level files ``extra`` that exist to ``dest``; returns the number of runs copied.
+    grid-level files ``extra`` that exist to ``dest``; returns the number of runs copied. A
+    ``connectivity.json`` already in ``dest`` is merged by cell, not replaced (calls on a subset of
+    the cells write only theirs).
 
     Each copied run gets ``machine.json``, the record of the machine collecting it, which is the
     machine that trained it: run folders are collected where they were trained, never moved. A run
@@ -97,6 +99,11 @@ def collect(runs: Path, dest: Path, keep: Iterable[str], extra: Iterable[str] = 
     for f in extra:
         if (runs / f).is_file():
             dest.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(runs / f, dest / f)
+            if f == "connectivity.json" and (dest / f).is_file():  # merged by cell: a call's file holds only its cells
+                merged = {d["cell"]: d for d in json.loads((dest / f).read_text())}
+                merged.update({d["cell"]: d for d in json.loads((runs / f).read_text())})
+                (dest / f).write_text(json.dumps(list(merged.values()), indent=1))
+            else:
+                shutil.copy2(runs / f, dest / f)
     print(f"{n} finished run(s) copied to {dest}")
     return n
