@@ -84,6 +84,7 @@ def test_results_pages_open_with_their_verdict():
     the 100-epoch run's status until that run is complete)."""
     for page, marker in (("results/stability.md", "verdict"), ("results/param_budget.md", "param-budget-verdict"),
                          ("stability.md", "stability-verdict"), ("results/placement.md", "placement-verdict"),
+                         ("results/placement-1epoch.md", "placement-verdict"),
                          ("results/mnist1d.md", "mnist1d-placement")):
         text = (ROOT / "docs" / page).read_text()
         heads = _h2(text)

@@ -79,3 +79,68 @@ def test_collect_merges_the_connectivity_counts_of_two_calls(tmp_path):
     grid.collect(tmp_path / "b", tmp_path / "dest", study.KEEP)
     got = json.loads((tmp_path / "dest" / "connectivity.json").read_text())
     assert got == [{"cell": "block-d0.1", "draws": 3}, {"cell": "block-d0.02", "draws": 3}]
+
+
+# ---------------------------------------------------------------------- the page (study_report.py)
+import importlib.util  # noqa: E402
+import subprocess  # noqa: E402
+
+from pages import changes, snapshot  # noqa: E402  (what "the page regenerates" means: one rule for every page)
+
+_spec = importlib.util.spec_from_file_location("study_report", ROOT / "experiments/placement/study_report.py")
+R = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(R)
+
+
+def _rows(cells_accs: dict[str, list[float]]) -> dict[str, list[dict]]:
+    return {c: [{"cell": c, "seed": s, "test_acc": a / 100, "params": 25_818, "trained": True, "epochs": 20,
+                 "input_reaches_output": True, "curve": [a] * 20, "machine": None} for s, a in enumerate(accs)]
+            for c, accs in cells_accs.items()}
+
+
+def test_the_verdict_on_made_up_rows():
+    cells = study.cells()
+    mlp = [96.0, 96.1, 95.9, 96.05, 95.95]
+    made = {c["cell"]: [x + 0.02 * i for i, x in enumerate(mlp)] for c in cells}  # all within 0.1 of the MLP
+    made["mlp"] = mlp
+    made["element-d0.1-default"] = [x + 1.5 for x in mlp]            # clearly above
+    made["tile-d0.02-default"] = [90.0, 97.0, 93.0, 95.5, 92.0]      # wide: neither shown
+    made["tile-d0.02-no-shortcut"] = [11.35, 96.0, 96.1, 95.9, 96.0]  # one at chance: by counts
+    made["block-d0.1"] = [11.35, 11.35, 96.0, 95.8, 9.8]
+    rows = _rows(made)
+    a = R.analyse(rows, cells, linear=[92.2, 92.3, 92.25, 92.28, 92.3])
+    assert not a["pending"]
+    assert a["cells"]["element-d0.1-default"]["verdict"] == "differs: above"
+    assert a["cells"]["element-d0.1-no-shortcut"]["verdict"] == "like the MLP"
+    assert a["cells"]["tile-d0.02-default"]["verdict"] == "undecided"
+    assert a["cells"]["tile-d0.02-default"]["margin_supported"] > 2
+    assert "tile-d0.02-no-shortcut" in a["bimodal"] and "tile-d0.02-no-shortcut" not in a["cells"]
+    assert "block-d0.1" not in a["cells"]
+    assert all(d["vs_linear"]["diff"] > 3 for c, d in a["cells"].items() if c != "tile-d0.02-default")
+    sc = a["shortcut"]["element-d0.1-default -> element-d0.1-no-shortcut"]
+    assert sc["diff"] < -1 and sc["p_holm"] < 0.05
+    cnt = {d["cell"]: d for d in R.counts(rows, cells, {})}
+    assert cnt["block-d0.1"]["chance"] == 3 and cnt["block-d0.1"]["mean_above"] == pytest.approx(95.9)
+    assert cnt["tile-d0.02-no-shortcut"]["chance"] == 1 and 0 < cnt["block-d0.1"]["p"] < 1
+    text = R.render(rows, cells, {}, [92.2, 92.3, 92.25, 92.28, 92.3], 20, Path("/nonexistent"), "x")
+    assert "differs: above" in text and "**No verdict" not in text
+    rows_short = {c: v[:4] for c, v in rows.items()}  # a seed short: pending, no verdict
+    assert R.analyse(rows_short, cells, [92.0, 92.1])["pending"]
+
+
+def test_holm_and_the_equivalence_test():
+    assert R.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    same = [96.0, 96.1, 95.9, 96.05, 95.95]
+    assert R.tost(same, same, margin=0.5) < 0.001 and R.tost(same, same, margin=0.01) > 0.3
+    assert R.tost([x + 2 for x in same], same, margin=0.5) > 0.99
+
+
+def test_the_page_regenerates_from_a_clean_checkout(committed_tree):
+    repo = committed_tree  # conftest.py: the committed tree (HEAD) unpacked, what a clean checkout holds
+    page, pics = repo / "docs/results/placement.md", repo / "docs/results/placement"
+    before = snapshot([page, *sorted(pics.glob("*.png"))])
+    env = {"PYTHONPATH": str(repo), "MPLBACKEND": "Agg", "PATH": "/usr/bin:/bin"}
+    subprocess.run([sys.executable, "experiments/placement/study_report.py"], cwd=repo, env=env, check=True,
+                   capture_output=True)
+    changed = changes(before, snapshot([page, *sorted(pics.glob("*.png"))]))  # tests/pages.py: the rule
+    assert not changed, f"regenerating changed {changed}: run `{R.COMMAND}` and commit the result"

@@ -254,7 +254,7 @@ def verdict_section(res: dict, blk: dict | None = None) -> str:
                      "scored on the same digits), so an \"equivalent\" here holds for these digits; on another test "
                      "set of this size the accuracies could move by about that much.")
     lines.append("- Not tested here: full MNIST, the paper's sizes and epochs. Low densities of the random placement "
-                 "and the number of iterations are on [placement.md](placement.md) (full MNIST at 28x28, 1 epoch).")
+                 "and the number of iterations are on [placement.md](placement.md) (full MNIST at 28x28, 20 epochs) and [mnist1d.md](mnist1d.md).")
     return "\n".join(lines)
 
 

@@ -19,14 +19,14 @@ input-to-output path length and the fraction of its parameters on an input-outpu
 (:func:`seq2d.graph.unit_paths`). ``iterations``: the [784, 32, 16, 10] random models at 1-8
 iterations.
 
-    # the grid of docs/results/placement.md (trains what is missing, then writes the results)
-    python experiments/placement/run.py --jobs 2 --out runs/placement --doc docs/results/placement.md \\
+    # the grid of docs/results/placement-1epoch.md (trains what is missing, then writes the results)
+    python experiments/placement/run.py --jobs 2 --out runs/placement --doc docs/results/placement-1epoch.md \\
         --results experiments/placement/results
     # CI smoke run (tiny grid, synthetic data)
     python experiments/placement/run.py --quick --out /tmp/placement_quick
     # the page again from the committed JSON (nothing trained)
     python experiments/placement/run.py --from-json experiments/placement/results/results.json \\
-        --doc docs/results/placement.md
+        --doc docs/results/placement-1epoch.md
 
 Runs land in ``OUT/<run key>/`` (``row.json`` when finished: finished runs are skipped).
 ``--launcher slurm --partition P --time T`` sends each run to SLURM as one task of a job array
