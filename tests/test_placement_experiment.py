@@ -75,3 +75,18 @@ def test_matters_needs_more_than_the_margin_and_an_interval_that_excludes_zero()
     assert by["block"]["matters"] is False and by["block"]["lo"] < 0 < by["block"]["hi"]
     g = report.gaps(s["spread"])
     assert g[0]["best"] == "tile" and g[0]["worst"] == "element" and g[0]["matters"] is True  # block: 0.808 > 0.802
+
+
+def test_the_1_epoch_page_regenerates_from_a_clean_checkout(committed_tree):
+    import subprocess
+    import sys
+
+    from pages import changes, snapshot  # what "the page regenerates" means (one rule for every page)
+
+    repo = committed_tree  # conftest.py: the committed tree (HEAD) unpacked, what a clean checkout holds
+    page, pics = repo / "docs/results/placement-1epoch.md", repo / "docs/results/placement-1epoch"
+    before = snapshot([page, *sorted(pics.glob("*.png"))])
+    env = {"PYTHONPATH": str(repo), "MPLBACKEND": "Agg", "PATH": "/usr/bin:/bin"}
+    subprocess.run([sys.executable, *report.REGEN.split()[1:]], cwd=repo, env=env, check=True, capture_output=True)
+    changed = changes(before, snapshot([page, *sorted(pics.glob("*.png"))]))  # tests/pages.py: the rule
+    assert not changed, f"regenerating changed {changed}: run `{report.REGEN}` and commit the result"
