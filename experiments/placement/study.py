@@ -30,6 +30,7 @@ MLPs ([784, 1, 1, 10]) confounded width with placement.
 
     nice -n 10 python experiments/placement/study.py --jobs 2 --out runs/placement_study
     python experiments/placement/study.py --collect runs/placement_study    # small files -> results/study
+    python experiments/placement/study_report.py                            # results/study -> docs/results/placement.md
     python experiments/placement/study.py --quick --out /tmp/study_quick     # CI: subset, 1 epoch, 1 seed
 
 A run folder ``OUT/<cell>/seed<k>/`` holds the Trainer's files while it trains (resumed from its
