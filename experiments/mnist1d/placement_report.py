@@ -369,18 +369,8 @@ def plot_iterations(rows, fams, path: Path) -> bool:
 
 # ---------------------------------------------------------------------- the page
 def machines_text(rows: dict[str, list[dict]]) -> str:
-    """Which machines trained the committed runs (each run's machine.json, written when it was
-    collected where it trained): a number is bitwise reproducible only on its own CPU kind."""
-    by: dict[str, list[str]] = {}
-    for c, rs in rows.items():
-        for r in rs:
-            m = r.get("machine")
-            key = (f"{m['cpu']} (torch CPU capability {m['capability']}, torch {m['torch']}, {m['nproc']} cores)"
-                   if m else "no machine record")
-            by.setdefault(key, []).append(c)
-    parts = [f"{k}: {len(cs)} run(s) in {len(set(cs))} cell(s)" for k, cs in sorted(by.items())]
-    return ("Trained on " + "; ".join(parts) + ". Each run on one thread; seeds on different CPUs are independent "
-            "draws, not bitwise repeats.\n") if parts else ""
+    """The "Trained on ..." line (experiments/placement/grid.py, shared with the MNIST study's page)."""
+    return _placement().grid.machines_text(rows)
 
 
 def _pm(s: dict) -> str:

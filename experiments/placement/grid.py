@@ -107,3 +107,19 @@ def collect(runs: Path, dest: Path, keep: Iterable[str], extra: Iterable[str] = 
                 shutil.copy2(runs / f, dest / f)
     print(f"{n} finished run(s) copied to {dest}")
     return n
+
+
+def machines_text(rows: dict[str, list[dict]]) -> str:
+    """Which machines trained the collected runs (each run's ``machine`` record, from its
+    machine.json, None when absent), as the line a results page prints: a number is bitwise
+    reproducible only on its own CPU kind."""
+    by: dict[str, list[str]] = {}
+    for c, rs in rows.items():
+        for r in rs:
+            m = r.get("machine")
+            key = (f"{m['cpu']} (torch CPU capability {m['capability']}, torch {m['torch']}, {m['nproc']} cores)"
+                   if m else "no machine record")
+            by.setdefault(key, []).append(c)
+    parts = [f"{k}: {len(cs)} run(s) in {len(set(cs))} cell(s)" for k, cs in sorted(by.items())]
+    return ("Trained on " + "; ".join(parts) + ". Each run on one thread; seeds on different CPUs are independent "
+            "draws, not bitwise repeats.\n") if parts else ""

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 from pathlib import Path
@@ -85,34 +84,27 @@ def accs(rows: list[dict]) -> list[float]:
     return [100 * r["test_acc"] for r in rows]
 
 
-# ---------------------------------------------------------------------- statistics
+# ---------------------------------------------------------------------- statistics (seq2d.stats: Welch, TOST, Holm)
 def welch(a: list[float], b: list[float], level: float = 0.95) -> dict:
-    """mean(a) - mean(b), its Welch interval at ``level`` and the two-sided p."""
-    from scipy import stats
+    """mean(a) - mean(b), its Welch interval at ``level`` and the two-sided p (:func:`seq2d.stats.welch`)."""
+    from seq2d.stats import welch as _welch
 
-    t = stats.ttest_ind(a, b, equal_var=False)
-    ci = t.confidence_interval(level)
-    return {"diff": statistics.fmean(a) - statistics.fmean(b), "lo": float(ci.low), "hi": float(ci.high),
-            "p": float(t.pvalue), "df": float(t.df)}
+    w = _welch(b, a, level)  # seq2d.stats: mean(second) - mean(first)
+    return {"diff": w.diff, "lo": w.low, "hi": w.high, "p": w.p, "df": w.df}
 
 
 def tost(a: list[float], b: list[float], margin: float = MARGIN) -> float:
-    """p of equivalence within +-margin (the larger of the two one-sided Welch tests)."""
-    from scipy import stats
+    """p of equivalence within +-margin (the larger of the two one-sided Welch tests; :func:`seq2d.stats.tost`)."""
+    from seq2d.stats import tost as _tost
 
-    lower = stats.ttest_ind([x + margin for x in a], b, equal_var=False, alternative="greater").pvalue
-    upper = stats.ttest_ind([x - margin for x in a], b, equal_var=False, alternative="less").pvalue
-    return float(max(lower, upper))
+    return _tost(b, a, margin).p
 
 
 def holm(p: list[float]) -> list[float]:
-    """Holm-adjusted p values, in the order given."""
-    order = sorted(range(len(p)), key=lambda i: p[i])
-    out, run = [0.0] * len(p), 0.0
-    for rank, i in enumerate(order):
-        run = max(run, min(1.0, (len(p) - rank) * p[i]))
-        out[i] = run
-    return out
+    """Holm-adjusted p values, in the order given (:func:`seq2d.stats.holm`)."""
+    from seq2d.stats import holm as _holm
+
+    return _holm(p)
 
 
 def shapiro_p(a: list[float]) -> float | None:
@@ -221,23 +213,14 @@ def linear_curve(epochs: int, linear: Path = LINEAR) -> list[float]:
     return [statistics.fmean(v) for v in per if v]
 
 
-def machines_text(rows: dict[str, list[dict]]) -> str:
-    by: dict[str, int] = {}
-    for rs in rows.values():
-        for r in rs:
-            m = r.get("machine")
-            key = (f"{m['cpu']} (torch CPU capability {m['capability']}, torch {m['torch']}, {m['nproc']} cores)"
-                   if m else "no machine record")
-            by[key] = by.get(key, 0) + 1
-    return "; ".join(f"{k}: {n} run(s)" for k, n in sorted(by.items()))
-
-
 def render(rows: dict[str, list[dict]], cells: list[dict], connectivity: dict, linear: list[float], epochs: int,
            pictures: Path, rel: str) -> str:
+    from seq2d.stats import binomial_se
+
     a = analyse(rows, cells, linear)
     out = ["## Verdict\n"]
     mlp = accs(rows["mlp"]) if rows.get("mlp") else []
-    binom = (100 * math.sqrt((statistics.fmean(mlp) / 100) * (1 - statistics.fmean(mlp) / 100) / TEST_N)) if mlp else None
+    binom = 100 * binomial_se(statistics.fmean(mlp) / 100, TEST_N) if mlp else None
     if a["pending"]:
         out.append(f"**No verdict yet**: cells with fewer than {SEEDS} finished seeds: {', '.join(a['pending'])}.\n")
     else:
@@ -282,7 +265,7 @@ def render(rows: dict[str, list[dict]], cells: list[dict], connectivity: dict, l
                  f"{min(x):.2f} to {max(x):.2f} | {sum(v <= AT_CHANCE for v in x)} | {_p(shapiro_p(x))} |")
     out.append("\n".join(t) + "\n")
     if rows:
-        out.append(f"Trained on {machines_text(rows)}; each run on one thread.\n")
+        out.append(_study().grid.machines_text(rows))
     if a["cells"]:
         t = [f"| cell | vs MLP (points) | 95% Welch interval | Holm p | TOST ±{MARGIN:g}, Holm p | equivalent within "
              "(90% interval) | vs linear (points) | Holm p | verdict |", "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
