@@ -455,6 +455,7 @@ def render(rows: dict[str, list[dict]], grid: list[dict], connectivity: dict, ba
                        "weights it had then (mid-epoch, not its last good checkpoint); its accuracy counts in its "
                        "cell like any other seed.\n")
         out.append(machines_text(rows))
+        out.append(_placement().grid.training_time_text(rows))
         missing = [c for c in order if c not in rows]
         if missing:
             out.append(f"Cells with no finished run ({len(missing)}): {', '.join(missing)}.\n")

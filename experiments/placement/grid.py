@@ -123,3 +123,11 @@ def machines_text(rows: dict[str, list[dict]]) -> str:
     parts = [f"{k}: {len(cs)} run(s) in {len(set(cs))} cell(s)" for k, cs in sorted(by.items())]
     return ("Trained on " + "; ".join(parts) + ". Each run on one thread; seeds on different CPUs are independent "
             "draws, not bitwise repeats.\n") if parts else ""
+
+
+def training_time_text(rows: dict[str, list[dict]]) -> str:
+    """The budget the collected runs spent training, as the line a results page prints (epochs x
+    each run's seconds per epoch: evaluation and untrained draws excluded)."""
+    spent = sum(r["time_per_epoch_s"] * r["epochs"] for rs in rows.values() for r in rs if r.get("time_per_epoch_s"))
+    return (f"Training time of the committed runs: {spent / 3600:.1f} CPU-hours (epochs x seconds per epoch, "
+            f"evaluation excluded; 1 thread each).\n") if spent else ""

@@ -255,7 +255,6 @@ def render(rows: dict[str, list[dict]], cells: list[dict], connectivity: dict, l
     out.append("## Every cell\n")
     t = ["| cell | block matrix | trainable | seeds | test accuracy at the last epoch, mean ± sd (%) | median | range | "
          "at chance | Shapiro-Wilk p | s per epoch (median) |", "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |"]
-    spent = 0.0
     for c in cells:
         rs = rows.get(c["cell"])
         if not rs:
@@ -263,14 +262,11 @@ def render(rows: dict[str, list[dict]], cells: list[dict], connectivity: dict, l
             continue
         x = accs(rs)
         sec = [r["time_per_epoch_s"] for r in rs if r.get("time_per_epoch_s")]
-        spent += sum(r["time_per_epoch_s"] * r["epochs"] for r in rs if r.get("time_per_epoch_s"))
         t.append(f"| {c['cell']} | {c['sizes']} | {rs[0]['params']:,} | {len(rs)} | {_pm(x)} | {statistics.median(x):.2f} | "
                  f"{min(x):.2f} to {max(x):.2f} | {sum(v <= AT_CHANCE for v in x)} | {_p(shapiro_p(x))} | "
                  f"{statistics.median(sec) if sec else 0:.1f} |")
     out.append("\n".join(t) + "\n")
-    if spent:
-        out.append(f"Training time of the committed runs: {spent / 3600:.1f} CPU-hours (epochs x seconds per epoch, "
-                   f"evaluation excluded; 1 thread each).\n")
+    out.append(_study().grid.training_time_text(rows))
     if rows:
         out.append(_study().grid.machines_text(rows))
     if a["cells"]:
