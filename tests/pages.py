@@ -52,3 +52,22 @@ def changes(before: dict[str, bytes], after: dict[str, bytes]) -> list[str]:
         if why is not None:
             out.append(f"{k} ({why})")
     return out
+
+
+def regenerate(repo: Path, page: str, command: list[str]) -> list[str]:
+    """Run ``python *command`` in ``repo`` (a clean checkout: conftest.py's ``committed_tree``) and return
+    what did not regenerate (:func:`changes`) of ``page`` (relative to ``repo``) and the pictures in its
+    folder (``docs/results/<stem>/``)."""
+    import subprocess
+    import sys
+
+    doc = Path(repo) / page
+    pics = doc.parent / doc.stem
+
+    def files():
+        return snapshot([doc, *sorted(pics.glob("*.png"))])
+
+    before = files()
+    env = {"PYTHONPATH": str(repo), "MPLBACKEND": "Agg", "PATH": "/usr/bin:/bin"}
+    subprocess.run([sys.executable, *command], cwd=repo, env=env, check=True, capture_output=True)
+    return changes(before, files())

@@ -78,15 +78,8 @@ def test_matters_needs_more_than_the_margin_and_an_interval_that_excludes_zero()
 
 
 def test_the_1_epoch_page_regenerates_from_a_clean_checkout(committed_tree):
-    import subprocess
-    import sys
+    from pages import regenerate  # what "the page regenerates" means (one rule for every page)
 
-    from pages import changes, snapshot  # what "the page regenerates" means (one rule for every page)
-
-    repo = committed_tree  # conftest.py: the committed tree (HEAD) unpacked, what a clean checkout holds
-    page, pics = repo / "docs/results/placement-1epoch.md", repo / "docs/results/placement-1epoch"
-    before = snapshot([page, *sorted(pics.glob("*.png"))])
-    env = {"PYTHONPATH": str(repo), "MPLBACKEND": "Agg", "PATH": "/usr/bin:/bin"}
-    subprocess.run([sys.executable, *report.REGEN.split()[1:]], cwd=repo, env=env, check=True, capture_output=True)
-    changed = changes(before, snapshot([page, *sorted(pics.glob("*.png"))]))  # tests/pages.py: the rule
+    # conftest.py: the committed tree (HEAD) unpacked, what a clean checkout holds
+    changed = regenerate(committed_tree, "docs/results/placement-1epoch.md", report.REGEN.split()[1:])
     assert not changed, f"regenerating changed {changed}: run `{report.REGEN}` and commit the result"

@@ -83,9 +83,8 @@ def test_collect_merges_the_connectivity_counts_of_two_calls(tmp_path):
 
 # ---------------------------------------------------------------------- the page (study_report.py)
 import importlib.util  # noqa: E402
-import subprocess  # noqa: E402
 
-from pages import changes, snapshot  # noqa: E402  (what "the page regenerates" means: one rule for every page)
+from pages import regenerate  # noqa: E402  (what "the page regenerates" means: one rule for every page)
 
 _spec = importlib.util.spec_from_file_location("study_report", ROOT / "experiments/placement/study_report.py")
 R = importlib.util.module_from_spec(_spec)
@@ -136,11 +135,6 @@ def test_holm_and_the_equivalence_test():
 
 
 def test_the_page_regenerates_from_a_clean_checkout(committed_tree):
-    repo = committed_tree  # conftest.py: the committed tree (HEAD) unpacked, what a clean checkout holds
-    page, pics = repo / "docs/results/placement.md", repo / "docs/results/placement"
-    before = snapshot([page, *sorted(pics.glob("*.png"))])
-    env = {"PYTHONPATH": str(repo), "MPLBACKEND": "Agg", "PATH": "/usr/bin:/bin"}
-    subprocess.run([sys.executable, "experiments/placement/study_report.py"], cwd=repo, env=env, check=True,
-                   capture_output=True)
-    changed = changes(before, snapshot([page, *sorted(pics.glob("*.png"))]))  # tests/pages.py: the rule
+    # conftest.py: the committed tree (HEAD) unpacked, what a clean checkout holds; tests/pages.py: the rule
+    changed = regenerate(committed_tree, "docs/results/placement.md", ["experiments/placement/study_report.py"])
     assert not changed, f"regenerating changed {changed}: run `{R.COMMAND}` and commit the result"

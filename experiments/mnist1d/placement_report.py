@@ -474,15 +474,7 @@ def render(rows: dict[str, list[dict]], grid: list[dict], connectivity: dict, ba
                           for c, d in connectivity.items() if c in i2)
     out.append("## Counts (bimodal cells)\n")
     if cnt:
-        t = ["| cell | draws: empty output row / no walk | seeds | untrained (empty output row) | no walk | at chance | "
-             "mean above chance (%) | Fisher p vs MLP, Holm |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-        for d in cnt:
-            cd = d["conn"]
-            drawn = f"{cd['empty_output_row']}/{cd['no_input_output_walk']} of {cd['draws']}" if cd else ""
-            t.append(f"| {d['cell']} | {drawn} | "
-                     f"{d['n']} | {d['untrained']} | {d['no_walk']} | {d['chance']} | "
-                     f"{'' if d['mean_above'] is None else format(d['mean_above'], '.2f')} | {_p(d.get('p_holm'))} |")
-        out.append("\n".join(t) + "\n")
+        out.append(_placement().grid.counts_table(cnt, "p_holm", "Fisher p vs MLP, Holm", _p))
     else:
         out.append("No random item-2 cell has a finished run yet.\n")
     if conn_text:

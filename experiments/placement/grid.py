@@ -131,3 +131,19 @@ def training_time_text(rows: dict[str, list[dict]]) -> str:
     spent = sum(r["time_per_epoch_s"] * r["epochs"] for rs in rows.values() for r in rs if r.get("time_per_epoch_s"))
     return (f"Training time of the committed runs: {spent / 3600:.1f} CPU-hours (epochs x seconds per epoch, "
             f"evaluation excluded; 1 thread each).\n") if spent else ""
+
+
+def counts_table(rows: list[dict], p_key: str, p_label: str, p_text: Callable[[float | None], str]) -> str:
+    """The counts table of a placement page (block placement and bimodal cells): per cell its untrained
+    draws' connectivity (``conn``: empty output row / no walk of the draws), the trained seeds, those
+    untrained, without a walk and at chance, the mean of the others and the Fisher p (``p_key``, written
+    by the page's own ``p_text``)."""
+    t = ["| cell | untrained draws: empty output row / no walk | seeds | untrained (empty output row) | no walk | "
+         f"at chance | mean of the others (%) | {p_label} |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for d in rows:
+        cd = d["conn"]
+        drawn = f"{cd['empty_output_row']} / {cd['no_input_output_walk']} of {cd['draws']}" if cd else ""
+        mean = "" if d["mean_above"] is None else format(d["mean_above"], ".2f")
+        t.append(f"| {d['cell']} | {drawn} | {d['n']} | {d['untrained']} | {d['no_walk']} | {d['chance']} | {mean} | "
+                 f"{p_text(d.get(p_key))} |")
+    return "\n".join(t) + "\n"

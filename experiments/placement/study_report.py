@@ -285,15 +285,7 @@ def render(rows: dict[str, list[dict]], cells: list[dict], connectivity: dict, l
         out.append("## The shortcut removed\n\n" + "\n".join(t) + "\n")
     cnt = counts(rows, cells, connectivity)
     if cnt:
-        t = ["| cell | untrained draws: empty output row / no walk | seeds | untrained (empty output row) | no walk | "
-             "at chance | mean of the others (%) | Fisher p vs MLP |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-        for d in cnt:
-            cd = d["conn"]
-            drawn = f"{cd['empty_output_row']} / {cd['no_input_output_walk']} of {cd['draws']}" if cd else ""
-            t.append(f"| {d['cell']} | {drawn} | "
-                     f"{d['n']} | {d['untrained']} | {d['no_walk']} | {d['chance']} | "
-                     f"{'' if d['mean_above'] is None else format(d['mean_above'], '.2f')} | {_p(d['p'])} |")
-        out.append("## Block placement and bimodal cells, by counts\n\n" + "\n".join(t) + "\n")
+        out.append("## Block placement and bimodal cells, by counts\n\n" + _study().grid.counts_table(cnt, "p", "Fisher p vs MLP", _p))
     # learning curves
     lc = linear_curve(epochs)
     out.append("## Learning curves\n")
