@@ -239,7 +239,7 @@ def render(rows: dict[str, list[dict]], cells: list[dict], connectivity: dict, l
                        f"{_pm(mlp)}%. The test set's binomial error at the MLP's accuracy: {binom:.2f} point.\n")
     out.append("## The rules (fixed before the runs were read)\n\n- " + "\n- ".join(r.format(epochs=epochs) for r in RULES) + "\n")
     out.append("## Setting\n")
-    out.append("The source: `../shared/seeds/003_5467b9de8681185d.txt`, a machine-written summary of Hershey et al. "
+    out.append("The source: `seeds/003_5467b9de8681185d.txt` (the project's shared seed documents), a machine-written summary of Hershey et al. "
                "(arXiv 2404.00880), not the paper. Its MNIST result: \"Final testing accuracy was virtually "
                "indistinguishable at 92.7% between standard and randomized architectures\", for the MLP [2500, 500, 200, "
                "100, 10] on 50x50 MNIST, 100 epochs. Its Open Question 1: \"How does the placement of trainable parameters "
