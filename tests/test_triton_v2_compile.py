@@ -54,6 +54,21 @@ def test_v2_compiles_well_for_sm90(kernel, T, cfg, transposed, split):
     assert r.buffers == want, f"{r.kernel} T={T} {cfg}: {r.buffers} buffers, the table promises {want}"
 
 
+@pytest.mark.parametrize("kernel,T,cfg,transposed,split", [v for v in _variants() if v[1] == 64],
+                         ids=lambda v: v if isinstance(v, str) else None)
+def test_v2_compiles_with_its_integer_arguments_as_constexprs(kernel, T, cfg, transposed, split):
+    """torch's mutation analysis of a recorded launch (``torch.compile`` through the triton ops)
+    compiles the kernel with its integer arguments as constants, under torch 2.11 at least: on
+    the H200 of 2026-11-29 dW's split branch failed there (``n_groups.to``: an int has no
+    ``.to``), torch then assumed every argument written, cloned the weight and stopped with "a
+    leaf Variable that requires grad is being used in an in-place operation"."""
+    sm90 = _sm90()
+    try:
+        sm90.check_v2(kernel, T, cfg, transposed, split, ints_constexpr=True)
+    except (ImportError, FileNotFoundError, RuntimeError) as e:
+        pytest.skip(f"cannot compile for sm_90 here: {type(e).__name__}: {e}"[:200])
+
+
 @pytest.mark.skipif(not os.environ.get("SEQ2D_TRITON36_PYTHON"), reason="SEQ2D_TRITON36_PYTHON not set")
 def test_v2_compiles_with_the_gpu_images_triton():
     py = os.environ["SEQ2D_TRITON36_PYTHON"]

@@ -112,8 +112,12 @@ def v2_signature(kernel: str, dtype: str = "bf16") -> dict:
             for n in fn.arg_names}
 
 
-def check_v2(kernel: str, tile: int, cfg: tuple, transposed: bool = False, split: bool = False) -> Report:
-    """Compile one v2 candidate (``kernel`` 'gather' or 'sdd'; ``cfg`` as in triton_v2's tables)."""
+def check_v2(kernel: str, tile: int, cfg: tuple, transposed: bool = False, split: bool = False,
+             ints_constexpr: bool = False) -> Report:
+    """Compile one v2 candidate (``kernel`` 'gather' or 'sdd'; ``cfg`` as in triton_v2's tables).
+    ``ints_constexpr``: every integer argument a constexpr too (as torch 2.11's mutation analysis
+    of a ``wrap_triton`` launch hands them over: the GPU run of 2026-11-29 failed there on a
+    ``.to`` of one)."""
     import time
 
     import triton
@@ -127,6 +131,8 @@ def check_v2(kernel: str, tile: int, cfg: tuple, transposed: bool = False, split
         fn, const = k._gather_gemm_kernel, dict(T=tile, TRANS_W=transposed, UPCAST=False, **kw)
     else:
         fn, const = k._sdd_grouped_kernel, dict(T=tile, G=v2.GROUP_TILES[tile], SPLIT=split, UPCAST=False, **kw)
+    if ints_constexpr:
+        const.update({n: 7 for n, t in v2_signature(kernel).items() if t == "i32" and n not in const})
     t0 = time.perf_counter()
     c = compile_kernel(fn, v2_signature(kernel), const, nw, ns)
     regs, spills = _ptxas_verbose(c.asm["ptx"])

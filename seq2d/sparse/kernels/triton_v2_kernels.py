@@ -146,7 +146,7 @@ def _sdd_grouped_kernel(
         offs = tl.arange(0, T)
         tile = offs[:, None] * T + offs[None, :]
         TT: tl.constexpr = T * T
-        ng64 = n_groups.to(tl.int64)  # int64 workspace offsets
+        ng64 = tl.cast(n_groups, tl.int64)  # int64 workspace offsets (tl.cast: n_groups may be a constexpr int)
         slot = (s * ng64 + item) * G  # this program's partials
         tl.store(ws_ptr + slot * TT + tile, acc0)
         if G >= 2:
