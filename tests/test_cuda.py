@@ -564,35 +564,55 @@ def test_graph_step_compiled_equals_eager_and_sees_a_mask_edit(store, precision,
     assert compiled == pytest.approx(eager, rel=1e-5), f"compiled {compiled}, eager {eager}, before the edit {before}"
 
 
-@pytest.mark.parametrize("store", GRAPH_STORES)
-def test_graph_step_captured_equals_eager_loop(store, precision):
+def _eager_steps(model, batches, capturable, state=None):
+    """Adam over ``batches``, eagerly, on ``model`` (in place); the losses."""
     import torch.nn.functional as F
 
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, capturable=capturable)
+    if state is not None:
+        opt.load_state_dict(state)
+    losses = []
+    for x, y in batches:
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def _assert_like_eager(m, ref, ref2, what):
+    """Each parameter of ``m`` equals the eager run's (``ref``) within rtol 1e-5 and an atol of
+    1e-6 or 4x the spread between ``ref`` and a control eager run ``ref2`` (Adam turns a rounding
+    difference in a gradient near zero into a step of up to ``lr``), the failure naming the
+    parameter, the spread and torch's own mismatch report (the 2026-11-29 GPU run said only
+    "slot_bias.bias": the first parameter compared)."""
+    for (name, p), q, q2 in zip(m.named_parameters(), ref.parameters(), ref2.parameters()):
+        spread = (q - q2).abs().max().item()
+        torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-5, atol=max(1e-6, 4 * spread),
+                                   msg=lambda s, n=name, e=spread: f"{n} {what} (eager-vs-eager spread {e:.3g}): {s}")
+
+
+@pytest.mark.parametrize("store", GRAPH_STORES)
+def test_graph_step_captured_equals_eager_loop(store, precision):
     m = _graph_model(store)
-    ref = copy.deepcopy(m)
+    ref, ref2 = copy.deepcopy(m), copy.deepcopy(m)
     start = [p.detach().clone() for p in m.parameters()]
     batches = [_graph_batch(k) for k in range(6)]
     opt = torch.optim.Adam(m.parameters(), lr=1e-3, capturable=True)
     step = _recipe()["CapturedStep"](m, opt, *batches[0], warmup=3)  # 3 steps on batch 0
     losses = [step(x, y).item() for x, y in batches[1:]]
-    opt_ref = torch.optim.Adam(ref.parameters(), lr=1e-3)  # the ordinary (not capturable) Adam
-    losses_ref = []
-    for x, y in [batches[0]] * 3 + batches[1:]:
-        opt_ref.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(ref(x), y)
-        loss.backward()
-        opt_ref.step()
-        losses_ref.append(loss.item())
+    eager = [batches[0]] * 3 + batches[1:]
+    losses_ref = _eager_steps(ref, eager, capturable=False)  # the ordinary (not capturable) Adam
+    _eager_steps(ref2, eager, capturable=True)  # the control: the captured step's Adam, eagerly
     torch.testing.assert_close(torch.tensor(losses), torch.tensor(losses_ref[3:]), rtol=1e-5, atol=1e-6)
-    for (name, p), q, p0 in zip(m.named_parameters(), ref.parameters(), start):
+    for (name, p), p0 in zip(m.named_parameters(), start):
         assert not torch.equal(p.detach(), p0), f"{name} did not train"
-        torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-5, atol=1e-6, msg=f"{name} after 5 replays")
+    _assert_like_eager(m, ref, ref2, "after 5 replays")
 
 
 @pytest.mark.parametrize("store", GRAPH_STORES)
 def test_graph_step_capture_refuses_a_mask_edit_then_recaptures(store, precision):
-    import torch.nn.functional as F
-
     recipe = _recipe()
     m = _graph_model(store)
     opt = torch.optim.Adam(m.parameters(), lr=1e-3, capturable=True)
@@ -605,15 +625,15 @@ def test_graph_step_capture_refuses_a_mask_edit_then_recaptures(store, precision
         step(x1, y1)  # a replay would multiply by the float copy of the old mask
     with pytest.raises(ValueError, match="takes batches of shapes"):
         step(x1[:4], y1[:4])
-    # a new capture uses the edited mask: one warm-up step and one replay equal two eager steps
-    ref = copy.deepcopy(m)
-    opt_ref = torch.optim.Adam(ref.parameters(), lr=1e-3, capturable=True)
-    opt_ref.load_state_dict(opt.state_dict())
+    # a new capture uses the edited mask: one warm-up step and one replay equal two eager steps.
+    # The dense store's compact box changed size with the edit (docs/concepts.md): the optimizer
+    # is built again, as the docs say; the tiled store keeps its tiles, and its optimizer state.
+    if store == "dense":
+        opt = torch.optim.Adam(m.parameters(), lr=1e-3, capturable=True)
+    state = copy.deepcopy(opt.state_dict())
+    ref, ref2 = copy.deepcopy(m), copy.deepcopy(m)
     step = recipe["CapturedStep"](m, opt, x0, y0, warmup=1)
     step(x1, y1)
-    for x, y in ((x0, y0), (x1, y1)):
-        opt_ref.zero_grad(set_to_none=True)
-        F.cross_entropy(ref(x), y).backward()
-        opt_ref.step()
-    for (name, p), q in zip(m.named_parameters(), ref.parameters()):
-        torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-5, atol=1e-6, msg=name)
+    for r in (ref, ref2):  # two identical eager runs: their spread is the control
+        _eager_steps(r, [(x0, y0), (x1, y1)], capturable=True, state=copy.deepcopy(state))
+    _assert_like_eager(m, ref, ref2, "after a recapture")

@@ -33,6 +33,7 @@ from ..blocks import ContextModule, block_kind, call_block
 from ..errors import InvalidInput, InvalidType
 from .state import check_context, check_state, from_flat, segments
 from .topology import components, input_distances
+from ..memo import memo_dict
 
 __all__ = ["ENABLED", "unsupported_reason", "sequence_by_components", "step_loop", "delays", "run_sequence"]
 
@@ -98,7 +99,7 @@ def _plan(model, pipeline: bool):
     store, rows, blocks = model.store, model._rows, model.blocks
     key = (bool(pipeline), id(store), getattr(store, "loop", None), model.inputs, model.outputs,
            tuple(map(id, blocks.values())), tuple(map(id, model.acts)))
-    cache = model.__dict__.setdefault("_schedule_plans", {})
+    cache = memo_dict(model, "_schedule_plans")
     if key in cache:
         return cache[key]
     ctx = [f"block F[{i}][{j}] is a {type(b).__name__} (call-time context)" for i, j, _, b in model.positions()

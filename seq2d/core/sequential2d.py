@@ -28,6 +28,7 @@ from .slot_bias import SlotBias
 from .state import Segments, State
 from .step import Step
 from .topology import depth_and_levels, far_output
+from ..memo import memo_dict
 
 __all__ = ["Sequential2D", "block_kind", "core_of"]
 
@@ -450,7 +451,7 @@ class Sequential2D(ContextModule):
         if steps > 1 and self.store is not None and self.options.use_held_products:
             # slots no step of this call writes (the held inputs, and ``hold``): the store computes
             # their products once per call instead of once per step (seq2d/stores/dense.py)
-            memo = self.__dict__.setdefault("_held_during", {})  # updated rows -> slots never written
+            memo = memo_dict(self, "_held_during")  # updated rows -> slots never written
             const = memo.get(upd)
             if const is None:
                 const = memo[upd] = frozenset(range(self.n)) - frozenset(upd)

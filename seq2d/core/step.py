@@ -30,6 +30,7 @@ from torch import Tensor, nn
 from ..activations import elementwise_key
 from ..blocks import block_kind, call_block
 from .state import Segments
+from ..memo import memo_dict
 
 __all__ = ["Step", "StepPlan", "build_plan", "run_plan"]
 
@@ -103,7 +104,7 @@ class Step:
         elementwise one (a module block or another activation may hold state or draw random
         numbers). Usually every step but the last few is ``upd`` itself; the last ones are
         memoised."""
-        memo = self.__dict__.setdefault("_demand", {})
+        memo = memo_dict(self, "_demand")
         key = (upd, steps, read)
         hit = memo.get(key)
         if hit is None:

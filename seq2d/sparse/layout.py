@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from ..errors import InvalidType, InvalidValue
+from ..memo import memo_dict
 
 __all__ = ["TILE_SIZES", "BlockSparseLayout"]
 
@@ -143,7 +144,7 @@ class BlockSparseLayout:
             return self
         if device.type == "cuda" and device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
-        memo = self.__dict__.setdefault("_on_device", {})
+        memo = memo_dict(self, "_on_device")
         if device not in memo:
             new = object.__new__(BlockSparseLayout)
             new.__dict__.update({k: v for k, v in self.__dict__.items() if not k.startswith("_")})

@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from ..errors import InvalidValue, renamed_keyword
 from .layout import TILE_SIZES, BlockSparseLayout
+from ..memo import memo_dict
 
 __all__ = ["BlockSparseLinear", "Group"]
 
@@ -236,7 +237,7 @@ class BlockSparseLinear(nn.Module):
     def _group_index(self, g: int, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
         """Group ``g``'s data tiles and their tile coordinates (a, b) as index tensors on
         ``device``, built once per device (not copied to the GPU at every call)."""
-        memo = self.__dict__.setdefault("_group_idx", {})
+        memo = memo_dict(self, "_group_idx")
         key = (g, torch.device(device))
         hit = memo.get(key)
         if hit is None:

@@ -46,6 +46,7 @@ from .base import Store, contiguous_runs
 from .registry import register_store
 from .compact import block_index, block_region, compact_boxes, compact_index, place, take
 from ..store_view import WriteBack
+from ..memo import memo_dict
 
 __all__ = ["DenseStore"]
 
@@ -289,7 +290,7 @@ class DenseStore(Store):
     def _block_index(self, k: int, key) -> tuple[Tensor, Tensor]:
         """:func:`block_index` of ``key``'s region in the k-th (compact) box, memoised per index tensor."""
         idx = self._buf("index", k)
-        memo = self.__dict__.setdefault("_block_idx", {})
+        memo = memo_dict(self, "_block_idx")
         hit = memo.get(key)
         if hit is None or hit[0] is not idx:
             _, r0, c0, h, w = key
@@ -465,7 +466,7 @@ class DenseStore(Store):
     def _split(self, b: int, const: frozenset) -> "_ColumnSplit | None":
         """Box ``b``'s columns split into the held slots ``const`` and the rest (static, memoised);
         None when the box reads no held slot."""
-        memo = self.__dict__.setdefault("_splits", {})
+        memo = memo_dict(self, "_splits")
         key = (b, const)
         if key not in memo:
             box = self.boxes[b]

@@ -24,6 +24,7 @@ from ..sparse.linear import BlockSparseLinear
 from ..sparse.ops import bsmm, resolve_kernel
 from .base import Store
 from .registry import register_store
+from ..memo import memo_dict
 
 __all__ = ["TiledStore", "TiledBlock"]
 
@@ -128,7 +129,7 @@ class TiledStore(Store):
             return self.matrix.layout, None
         dev = self.device
         if idx is not None and idx.device != dev:  # one copy per device, kept (CPU original stays)
-            memo = self.__dict__.setdefault("_sub_idx", {})
+            memo = memo_dict(self, "_sub_idx")
             idx = memo.get((key, dev))
             if idx is None:
                 idx = memo[(key, dev)] = self._sub[key][1].to(dev)
@@ -194,7 +195,7 @@ class TiledStore(Store):
         a held slot (static, memoised). Each layout spans only its part's tile-columns, from the
         first to the last it reads (the product reads that slice of the state: no gradient is
         zero-filled and carried back over the other columns)."""
-        memo = self.__dict__.setdefault("_held_splits", {})
+        memo = memo_dict(self, "_held_splits")
         mkey = (key, const)
         if mkey not in memo:
             full = self.matrix._layout
@@ -275,7 +276,7 @@ class TiledStore(Store):
     def _subset_index(self, key: tuple[int, ...], big: tuple[int, ...], const: frozenset, rest, device) -> tuple:
         """``key``'s columns in ``big``'s held product (``(start, width)`` when contiguous, else an
         index) and its rest tiles among ``big``'s (None without rest tiles), on ``device`` (static, memoised)."""
-        memo = self.__dict__.setdefault("_subset_idx", {})
+        memo = memo_dict(self, "_subset_idx")
         mkey = (key, big, const, device)
         if mkey not in memo:
             _, start_big = self._compact(big)
@@ -306,7 +307,7 @@ class TiledStore(Store):
                 src = m._float_tmask(d) if name == "tmask" else t.to(d.dtype)
                 out.append([src.index_select(0, self._on(p, d.device)) for p in parts])
                 continue
-            memo = self.__dict__.setdefault("_part_mask", {})
+            memo = memo_dict(self, "_part_mask")
             k = (name, key, d.dtype, d.device)
             hit = memo.get(k)
             if hit is None or hit[0] is not t or hit[1] != t._version:  # the tensor itself is kept: its id stays its own
@@ -319,7 +320,7 @@ class TiledStore(Store):
         """A CPU index tensor on ``device`` (one copy per device, kept)."""
         if idx.device == device:
             return idx
-        memo = self.__dict__.setdefault("_idx_on", {})
+        memo = memo_dict(self, "_idx_on")
         k = (id(idx), device)
         if k not in memo:
             memo[k] = (idx, idx.to(device))  # the CPU original is held too, so its id stays unique

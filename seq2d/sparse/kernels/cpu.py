@@ -75,6 +75,7 @@ from ..autograd import host_product
 from ..layout import BlockSparseLayout
 from . import cpu_fm
 from .base import Kernel, register_kernel
+from ...memo import memo_dict
 
 
 @contextmanager
@@ -233,7 +234,7 @@ def _bmm_plan(layout: BlockSparseLayout, chunk: int | None = None) -> dict:
     ``rows``: chunks of the tile-rows (forward, dW), ``idx`` = the x tile-column of every slot,
     slots are positions. ``cols``: chunks of the tile-columns (dX), ``pos`` = the position of
     every slot, ``idx`` = its tile-row (the dy tile it reads)."""
-    cache = layout.__dict__.setdefault("_cpu_bmm_plan", {})
+    cache = memo_dict(layout, "_cpu_bmm_plan")
     if chunk in cache:
         return cache[chunk]
     T = layout.tile
@@ -266,7 +267,7 @@ def _scratch(role: str, shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
         n *= d
     if n * dtype.itemsize < SCRATCH_MIN_BYTES:
         return torch.empty(shape, dtype=dtype)
-    bufs = _SCRATCH.__dict__.setdefault("bufs", {})
+    bufs = memo_dict(_SCRATCH, "bufs")
     buf = bufs.get((role, dtype))
     if buf is None or buf.numel() < n:
         bufs[(role, dtype)] = None  # free the old one first
