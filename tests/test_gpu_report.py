@@ -70,3 +70,36 @@ def test_dense_crossover_lookup(dtype, tile, expected):
 def test_dense_crossover_cpu_is_never():
     assert dense_crossover("cpu", torch.float32, 64) == float("inf")
     assert dense_crossover("cpu", torch.bfloat16, None) == float("inf")
+
+
+PROBE = ROOT / "benchmarks" / "results" / "gpu-2026-11-29"
+
+
+def test_the_probe_section_is_regenerated_from_the_files():
+    text = _report().render_probe(PROBE)
+    page = (ROOT / "docs" / "performance.md").read_text()
+    assert f"<!-- gpu-probe:begin -->\n{text.strip()}\n<!-- gpu-probe:end -->" in page
+
+
+def test_the_probe_targets_can_come_out_either_way():
+    """Each verdict follows the numbers: the same file with the passes made 10% slower or faster
+    flips the targets that sit near their line (0.85 of cuBLAS at density 1: 0.89-0.93)."""
+    import copy
+    import json
+
+    report = _report()
+    probe = json.loads((PROBE / "kernel_probe-cuda.json").read_text())
+    lines = report.probe_targets(probe)
+    assert any("of cuBLAS" in x and x.endswith("**met**.") for x in lines)
+    assert any("of ideal" in x and x.endswith("**missed**.") for x in lines)
+    slow = copy.deepcopy(probe)
+    for p in slow["passes"]:
+        p["device_ms"] *= 1.1
+    assert any("of cuBLAS" in x and x.endswith("**missed**.") for x in report.probe_targets(slow))
+    fast = copy.deepcopy(probe)
+    for p in fast["passes"]:
+        p["device_ms"] *= 0.9
+    assert any("of ideal" in x and x.endswith("**met**.") for x in report.probe_targets(fast))
+    for s in fast["model_step"]:
+        s["graph_ms"] = s["kernel_graph_ms"] * 1.1
+    assert any("model step" in x and x.endswith("**met**.") for x in report.probe_targets(fast))

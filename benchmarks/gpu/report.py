@@ -9,6 +9,14 @@ and ``-tf32.json`` (the ``kernels`` stage), ``memory-cuda-DATE.json`` and ``mode
 stage's JUnit file by ``--tests-xml``). It writes the page's ``gpu`` section and prints the dense
 crossover per tile that ``seq2d.sparse.ops.DENSE_CROSSOVER`` takes from the bf16 table
 (:func:`crossover`; ``tests/test_gpu_report.py`` checks that the constants are these numbers).
+
+    python benchmarks/gpu/report.py --probe benchmarks/results/gpu-2026-11-29 --doc docs/performance.md
+
+renders issue 37's session instead (``suite.sh v2-check`` and ``v2-probe``, the files as they came
+back in one folder: ``env.json``, ``tests-*.xml``, ``triton_v2_tune-cuda.json``,
+``kernel_probe-cuda.json``) into the page's ``gpu-probe`` section: the targets, met or missed,
+computed from the probe's own ideal (stored density x cuBLAS's time for the pass), memory floor
+(bytes the pass must move / the copy bandwidth it measured) and CUDA-graph timings.
 """
 
 from __future__ import annotations
@@ -217,7 +225,7 @@ def render(date: str, results: Path = RESULTS) -> tuple[str, dict[int, float | N
     out += ["Issue 13's targets:", "", targets(bf16, mem, step), "",
             "Findings (bf16 table below, forward + dX + dW):", "", summary(bf16, cross), ""]
     e = bf16["environment"]
-    out += [f"### Kernels: bf16, N = {bf16['cases'][0]['N']}, batch {bf16['cases'][0]['batch']}, forward + dX + dW",
+    out += [f"#### Kernels: bf16, N = {bf16['cases'][0]['N']}, batch {bf16['cases'][0]['batch']}, forward + dX + dW",
             "",
             f"`blocksparse-cuda-{date}-bf16.json`; command: `{e['command']}`. Milliseconds, median of {e['repeats']} "
             f"after {e['warmup']} warm-up; columns are the requested tile densities (the stored density of each "
@@ -235,13 +243,13 @@ def render(date: str, results: Path = RESULTS) -> tuple[str, dict[int, float | N
         out += [f"Per pass, tile {t} (seq2d[triton] against cuBLAS's forward; useful work counts the stored tiles "
                 "only, so cuBLAS's rate is its real rate times the density):", "", pass_table(bf16, t), ""]
     e = tf32["environment"]
-    out += [f"### Kernels: float32 with tf32 dots, tile {', '.join(str(t) for t in cross_tf32)}", "",
+    out += [f"#### Kernels: float32 with tf32 dots, tile {', '.join(str(t) for t in cross_tf32)}", "",
             f"`blocksparse-cuda-{date}-tf32.json`; command: `{e['command']}`.", ""]
     for t in cross_tf32:
         out += [kernel_table(tf32, t, ("dense", "torch_bsr_triton", "seq2d[triton]", "seq2d[dense]")), "",
                 f"Dense-kernel crossover at tile {t} in float32: {_fmt(cross_tf32[t])}.", ""]
     k, m = mem["kernel"], mem["model"]
-    out += ["### Memory at N = 131,072", "",
+    out += ["#### Memory at N = 131,072", "",
             f"`memory-cuda-{date}.json` (`{mem['environment']['command']}`), {mem['environment']['dtype']}: "
             f"`bsmm` with tile {k['tile']}, stored density {k['density_actual']:.4f} ({k['stored_tiles']} tiles), batch {k['batch']}: "
             f"peak {k['peak_gib']:.2f} GiB (inputs and tiles {k['inputs_gib']:.2f} GiB), {k['median_ms']:.2f} ms forward + backward, "
@@ -251,7 +259,7 @@ def render(date: str, results: Path = RESULTS) -> tuple[str, dict[int, float | N
             f"{m['stored_tiles']} tiles ({m['parameters']:,} parameters), batch {m['batch']}, forward + backward + Adam: "
             f"peak {m['peak_gib']:.2f} GiB, {m['median_ms']:.2f} ms per step, finite {m['finite']}.", ""]
     e = step["environment"]
-    out += [f"### Model step (the public API, list state), N = {e['N']}, {e['dtype']}", "",
+    out += [f"#### Model step (the public API, list state), N = {e['N']}, {e['dtype']}", "",
             f"`model_step-cuda-{date}.json` (`{e['command']}`). Milliseconds, median, wall clock with synchronisation "
             "(Python launch overhead counts). `default`: the model as `from_mask` builds it; `tiled`: after "
             "`to_blocksparse`; `kernel`: `bsmm` alone; `loss alone`: the benchmark's per-slot loss terms, which the model "
@@ -260,13 +268,177 @@ def render(date: str, results: Path = RESULTS) -> tuple[str, dict[int, float | N
     return "\n".join(out), cross
 
 
+# ---------------------------------------------------------------------------- issue 37's probe session
+PROBE_TARGETS = {"ideal": 0.85, "cublas": 0.85, "floor": 2.0, "step": 1.2}  # the issue's numbers
+OPS = ("dds_t", "dds", "sdd_t")
+OP_NAMES = {"dds_t": "forward", "dds": "dX", "sdd_t": "dW"}
+
+
+def _pass(probe: dict, kernel: str, tile: int, density: float, op: str) -> dict | None:
+    for p in probe["passes"]:
+        if (p["kernel"], p["tile"], p["density"], p["op"]) == (kernel, tile, density, op):
+            return p
+    return None
+
+
+def _verdict(ok: bool) -> str:
+    return "**met**" if ok else "**missed**"
+
+
+def probe_targets(probe: dict) -> list[str]:
+    """Issue 37's targets against the probe's passes (v2) and model step, each met or missed."""
+    t, out = PROBE_TARGETS, []
+    dense = probe["ceilings"]["dense_ms"]
+    for tile, density, key, what in ((128, 0.25, "ideal", "of ideal at density 0.25, tile 128"),
+                                     (128, 1.0, "cublas", "of cuBLAS at density 1, tile 128")):
+        ps = {op: _pass(probe, "triton_v2", tile, density, op) for op in OPS}
+        if not all(ps.values()):
+            out.append(f"- >= {t[key]} {what}: not measured.")
+            continue
+        frac = {op: (p["ideal_ms"] if key == "ideal" else dense[op]) / p["device_ms"] for op, p in ps.items()}
+        v1 = {op: _pass(probe, "triton", tile, density, op) for op in OPS}
+        out.append(f"- >= {t[key]} {what}: " + ", ".join(
+            f"{OP_NAMES[op]} {frac[op]:.2f} ({ps[op]['device_ms']:.3f} ms against "
+            f"{ps[op]['ideal_ms'] if key == 'ideal' else dense[op]:.3f})" for op in OPS)
+            + f"; v1 " + ", ".join(f"{(p['ideal_ms'] if key == 'ideal' else dense[op]) / p['device_ms']:.2f}"
+                                   for op, p in v1.items() if p)
+            + f": {_verdict(min(frac.values()) >= t[key])}.")
+    for tile in sorted({p["tile"] for p in probe["passes"]}, reverse=True):
+        ps = {op: _pass(probe, "triton_v2", tile, 0.01, op) for op in OPS}
+        if not all(ps.values()):
+            continue
+        r = {op: p["device_ms"] / p["floor_ms"] for op, p in ps.items()}
+        worst = max(r, key=r.get)
+        out.append(f"- density 0.01, tile {tile}, <= {t['floor']:g}x the pass's memory floor: "
+                   + ", ".join(f"{OP_NAMES[op]} {r[op]:.2f}x ({ps[op]['device_ms']:.3f} ms, floor {ps[op]['floor_ms']:.3f})"
+                               for op in OPS)
+                   + (f": {_verdict(True)}." if r[worst] <= t["floor"] else
+                      f": {_verdict(False)} ({OP_NAMES[worst]}; v1's {OP_NAMES[worst]} took "
+                      f"{_pass(probe, 'triton', tile, 0.01, worst)['device_ms']:.3f} ms)."))
+    for s in probe.get("model_step", []):
+        if s["kernel"] != "triton_v2":
+            continue
+        ratio = s["graph_ms"] / s["kernel_graph_ms"]
+        out.append(f"- model step <= {t['step']}x the kernel with CUDA graphs ({s['slots']} slots, N {s['N']}, "
+                   f"batch {s['batch']}, density {s['density']:g}, tile {s['tile']}): the step replayed from a CUDA "
+                   f"graph {s['graph_ms']:.3f} ms, the kernel alone {s['kernel_graph_ms']:.3f} ms, {ratio:.1f}x: "
+                   f"{_verdict(ratio <= t['step'])}.")
+    out.append("- faster than stk and blksprs at every density they support: **not measured** (the probe does not run them).")
+    return out
+
+
+def probe_pass_table(probe: dict) -> str:
+    lines = ["| tile | density (stored) | pass | v1 ms | v2 ms | v2 / v1 | v2 wall ms | ideal ms | floor ms "
+             "| v2 of ideal | v2 TFLOP/s | v2 rel. err. vs v1 |",
+             "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    keys = sorted({(p["tile"], p["density"]) for p in probe["passes"]}, key=lambda k: (-k[0], k[1]))
+    for tile, density in keys:
+        for op in OPS:
+            a, b = _pass(probe, "triton", tile, density, op), _pass(probe, "triton_v2", tile, density, op)
+            if not (a and b):
+                continue
+            lines.append(f"| {tile} | {density:g} ({b['stored_density']:.4f}) | {OP_NAMES[op]} | {a['device_ms']:.3f} | "
+                         f"{b['device_ms']:.3f} | {b['device_ms'] / a['device_ms']:.2f} | {b['wall_ms']:.3f} | "
+                         f"{b['ideal_ms']:.3f} | {b['floor_ms']:.3f} | {b['ideal_ms'] / b['device_ms']:.2f} | "
+                         f"{b['useful_tflops']:.0f} | {b['rel_err_vs_v1']:.1e} |")
+    return "\n".join(lines)
+
+
+def probe_tune_table(tune: dict) -> str:
+    lines = ["| pass | tile | density | candidates (ok / run) | v1 ms | best v2 ms | v2 / v1 | best config |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for c in tune["cases"]:
+        ok = [r for r in c["rows"] if r.get("status") == "ok"]
+        best = min(ok, key=lambda r: r["device_ms"]) if ok else None
+        lines.append(f"| {OP_NAMES[c['op']]} | {c['tile']} | {c['density']:g} | {len(ok)} / {len(c['rows'])} | "
+                     f"{c['v1_ms']:.3f} | " + (f"{best['device_ms']:.3f} | {best['device_ms'] / c['v1_ms']:.2f} | "
+                                               f"`{best['config']}` |" if best else "n/a | n/a | n/a |"))
+    return "\n".join(lines)
+
+
+def probe_profile_table(probe: dict, top: int = 3) -> str:
+    lines = ["| tile | density | kernel | device time of the launches (us, count) | host-only rows (us) |",
+             "| ---: | ---: | --- | --- | --- |"]
+    for p in probe["profile"]:
+        dev = sorted((r for r in p["rows"] if r["device_us"] > 0 and not r["name"].startswith(("aten::", "void "))),
+                     key=lambda r: -r["device_us"])[:top]
+        host = sorted((r for r in p["rows"] if r["host_us"] > 0), key=lambda r: -r["host_us"])[:top]
+        lines.append(f"| {p['tile']} | {p['density']:g} | {p['kernel']} | "
+                     + ", ".join(f"`{r['name']}` {r['device_us']:.0f} ({r['count']})" for r in dev) + " | "
+                     + ", ".join(f"`{r['name'][:40]}` {r['host_us']:.0f}" for r in host) + " |")
+    return "\n".join(lines)
+
+
+def probe_step_table(probe: dict) -> str:
+    lines = ["| kernel | eager ms | compiled ms (compile s) | CUDA-graph replay ms | kernel alone, graph ms | step / kernel |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for s in probe.get("model_step", []):
+        lines.append(f"| {s['kernel']} | {s['eager_ms']:.2f} | {s['compiled_ms']:.2f} ({s['compile_s']:.1f}) | "
+                     f"{s['graph_ms']:.3f} | {s['kernel_graph_ms']:.3f} | {s['graph_ms'] / s['kernel_graph_ms']:.1f}x |")
+    return "\n".join(lines)
+
+
+def render_probe(folder: Path) -> str:
+    folder = Path(folder)
+    env = json.loads((folder / "env.json").read_text())
+    probe = json.loads((folder / "kernel_probe-cuda.json").read_text())
+    tune = json.loads((folder / "triton_v2_tune-cuda.json").read_text())
+    rel = folder.resolve().relative_to(ROOT) if folder.resolve().is_relative_to(ROOT) else folder.name
+    c = env.get("ceilings", {})
+    out = [f"Generated by `python benchmarks/gpu/report.py --probe {rel} --doc docs/performance.md` from the files "
+           f"in `{rel}/` as the GPU returned them; measured by `bash benchmarks/gpu/suite.sh v2-check` and "
+           f"`v2-probe` on one **{env['gpu']}** ({env['sm_count']} SMs, {env['memory_gib']:.0f} GiB, L2 {env['l2_mib']:.0f} MiB), "
+           f"driver {env.get('driver')}, torch {env['torch']}, CUDA {env['cuda']}, triton {env['triton']}, "
+           f"{probe['environment']['date']}. Device time from CUDA-graph replay (`triton.testing.do_bench_cudagraph`), "
+           f"bf16, N = 8192, batch 8192, one pass at a time (forward `dds_t`, dX `dds`, dW `sdd_t`).", ""]
+    if c:
+        out += [f"Ceilings (`env_check.py`): device-to-device copy {c['copy_TBps_read_plus_write']:.2f} TB/s (read + write); "
+                f"8192^3 GEMM {c['gemm_bf16_TFLOPs']:.0f} TFLOP/s bf16. The probe's own copy bandwidth, which its memory "
+                f"floors divide by: {probe['ceilings']['copy_Bps'] / 1e12:.2f} TB/s; cuBLAS's time for each dense pass: "
+                + ", ".join(f"{OP_NAMES[op]} {probe['ceilings']['dense_ms'][op]:.3f} ms" for op in OPS) + ".", ""]
+    tests = []
+    for name in sorted(folder.glob("tests-*.xml")):
+        n = tests_from_junit(name)
+        tests.append(f"`{name.name}` ({', '.join(n['files'])}): {n['passed']} passed, {n['failures']} failed, "
+                     f"{n['errors']} errors, {n['skipped']} skipped")
+    if tests:
+        out += ["**CUDA tests**: " + "; ".join(tests) + ".", ""]
+    out += ["Issue 37's targets (v2 kernels, tuned configs of `triton_v2_best.json`):", "", *probe_targets(probe), "",
+            "#### Per pass, v1 against v2", "",
+            f"`kernel_probe-cuda.json`; command: `{probe['environment']['command']}`. Ideal: stored density x cuBLAS's "
+            "time for the dense pass; floor: the bytes the pass must move over the probe's copy bandwidth.", "",
+            probe_pass_table(probe), "",
+            "#### Tuning (v2's pruned grid)", "",
+            f"`triton_v2_tune-cuda.json`; command: `{tune['environment']['command']}`; every candidate checked against v1.",
+            "", probe_tune_table(tune), "",
+            "#### Profiler, per launch (tile 128)", "",
+            "From `kernel_probe-cuda.json`'s profile: the kernels' device time and the largest host-only rows.", "",
+            probe_profile_table(probe), "",
+            "#### Model step with CUDA graphs", "",
+            "From `kernel_probe-cuda.json`: forward + backward (no optimizer step) of the tiled model "
+            "(`model_step_cuda.py`'s `tiled` path) and of its kernel alone (`kernel`); eager and `torch.compile(step)` "
+            "(default mode, graph breaks allowed) in wall time, the captured and replayed CUDA graphs in device time.", "",
+            probe_step_table(probe), ""]
+    return "\n".join(out)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--date", required=True, help="the date in the result file names, e.g. 2026-11-26")
+    ap.add_argument("--date", help="the date in the result file names, e.g. 2026-11-26")
+    ap.add_argument("--probe", type=Path, help="a folder of issue 37's probe session: render its 'gpu-probe' section instead")
     ap.add_argument("--results", type=Path, default=RESULTS)
     ap.add_argument("--tests-xml", type=Path, help="the install-and-test stage's test_cuda.xml: write gpu-tests-DATE.json from it")
     ap.add_argument("--doc", help="write the 'gpu' section of this page")
     args = ap.parse_args(argv)
+    if args.probe:
+        text = render_probe(args.probe)
+        print(text)
+        if args.doc:
+            write_section(args.doc, "gpu-probe", text)
+            print(f"wrote the 'gpu-probe' section of {args.doc}")
+        return
+    if not args.date:
+        ap.error("give --date (issue 13's layout) or --probe FOLDER")
     if args.tests_xml:
         dest = files(args.date, args.results)["tests"]
         dest.write_text(json.dumps(tests_from_junit(args.tests_xml), indent=1) + "\n")
