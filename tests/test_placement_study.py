@@ -123,6 +123,10 @@ def test_the_verdict_on_made_up_rows():
     assert cnt["tile-d0.02-no-shortcut"]["chance"] == 1 and 0 < cnt["block-d0.1"]["p"] < 1
     text = R.render(rows, cells, {}, [92.2, 92.3, 92.25, 92.28, 92.3], 20, Path("/nonexistent"), "x")
     assert "differs: above" in text and "**No verdict" not in text
+    verdict = text.split("## The rules")[0]
+    ph = R.holm([d["p"] for d in cnt.values()])
+    assert f"block-d0.1 3 of 5 seeds at chance (Fisher p {R._p(cnt['block-d0.1']['p'])}, Holm " in verdict
+    assert f"Holm over these {len(cnt)} Fisher tests" in verdict and all(h >= d["p"] for h, d in zip(ph, cnt.values()))
     rows_short = {c: v[:4] for c, v in rows.items()}  # a seed short: pending, no verdict
     assert R.analyse(rows_short, cells, [92.0, 92.1])["pending"]
 

@@ -230,8 +230,18 @@ def render(rows: dict[str, list[dict]], cells: list[dict], connectivity: dict, l
         out.append(f"**Does random placement of the MLP's {rows['mlp'][0]['params']:,} trainable parameters over a larger "
                    f"block matrix train like the MLP, at {epochs} epochs on full MNIST?** "
                    f"Like the MLP (within ±{MARGIN:g} points): {', '.join(like) or 'none'}. "
-                   f"Differs: {', '.join(diff) or 'none'}. Undecided: {', '.join(und) or 'none'}. "
-                   f"Reported by counts (block placement{', bimodal cells' if a['bimodal'] else ''}): see below.\n")
+                   f"Differs: {', '.join(diff) or 'none'}. Undecided: {', '.join(und) or 'none'}.\n")
+        cnt = counts(rows, cells, connectivity)
+        if cnt:
+            ph = holm([d["p"] for d in cnt])
+            by = [f"{d['cell']} {d['chance']} of {d['n']} seeds at chance (Fisher p {_p(d['p'])}, Holm {_p(h)}"
+                  + (f"; {d['conn']['no_input_output_walk']} of {d['conn']['draws']} untrained draws without an "
+                     f"input -> output walk" if d["conn"] else "") + ")" for d, h in zip(cnt, ph)]
+            out.append(f"By counts (block placement and the cells with a seed at chance; the MLP: "
+                       f"{sum(x <= AT_CHANCE for x in mlp)} of {len(mlp)} at chance): " + "; ".join(by)
+                       + f". Holm over these {len(cnt)} Fisher tests was added after the runs were read (the rules "
+                       "above name no family for them); the draws' connectivity is a property of the sampler, "
+                       "counted before any training.\n")
         sc = [f"{k}: {d['diff']:+.2f} points, Holm p {_p(d['p_holm'])}" for k, d in a["shortcut"].items()]
         out.append("Removing the input -> output shortcut (no-shortcut minus default): " + "; ".join(sc) + ".\n")
         if linear:
