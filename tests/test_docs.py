@@ -1,7 +1,10 @@
 """The README quick start runs as written; the docs name every constructor."""
 
+import json
 import pathlib
 import re
+
+import pytest
 
 import seq2d
 from doc_code import python_blocks as _python_blocks
@@ -184,3 +187,27 @@ def test_readme_says_how_long_the_tests_take_and_how_to_run_fewer():
     markers = project["tool"]["pytest"]["ini_options"]["markers"]
     assert any(m.startswith("slow:") for m in markers) and any(m.startswith("serial:") for m in markers)
     assert any(d.startswith("pytest-xdist") for d in project["project"]["optional-dependencies"]["test"])
+
+
+MNIST_PROTOCOL_SECTIONS = {"mnist-protocol": "mnist_protocol-cpu-2026-11-25-quiet.json",
+                           "mnist-protocol-avx2": "mnist_protocol-cpu-avx2-2026-11-25-quiet.json",
+                           "mnist-protocol-tiles": "mnist_protocol-cpu-2026-11-26-tiles-quiet.json",
+                           "mnist-protocol-tiles-avx2": "mnist_protocol-cpu-avx2-2026-11-26-tiles-quiet.json"}
+
+
+def test_the_mnist_protocol_sections_regenerate_from_their_json():
+    """benchmarks/mnist_protocol.py --from-json renders each section from its committed record as
+    the page has it, an old record (``steps``, hyphenated model names) in today's words."""
+    import importlib.util
+    import re
+
+    spec = importlib.util.spec_from_file_location("mnist_protocol", ROOT / "benchmarks" / "mnist_protocol.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    page = (ROOT / "docs" / "performance.md").read_text()
+    for section, name in MNIST_PROTOCOL_SECTIONS.items():
+        record = json.loads((ROOT / "benchmarks" / "results" / name).read_text())
+        m = re.search(f"<!-- {section}:begin -->\n(.*?)\n<!-- {section}:end -->", page, flags=re.S)
+        assert m and m.group(1) == mod.report(record).strip("\n"), section
+    with pytest.raises(SystemExit):
+        mod.main(["--steps", "3", "--quick"])  # the old flag: refused, naming --updates
