@@ -103,3 +103,18 @@ def test_the_probe_targets_can_come_out_either_way():
     for s in fast["model_step"]:
         s["graph_ms"] = s["kernel_graph_ms"] * 1.1
     assert any("model step" in x and x.endswith("**met**.") for x in report.probe_targets(fast))
+
+
+def test_the_step_ops_section_is_regenerated_from_its_json():
+    import json
+
+    spec = importlib.util.spec_from_file_location("step_ops", ROOT / "benchmarks" / "gpu" / "step_ops.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    record = json.loads((ROOT / "benchmarks" / "results" / "step_ops-cpu-2026-11-29.json").read_text())
+    page = (ROOT / "docs" / "performance.md").read_text()
+    assert f"<!-- gpu-step-ops:begin -->\n{mod.report(record).strip()}\n<!-- gpu-step-ops:end -->" in page
+    steps = record["steps"]
+    # the counts hold together: the probe's step is at least its loss plus the flat step's model work
+    assert steps["probe step"]["kernels"] >= steps["loss alone"]["kernels"] + steps["kernel"]["kernels"]
+    assert steps["kernel"]["ops"].get("bsmm") == 1 and steps["flat step"]["ops"].get("bsmm") == 1

@@ -14,7 +14,10 @@ Sections of the JSON (one file):
                    ``--profile-densities``: every launched kernel, its count, device and host time
 ``model_step``     the ``--slots``-slot model of ``model_step_cuda.py`` (N = ``--step-N``): the
                    step (forward + backward) eager, ``torch.compile``-d and replayed from a
-                   captured CUDA graph, per kernel, and ``bsmm`` alone replayed the same way
+                   captured CUDA graph, per kernel, and ``bsmm`` alone replayed the same way;
+                   ``flat_graph``: the tiled model's ``step_flat`` with one loss term, replayed
+                   (the list state and the 64 per-slot loss terms are most of the step's
+                   launches: ``step_ops.py``)
 =================  =============================================================================
 
 Each section checks ``--budget-s`` before it starts, and the JSON is rewritten after each, so
@@ -176,6 +179,7 @@ def probe_model_step(args, dev, dtype, record, save) -> None:
         s.matrix.kernel = kernel  # the tiled model's matrix: resolved at every call
         step, params = s.impl("tiled")
         kstep, kparams = s.impl("kernel")
+        fstep, fparams = s.impl("tiled_flat")  # one loss over a flat state, as the kernel's: step_ops.py says why
         row = dict(kernel=kernel, slots=args.slots, N=args.step_N, batch=args.step_batch, density=args.step_density,
                    tile=s.layout.tile, stored_tiles=s.layout.nnz)
 
@@ -187,7 +191,7 @@ def probe_model_step(args, dev, dtype, record, save) -> None:
             return go
 
         # a failed capture can leave the device unusable for later captures: the capture goes last
-        for mode in ("eager", "kernel_graph", "compiled", "graph"):
+        for mode in ("eager", "kernel_graph", "flat_graph", "compiled", "graph"):
             try:
                 if mode == "eager":
                     row[mode + "_ms"] = wall_ms(run(step, params), dev)
@@ -200,7 +204,7 @@ def probe_model_step(args, dev, dtype, record, save) -> None:
                     row["compile_s"] = time.perf_counter() - t0
                     row[mode + "_ms"] = wall_ms(run(cstep, params), dev)
                 else:  # a captured forward + backward, replayed: device time only
-                    f, ps = (step, params) if mode == "graph" else (kstep, kparams)
+                    f, ps = {"graph": (step, params), "flat_graph": (fstep, fparams)}.get(mode, (kstep, kparams))
                     row[mode + "_ms"] = device_ms(run(f, ps), dev)
             except Exception as e:  # noqa: BLE001 (a mode that fails is a finding: record it, go on)
                 row[mode + "_error"] = f"{type(e).__name__}: {str(e)[:300]}"

@@ -112,6 +112,13 @@ class Setting:
                 torch.compiler.cudagraph_mark_step_begin()
                 loss(self.state).backward()
             return step, params
+        if name == "tiled_flat":  # the tiled model on a flat state, one loss term: the kernel's harness
+            x, w = self._rand(self.B, self.N, grad=True), self._rand(self.B, self.N)
+            params = [p for p in self.tiled.parameters() if p.requires_grad] + [x]
+
+            def step():
+                (self.tiled.step_flat(x) * w).sum().backward()
+            return step, params
         if name == "kernel":
             L, T = self.layout, self.layout.tile
             wp = self.matrix.position_tiles().detach().requires_grad_()
