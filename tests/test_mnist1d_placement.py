@@ -290,6 +290,8 @@ def test_the_verdict_on_made_up_rows(tmp_path):
     assert v["cells"]["element-h176-default-i3"]["verdict"] == "like neither"  # equivalence is not "no difference found"
     assert "block-h100-default-i3" not in v["cells"] and v["pending"] == ["block-h100-default-i3"]
     assert R.answers(v, CELLS)["element"] == "pending"  # two of its four item-2 cells have no run
+    text = R.distances_text(v, rows, CELLS, 1000)  # the verdict in numbers: element -1.50 to +0.20 from the MLP
+    assert "element -1.50 to +0.20 from the MLP" in text and "within 10.00 points of the GRU (91.35%)" in text
     v = R.verdicts({k: r for k, r in rows.items() if k != "gru"}, names)
     assert v["cells"] == {} and "gru" in v["pending"]  # no reference, no verdict
     assert R.main(["--results", str(tmp_path), "--doc", str(tmp_path / "page.md")]) == 0

@@ -243,6 +243,29 @@ def verdicts(rows: dict[str, list[dict]], judged_cells: list[str]) -> dict:
     return out
 
 
+def distances_text(v: dict, rows: dict[str, list[dict]], grid: list[dict], n: int) -> str:
+    """The verdict in numbers: per placement the range of its item-2 cells' mean differences from
+    the MLP and from the GRU, and the closest any random cell comes to the GRU (``n``: test digits)."""
+    from seq2d.stats import binomial_se
+
+    P = _placement()
+    parts, gru_gaps = [], []
+    for p in P.PLACEMENTS:
+        cs = [c["cell"] for c in grid if c["family"] == "random" and c["placement"] == p
+              and c["iterations"] == P.ITERATIONS and c["cell"] in v["cells"]]
+        if not cs:
+            continue
+        dm = [v["cells"][c]["mlp"]["diff"] for c in cs]
+        dg = [v["cells"][c]["gru"]["diff"] for c in cs]
+        gru_gaps += dg
+        parts.append(f"{p} {min(dm):+.2f} to {max(dm):+.2f} from the MLP and {min(dg):+.2f} to {max(dg):+.2f} from the GRU")
+    mlp, gru = (statistics.fmean(accs(rows[r])) for r in ("mlp", "gru"))
+    return (f"In numbers (mean difference in points of the four cells of each placement): " + "; ".join(parts)
+            + f". No random cell comes within {-max(gru_gaps):.2f} points of the GRU ({gru:.2f}%); the MLP reaches "
+            f"{mlp:.2f}%, where one run's binomial error on the {n:,} test digits is "
+            f"{100 * binomial_se(mlp / 100, n):.2f} points.\n")
+
+
 def answers(v: dict, grid: list[dict]) -> dict[str, str]:
     """Per placement: the verdict its four item-2 cells share, 'mixed', or 'pending'."""
     P = _placement()
@@ -417,6 +440,7 @@ def render(rows: dict[str, list[dict]], grid: list[dict], connectivity: dict, ba
     else:
         out.append("**Item 2: does random placement at equal parameter count behave like the MLP, like the recurrent "
                    "model, or like neither?** " + "; ".join(f"{p}: **{a}**" for p, a in ans.items()) + ".\n")
+        out.append(distances_text(v, rows, grid, base["data"]["n_test"]))
     if sv["pending"]:
         out.append(f"**Item 5: no answer yet** on whether the spectral radius predicts the iterations a placement "
                    f"needs (pending: {', '.join(sv['pending'])}).\n")
