@@ -1,6 +1,7 @@
 """seq2d keeps derived values in per-object memo dicts through one helper (seq2d/memo.py), which
 never calls ``__dict__.setdefault``: torch 2.11's Dynamo cannot trace that method, and the plans
-are read inside a traced forward (the H200 run of 2026-11-29: every compiled model broke there)."""
+are read inside a traced forward (the H200 run of 2026-11-29: the compiled cyclic models of the graph-step
+tests broke there)."""
 
 import re
 from pathlib import Path
