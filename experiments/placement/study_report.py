@@ -220,6 +220,7 @@ def render(rows: dict[str, list[dict]], cells: list[dict], connectivity: dict, l
     from seq2d.stats import binomial_se
 
     a = analyse(rows, cells, linear)
+    cnt = counts(rows, cells, connectivity)  # the verdict's count sentence and the counts table
     out = ["## Verdict\n"]
     mlp = accs(rows["mlp"]) if rows.get("mlp") else []
     binom = 100 * binomial_se(statistics.fmean(mlp) / 100, TEST_N) if mlp else None
@@ -233,7 +234,6 @@ def render(rows: dict[str, list[dict]], cells: list[dict], connectivity: dict, l
                    f"block matrix train like the MLP, at {epochs} epochs on full MNIST?** "
                    f"Like the MLP (within ±{MARGIN:g} points): {', '.join(like) or 'none'}. "
                    f"Differs: {', '.join(diff) or 'none'}. Undecided: {', '.join(und) or 'none'}.\n")
-        cnt = counts(rows, cells, connectivity)
         if cnt:
             ph = holm([d["p"] for d in cnt])
             by = [f"{d['cell']} {d['chance']} of {d['n']} seeds at chance (Fisher p {_p(d['p'])}, Holm {_p(h)}"
@@ -295,7 +295,6 @@ def render(rows: dict[str, list[dict]], cells: list[dict], connectivity: dict, l
         for k, d in a["shortcut"].items():
             t.append(f"| {k} | {d['diff']:+.2f} | [{d['lo']:+.2f}, {d['hi']:+.2f}] | {_p(d['p_holm'])} |")
         out.append("## The shortcut removed\n\n" + "\n".join(t) + "\n")
-    cnt = counts(rows, cells, connectivity)
     if cnt:
         out.append("## Block placement and bimodal cells, by counts\n\n" + _study().grid.counts_table(cnt, "p", "Fisher p vs MLP", _p))
     # learning curves
