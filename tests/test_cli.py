@@ -224,8 +224,8 @@ def test_graphs_md_quotes_the_current_show_output():
 
 
 # ---------------------------------------------------------------------------- start-up (issue 22 item 7)
-_HEAVY = ("torch", "numpy", "matplotlib", "networkx", "torchvision", "scipy", "triton", "seq2d.train.trainer",
-          "seq2d.lab")  # seq2d.lab: any of the experiments' machinery
+_HEAVY = ("torch", "numpy", "matplotlib", "networkx", "torchvision", "scipy", "triton", "torch._dynamo",
+          "seq2d.train.trainer", "seq2d.lab")  # seq2d.lab: any of the experiments' machinery
 
 
 def _modules_after(code: str) -> set[str]:
@@ -254,6 +254,21 @@ def test_show_imports_torch_and_networkx_only():
     loaded = _modules_after(code)
     assert loaded.isdisjoint({"matplotlib", "torchvision", "scipy", "seq2d.train.trainer", "seq2d.lab"})
     assert {"torch", "networkx"} <= loaded
+
+
+def test_building_models_loads_triton_only_when_a_triton_kernel_is_asked_for():
+    # the Triton kernels import torch._dynamo and triton (seconds per process): seq2d.sparse.kernels registers
+    # them lazily. (A tiled model's first CPU forward imports torch._dynamo anyway: torch's custom-op dispatch
+    # does, in torch._compile, not seq2d.)
+    step = ("import torch, seq2d\n"
+            "seq2d.create_model('random_tiles', sizes=[64, 64, 10], density=0.5, tile=16)\n"
+            "m = seq2d.mlp([64, 32, 10])\n"
+            "m(torch.randn(4, 64))[-1].sum().backward()\n"
+            "from seq2d.sparse import available_kernels, get_kernel\n"
+            "assert {'triton', 'triton_v2'} <= set(available_kernels())\n")
+    assert _modules_after(step).isdisjoint({"triton", "torch._dynamo"})
+    loaded = _modules_after(step + "assert get_kernel('triton').name == 'triton'")
+    assert {"triton", "torch._dynamo"} <= loaded
 
 
 def test_every_public_name_imports_from_the_lazy_package():

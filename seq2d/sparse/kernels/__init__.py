@@ -21,12 +21,15 @@ Names follow stk: the letters are (output, left operand, right operand), ``s`` s
 
 from __future__ import annotations
 
-from .base import Kernel, available_kernels, get_kernel, register_kernel
+import importlib.util
+
+from .base import Kernel, available_kernels, get_kernel, register_kernel, register_lazy_kernel
 from . import reference, cpu  # noqa: F401  (registration)
 
-try:  # Triton is optional (it ships with the CUDA build of torch)
-    from . import triton_v1, triton_v2  # noqa: F401
-except ImportError:  # pragma: no cover - no triton installed
-    pass
+# Triton is optional (it ships with the CUDA build of torch). Its kernels load on first use: importing
+# them imports torch._dynamo, which costs every process that imports seq2d about 3 s when eager
+if importlib.util.find_spec("triton") is not None:
+    register_lazy_kernel("triton", f"{__name__}.triton_v1")
+    register_lazy_kernel("triton_v2", f"{__name__}.triton_v2")
 
 __all__ = ["Kernel", "available_kernels", "get_kernel", "register_kernel"]

@@ -9,6 +9,9 @@ from ...errors import InvalidValue
 from ..layout import BlockSparseLayout
 
 _KERNELS: dict[str, "Kernel"] = {}
+# name -> module that registers it on import: kernels whose import is costly (Triton's pull in
+# torch._dynamo, seconds per process) load on first use, through get_kernel
+_LAZY: dict[str, str] = {}
 
 
 class Kernel:
@@ -46,11 +49,26 @@ def register_kernel(kernel: Kernel) -> Kernel:
     return kernel
 
 
+def register_lazy_kernel(name: str, module: str) -> None:
+    """Register ``name`` as the kernel that importing ``module`` registers (:func:`register_kernel`),
+    imported the first time :func:`get_kernel` asks for it."""
+    if name not in _KERNELS:
+        _LAZY[name] = module
+
+
 def available_kernels() -> list[str]:
-    return sorted(_KERNELS)
+    return sorted({*_KERNELS, *_LAZY})
 
 
 def get_kernel(name: str) -> Kernel:
+    if name not in _KERNELS and name in _LAZY:
+        import importlib
+
+        module = _LAZY.pop(name)
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise InvalidValue(f"block-sparse kernel {name!r} could not be loaded ({module}: {e})") from e
     try:
         return _KERNELS[name]
     except KeyError:
