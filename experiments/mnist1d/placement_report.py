@@ -68,7 +68,8 @@ COUNT_RULE = (
     f"seeds on both sides is bimodal: its mean describes neither mode.")
 ITERATION_RULE = (
     f"Item 4: per random placement and width (default region) the seed-mean test accuracy at 1..8 iterations, "
-    f"and for the RNN form the truncated RNN at k = 1..8. A family **needs t iterations** when t is the first "
+    f"and for the RNN form the truncated RNN at k = 1..8 (and, added after the grid's truncated RNNs all stayed at "
+    f"chance at lr 0.01, the same windows at lr 0.001: family 'trnn at lr 0.001 (added)'). A family **needs t iterations** when t is the first "
     f"count whose seed-mean is within {WITHIN:g} point of the family's best seed-mean over 1..8; pending "
     f"until all eight cells have {MIN_SEEDS} seeds.")
 SPECTRUM_RULE = (
@@ -311,7 +312,8 @@ def iteration_families(grid: list[dict]) -> dict[str, dict[int, str]]:
         if c["family"] == "random" and c["region"] == "default" and c["iterations"] in SWEEP:
             fam.setdefault(f"{c['placement']}-h{c['sizes'][1]}", {})[c["iterations"]] = c["cell"]
         elif c["family"] == "trnn" and c["iterations"] in SWEEP:
-            fam.setdefault("trnn (RNN form, window k)", {})[c["iterations"]] = c["cell"]
+            label = f"trnn at lr {c['lr']:g} (added)" if c.get("added") else "trnn (RNN form, window k)"
+            fam.setdefault(label, {})[c["iterations"]] = c["cell"]
     return {k: dict(sorted(v.items())) for k, v in fam.items()}
 
 
