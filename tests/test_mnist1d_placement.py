@@ -260,6 +260,22 @@ def test_the_permutation_p_value_exact_and_sampled():
     assert abs(sampled - exact) < 0.02 and 0 < exact < 1
 
 
+def test_the_spearman_p_value_exact_with_ties_and_sampled():
+    from scipy import stats
+
+    R = _report()
+    # 4! = 24 pairings: only the observed one reaches rho = 1; with y's tie (2, 2) swapping the tied pair gives it too
+    assert R.spearman_p([1, 2, 3, 4], [1, 2, 3, 4]) == (pytest.approx(1.0), pytest.approx(1 / 24))
+    rho, p = R.spearman_p([1, 2, 3, 4], [1, 2, 2, 4])
+    assert rho == pytest.approx(4.5 / (5 * 4.5) ** 0.5) and p == pytest.approx(2 / 24)  # ranks (1, 2.5, 2.5, 4): 4.5 / sqrt(5 * 4.5)
+    x = [float(i) for i in range(40)]
+    y = [(v * 7) % 40 for v in x]  # a weak positive trend; 40! pairings: seeded Monte Carlo
+    rho, p = R.spearman_p(x, y)
+    ref = stats.spearmanr(x, y, alternative="greater")  # scipy's t approximation (p 0.152 here)
+    assert rho == pytest.approx(ref.statistic) and abs(p - ref.pvalue) < 0.02
+    assert R.spearman_p(x, [-v for v in x])[1] == pytest.approx(1.0)  # perfectly decreasing: every pairing is >= it
+
+
 def _fake_run(root, cell, seed, acc, epochs=3, metrics=True, dynamics=None, **extra):
     f = root / cell / f"seed{seed}"
     f.mkdir(parents=True)
