@@ -515,7 +515,11 @@ def render(rows: dict[str, list[dict]], grid: list[dict], connectivity: dict, ba
         t.append(f"| {d['family']} | {d['t']} | {d['runs']} | {d['with']} | {f4(d.get('rho'))} | {f4(d.get('rho_t'))} | "
                  f"{f4(d.get('dmd'))} | {f4(d.get('err'))} | {f4(d.get('s'))} |")
     out.append("Medians over each cell's runs (for the RNN form, the hidden-to-hidden Jacobian's radius at the last "
-               "transition; no DMD of a driven system).\n\n" + ("\n".join(t) if len(t) > 2 else
+               "transition; no DMD of a driven system). The DMD reconstruction error is seq2d.dynamics.dmd's "
+               "||Z_hat - Z||_F / ||Z||_F: the fitted linear model run from each trajectory's first state against "
+               "every state of the iterations; at 1 or more that rollout is no closer to the states than zero is, "
+               "so the map is far from linear over those steps and its DMD radius describes the fit, not the "
+               "map.\n\n" + ("\n".join(t) if len(t) > 2 else
                                                                   "No item-4 cell has a finished run yet.") + "\n")
     if not any_dyn and len(t) > 2:
         out.append("No committed run has its dynamics.json yet (runs finished before item 5 get one when "
