@@ -27,7 +27,7 @@ from .base import Kernel, available_kernels, get_kernel, register_kernel, regist
 from . import reference, cpu  # noqa: F401  (registration)
 
 # Triton is optional (it ships with the CUDA build of torch). Its kernels load on first use: importing
-# them imports torch._dynamo, which costs every process that imports seq2d about 3 s when eager
+# them imports torch._dynamo and triton, seconds that a process which never asks for them should not pay
 if importlib.util.find_spec("triton") is not None:
     register_lazy_kernel("triton", f"{__name__}.triton_v1")
     register_lazy_kernel("triton_v2", f"{__name__}.triton_v2")
